@@ -1,0 +1,16 @@
+"""The thin shared module: only the parts that are easy to get subtly wrong.
+
+- `NetworkWrapper`: online network, optional target copy, optimizer and gradient clipping;
+  `train_step(loss)` returns the loss and the global gradient norm before clipping.
+- `soft_update`: target <- rate * online + (1 - rate) * target, parameters and buffers.
+- `ReplayMemory`: preallocated ring buffer fed by vector envs, seeded sampling.
+- `n_step_returns`: the n-step reference r_t + g r_{t+1} + ... + g^m V(s_{t+m}) on [T, B].
+
+Imports torch, numpy and gymnasium only; nothing here knows about any algorithm.
+"""
+
+from common.network import NetworkWrapper, soft_update
+from common.replay import Batch, ReplayMemory
+from common.returns import n_step_returns
+
+__all__ = ["NetworkWrapper", "soft_update", "ReplayMemory", "Batch", "n_step_returns"]

@@ -1,0 +1,152 @@
+"""Network wrapper and target sync (after the design of Coach's NetworkWrapper).
+
+One object holds the online network, an optional target copy (never in the optimizer, never
+given gradients), the optimizer, an optional learning-rate schedule and gradient clipping.
+`train_step(loss)` takes one gradient step and returns `(loss, grad_norm)`: the loss that was
+minimised and the global L2 norm of the gradient *before* clipping, both as detached 0-d
+tensors so that no host/device synchronisation happens unless the caller asks for `.item()`.
+
+Gradient averaging across several worker processes (Coach's "global" network) belongs between
+`backward()` and the norm computation in `train_step`; a single process does nothing there.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable, Iterable
+
+import torch
+from torch import nn
+
+
+@torch.no_grad()
+def soft_update(target: nn.Module, online: nn.Module, rate: float) -> None:
+    """target <- rate * online + (1 - rate) * target, for parameters and floating buffers.
+
+    `rate` is the weight on the *online* network: 1.0 is a hard copy, 0.0 leaves the target
+    unchanged, 0.005 is DDPG's usual soft update. Integer buffers (e.g. BatchNorm's
+    `num_batches_tracked`) cannot be averaged and are copied. One fused call per group of
+    tensors, no Python loop per element.
+    """
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"rate must be in [0, 1], got {rate}")
+    target_floats, online_floats = [], []
+    for t, o in zip(_tensors(target), _tensors(online)):
+        if t.shape != o.shape:
+            raise ValueError(f"target and online tensors differ in shape: {t.shape} vs {o.shape}")
+        if t.is_floating_point():
+            target_floats.append(t)
+            online_floats.append(o)
+        else:
+            t.copy_(o)
+    if not target_floats or rate == 0.0:
+        return
+    if rate == 1.0:
+        torch._foreach_copy_(target_floats, online_floats)
+    else:
+        # lerp: t + rate * (o - t) == rate * o + (1 - rate) * t
+        torch._foreach_lerp_(target_floats, online_floats, rate)
+
+
+def _tensors(module: nn.Module) -> list[torch.Tensor]:
+    tensors = list(module.parameters()) + list(module.buffers())
+    return tensors
+
+
+class NetworkWrapper:
+    """Online network + optional target copy + optimizer + clipping.
+
+    Args:
+        net: the online network (moved to `device`).
+        lr: learning rate.
+        optimizer: "adam" or "rmsprop".
+        eps: the optimizer's epsilon (Adam's eps, RMSprop's eps).
+        betas: Adam's betas.
+        alpha: RMSprop's smoothing constant.
+        l2: L2 penalty coefficient (the optimizer's coupled weight decay).
+        lr_lambda: optional multiplier of `lr` as a function of the update count (LambdaLR),
+            e.g. `lambda u: 1 - u / total_updates` for linear decay.
+        clip_grad_norm: clip the global L2 gradient norm to this value (None: no clipping).
+        clip_grad_value: clip every gradient element to [-v, v] (None: no clipping).
+        target: keep a target copy (`self.target`), equal to the online network at start.
+        device: where the networks live.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        *,
+        lr: float,
+        optimizer: str = "adam",
+        eps: float = 1e-8,
+        betas: tuple[float, float] = (0.9, 0.999),
+        alpha: float = 0.99,
+        l2: float = 0.0,
+        lr_lambda: Callable[[int], float] | None = None,
+        clip_grad_norm: float | None = None,
+        clip_grad_value: float | None = None,
+        target: bool = False,
+        device: torch.device | str = "cpu",
+    ):
+        if clip_grad_norm is not None and clip_grad_norm <= 0:
+            raise ValueError(f"clip_grad_norm must be positive, got {clip_grad_norm}")
+        if clip_grad_value is not None and clip_grad_value <= 0:
+            raise ValueError(f"clip_grad_value must be positive, got {clip_grad_value}")
+        self.device = torch.device(device)
+        self.online = net.to(self.device)
+        self.target: nn.Module | None = None
+        if target:
+            self.target = copy.deepcopy(self.online)
+            self.target.requires_grad_(False)
+        self.params = [p for p in self.online.parameters() if p.requires_grad]
+        if optimizer == "adam":
+            self.optimizer = torch.optim.Adam(self.params, lr=lr, betas=betas, eps=eps, weight_decay=l2)
+        elif optimizer == "rmsprop":
+            self.optimizer = torch.optim.RMSprop(self.params, lr=lr, alpha=alpha, eps=eps, weight_decay=l2)
+        else:
+            raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {optimizer!r}")
+        self.scheduler = None
+        if lr_lambda is not None:
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda)
+        self.clip_grad_norm = clip_grad_norm
+        self.clip_grad_value = clip_grad_value
+        self.updates = 0
+
+    def train_step(self, loss: torch.Tensor, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One gradient step on `loss`; returns (loss, global grad norm before clipping).
+
+        `loss` is a scalar, or a per-sample loss [B] that is averaged, weighted by the
+        per-sample importance `weights` [B] when given (prioritised replay).
+        """
+        if weights is not None:
+            if loss.shape != weights.shape:
+                raise ValueError(f"per-sample loss {tuple(loss.shape)} and weights {tuple(weights.shape)} differ")
+            loss = (loss * weights).mean()
+        elif loss.dim() > 0:
+            loss = loss.mean()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grads = [p.grad for p in self.params if p.grad is not None]
+        grad_norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+        if self.clip_grad_norm is not None:
+            torch.nn.utils.clip_grads_with_norm_(self.params, self.clip_grad_norm, grad_norm)
+        if self.clip_grad_value is not None:
+            torch.nn.utils.clip_grad_value_(self.params, self.clip_grad_value)
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.updates += 1
+        return loss.detach(), grad_norm.detach()
+
+    def sync(self, rate: float = 1.0) -> None:
+        """Move the target towards the online network: rate 1 copies, 0.005 is a soft update."""
+        if self.target is None:
+            raise RuntimeError("this NetworkWrapper has no target network (target=False)")
+        soft_update(self.target, self.online, rate)
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def parameters(self) -> Iterable[nn.Parameter]:
+        return self.online.parameters()

@@ -1,0 +1,102 @@
+"""Replay memory: a preallocated ring buffer fed a batch at a time by a vector env.
+
+Each row is one transition (obs, action, reward, next_obs, terminated). `next_obs` must be the
+*true* next observation: at a truncation that is the episode's final observation, not the reset
+observation the vector env returns. Truncation therefore needs no flag of its own: the target
+bootstraps from `next_obs` unless `terminated`. Storage is allocated once, in contiguous
+tensors on `device`, so memory use is fixed and there are no per-transition Python objects.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+
+class Batch(NamedTuple):
+    obs: torch.Tensor  # [N, *obs_shape] float32
+    actions: torch.Tensor  # [N] int64 (discrete) or [N, *action_shape] float32
+    rewards: torch.Tensor  # [N] float32
+    next_obs: torch.Tensor  # [N, *obs_shape] float32
+    terminated: torch.Tensor  # [N] float32, 1.0 where the episode terminated
+
+
+class ReplayMemory:
+    """Ring buffer of `capacity` transitions with seeded uniform sampling (with replacement).
+
+    Args:
+        capacity: number of transitions kept; the oldest are overwritten.
+        obs_shape: shape of one observation.
+        action_shape: () for a discrete action, the action's shape otherwise.
+        discrete: store actions as int64 (True) or float32 (False).
+        device: where the storage lives and where sampled tensors are returned.
+        seed: seed of the sampler; the same seed and the same additions give the same batches.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        action_shape: tuple[int, ...] = (),
+        discrete: bool = True,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+    ):
+        if capacity <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        self.capacity = capacity
+        self.device = torch.device(device)
+        kw = dict(device=self.device)
+        self.obs = torch.zeros((capacity, *obs_shape), dtype=torch.float32, **kw)
+        self.next_obs = torch.zeros((capacity, *obs_shape), dtype=torch.float32, **kw)
+        self.actions = torch.zeros((capacity, *action_shape), dtype=torch.int64 if discrete else torch.float32, **kw)
+        self.rewards = torch.zeros(capacity, dtype=torch.float32, **kw)
+        self.terminated = torch.zeros(capacity, dtype=torch.float32, **kw)
+        self.pos = 0  # next row to write
+        self.size = 0  # rows filled so far
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, obs, actions, rewards, next_obs, terminated, valid=None) -> None:
+        """Store a batch of B transitions, one per env (numpy arrays or tensors, leading dim B).
+
+        `valid` [B] bool (optional) drops rows, e.g. the step a NEXT_STEP vector env spends
+        resetting, which is not a transition.
+        """
+        if valid is not None:
+            valid = np.asarray(valid, dtype=bool)
+            if not valid.all():
+                obs, actions, rewards, next_obs, terminated = (
+                    np.asarray(x)[valid] for x in (obs, actions, rewards, next_obs, terminated)
+                )
+        n = len(rewards)
+        if n == 0:
+            return
+        if n > self.capacity:  # only the newest `capacity` rows survive
+            obs, actions, rewards, next_obs, terminated = (x[-self.capacity :] for x in (obs, actions, rewards, next_obs, terminated))
+            n = self.capacity
+        idx = (self.pos + np.arange(n)) % self.capacity  # handles the wraparound
+        idx_t = torch.from_numpy(idx).to(self.device)
+        for store, x in (
+            (self.obs, obs),
+            (self.actions, actions),
+            (self.rewards, rewards),
+            (self.next_obs, next_obs),
+            (self.terminated, terminated),
+        ):
+            store[idx_t] = torch.as_tensor(np.asarray(x), dtype=store.dtype).to(self.device).reshape(n, *store.shape[1:])
+        self.pos = (self.pos + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+
+    def sample(self, batch_size: int) -> Batch:
+        """`batch_size` transitions drawn uniformly with replacement, as tensors on `device`."""
+        if self.size == 0:
+            raise RuntimeError("cannot sample from an empty replay memory")
+        idx = torch.from_numpy(self.rng.integers(0, self.size, size=batch_size)).to(self.device)
+        return Batch(
+            self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.terminated[idx]
+        )
