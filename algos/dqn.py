@@ -199,15 +199,15 @@ def linear_epsilon(start: float, end: float, duration: float, step: int) -> floa
 
 
 def select_actions(
-    q_net: nn.Module, obs: np.ndarray, epsilon: float, n_actions: int, rng: np.random.Generator, device: torch.device
+    greedy: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, epsilon: float, n_actions: int, rng: np.random.Generator
 ) -> np.ndarray:
     """Epsilon-greedy actions [B]; the network is only run when some env acts greedily."""
     explore = rng.random(len(obs)) < epsilon  # [B]
-    actions = rng.integers(n_actions, size=len(obs))  # [B]
-    if not explore.all():
-        with torch.no_grad():
-            q = q_net(torch.as_tensor(obs, dtype=torch.float32, device=device))  # [B, A]
-        actions = np.where(explore, actions, q.argmax(1).cpu().numpy())
+    if explore.all():
+        return rng.integers(n_actions, size=len(obs))
+    actions = greedy(obs)  # [B]
+    if explore.any():
+        actions[explore] = rng.integers(n_actions, size=int(explore.sum()))
     return actions
 
 
@@ -252,12 +252,36 @@ def evaluate(
     return returns
 
 
-def greedy_policy(q_net: nn.Module, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    def act(obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return q_net(torch.as_tensor(obs, dtype=torch.float32, device=device)).argmax(1).cpu().numpy()
+def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, obs_dim] -> argmax_a Q(obs, a) [B], as a numpy function.
 
-    return act
+    On CPU the MLP runs in numpy on zero-copy views of the parameters, which the optimizer and
+    the target sync update in place, so the views always hold the current weights. At batch size
+    1, torch's dispatch (~3 us for each of ~8 ops) costs more than the arithmetic; this path is
+    ~4x faster and is checked against the torch forward in the tests.
+    """
+    if device.type != "cpu":
+        def act(obs: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                return q_net(torch.as_tensor(obs, dtype=torch.float32, device=device)).argmax(1).cpu().numpy()
+
+        return act
+    layers = []
+    for m in q_net.net:
+        if isinstance(m, nn.Linear):
+            layers.append((m.weight.detach().numpy().T, m.bias.detach().numpy()))  # [in, out], [out]
+        elif not isinstance(m, nn.ReLU):
+            raise TypeError(f"numpy policy supports Linear and ReLU layers, not {type(m).__name__}")
+
+    def act_numpy(obs: np.ndarray) -> np.ndarray:
+        x = np.asarray(obs, dtype=np.float32)
+        for k, (w, b) in enumerate(layers):
+            x = x @ w + b
+            if k < len(layers) - 1:
+                np.maximum(x, 0.0, out=x)
+        return x.argmax(1)
+
+    return act_numpy
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
@@ -290,6 +314,7 @@ class RunLog:
         self.total, self.show = args.total_timesteps, args.progress
         self.tty = sys.stdout.isatty()
         self.last_print, self.last_flush, self.next_mark = self.start, self.start, 0.1
+        self.next_check, self.printed_step = 0, -1
         self.wandb = None
         if args.track:
             import wandb
@@ -307,8 +332,9 @@ class RunLog:
         if self.wandb is not None:
             self.wandb.log(metrics, step=global_step)
 
-    def progress(self, global_step: int, recent_return: float, force: bool = False) -> None:
+    def progress(self, global_step: int, recent_returns: list[float], force: bool = False) -> None:
         """A line with steps, steps/s, ETA and recent return: redrawn on a terminal, every 10% in a log."""
+        self.next_check = global_step + 1000
         now = time.perf_counter()
         if now - self.last_flush > 5.0:
             self.file.flush()
@@ -318,6 +344,10 @@ class RunLog:
         frac = global_step / self.total
         if not force and (now - self.last_print < 0.5 if self.tty else frac < self.next_mark):
             return
+        if force and self.printed_step == global_step:
+            return
+        self.printed_step = global_step
+        recent_return = float(np.mean(recent_returns)) if recent_returns else float("nan")
         elapsed = now - self.start
         sps = global_step / max(elapsed, 1e-9)
         eta = (self.total - global_step) / max(sps, 1e-9)
@@ -364,6 +394,7 @@ def train(args: Args) -> dict:
         QNetwork(obs_dim, n_actions, args.hidden_sizes), lr=args.learning_rate, optimizer="adam",
         clip_grad_norm=args.clip_grad_norm, target=True, device=device,
     )
+    greedy = greedy_policy(q_net.online, device)
     memory = ReplayMemory(args.buffer_size, (obs_dim,), (), discrete=True, device=device, seed=args.seed)
     log = RunLog(args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"])
     print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {log.path}", flush=True)
@@ -384,7 +415,7 @@ def train(args: Args) -> dict:
             if global_step <= args.learning_starts:
                 actions = rng.integers(n_actions, size=B)
             else:
-                actions = select_actions(q_net.online, obs, epsilon, n_actions, rng, device)
+                actions = select_actions(greedy, obs, epsilon, n_actions, rng)
             next_obs, rewards, terminated, truncated, infos = envs.step(actions)
             next_obs = next_obs.reshape(B, obs_dim)
 
@@ -424,12 +455,13 @@ def train(args: Args) -> dict:
                     q_net.sync(args.target_rate)
 
             if args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
-                r = evaluate(greedy_policy(q_net.online, device), args.env_id, args.eval_episodes, args.seed + 100_000)
+                r = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000)
                 log.log(global_step, eval_return=float(r.mean()), eval_return_std=float(r.std()))
-            log.progress(global_step, float(np.mean(recent_returns)) if recent_returns else float("nan"))
+            if global_step >= log.next_check:
+                log.progress(global_step, recent_returns)
         train_seconds = log.elapsed()
         video_dir = str(log.path / "videos") if args.capture_video else None
-        eval_returns = evaluate(greedy_policy(q_net.online, device), args.env_id, args.eval_episodes, args.seed + 100_000, video_dir)
+        eval_returns = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000, video_dir)
         log.log(global_step, eval_return=float(eval_returns.mean()), eval_return_std=float(eval_returns.std()))
         completed = True
     except KeyboardInterrupt:
@@ -456,7 +488,7 @@ def train(args: Args) -> dict:
         "completed": completed, "error": error, "updates": q_net.updates, "run_dir": str(log.path),
         "versions": {"torch": torch.__version__, "gymnasium": gym.__version__, "numpy": np.__version__},
     }
-    log.progress(global_step, summary["train_return_last10"] or float("nan"), force=True)
+    log.progress(global_step, recent_returns, force=True)
     log.close(summary)
     if completed:
         print(f"{ALGO}: done in {summary['wall_seconds']:.1f}s ({summary['sps']:,.0f} steps/s); "

