@@ -1,0 +1,694 @@
+"""A2C: synchronous advantage actor-critic, for discrete and continuous actions.
+
+Paper: Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning", ICML,
+https://arxiv.org/abs/1602.01783 (A3C), run synchronously as in OpenAI Baselines' A2C
+(Wu et al. 2017, https://openai.com/index/openai-baselines-acktr-a2c/). GAE: Schulman et al.
+2016, arXiv:1506.02438.
+
+`num_envs` envs are stepped together for `n_steps` steps with the current policy; the rollout
+then gives one gradient step on -A_t log pi(a_t|s_t) + value_coef (G_t - V(s_t))^2
+- entropy_coef H(pi(.|s_t)), where G_t is the n-step return (to the end of the rollout by default,
+from common.n_step_returns) or the GAE(lambda) return, and A_t = G_t - V(s_t). The policy is
+categorical for Discrete actions and a diagonal Gaussian with a state-independent log-std for Box
+actions (sampled unclipped, clipped to the bounds only at the env).
+
+Deviations from the paper:
+- Synchronous: one process, one optimizer, parallel envs instead of asynchronous workers.
+- Separate actor and critic MLPs with tanh and orthogonal init by default (Stable-Baselines3's
+  A2C); `--shared-torso` gives the paper's shared torso with two heads.
+- torch's RMSprop (eps added outside the square root) with its own statistics, not the paper's
+  RMSprop statistics shared between threads.
+- Truncated episodes bootstrap from the true final observation (the paper predates truncation).
+- Optional running observation and reward normalisation (OpenAI Baselines' VecNormalize); the
+  observation statistics live in the network as buffers, so a saved model carries them, and they
+  are refreshed once per rollout, after its update, so acting and learning see one policy.
+
+Run:
+    python algos/a2c.py --env CartPole-v1 --seed 1
+
+Uses from common: NetworkWrapper (network, RMSprop/Adam, clipping), n_step_returns.
+"""
+
+# 1. Imports -------------------------------------------------------------------------------------
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Callable, Literal, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+import tyro
+from gymnasium.vector import AutoresetMode
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/a2c.py` finds common/
+from common import NetworkWrapper, n_step_returns  # noqa: E402
+
+ALGO = "a2c"
+
+
+# 2. Arguments -----------------------------------------------------------------------------------
+@dataclass
+class Args:
+    env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
+    """gymnasium environment id (discrete or continuous actions)"""
+    seed: int = 1
+    """seed of python, numpy, torch, the envs and the action sampler"""
+    total_timesteps: int = 500_000
+    """env steps to train for, summed over all envs"""
+    num_envs: int = 8
+    """parallel envs stepped together"""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """where the networks live (auto: cuda if available)"""
+    torch_threads: int = 1
+    """CPU threads for torch (small networks are fastest on 1)"""
+    track: bool = False
+    """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
+    wandb_project: str = "rl-reference"
+    """wandb project name"""
+    wandb_entity: Optional[str] = None
+    """wandb team or user"""
+    capture_video: bool = False
+    """record videos of evaluation episodes into <run folder>/videos"""
+    save_model: bool = False
+    """save the online network's state dict to <run folder>/model.pt"""
+    eval_every: int = 0
+    """env steps between greedy evaluations (0: only at the end)"""
+    eval_episodes: int = 10
+    """episodes per evaluation"""
+    run_dir: str = "runs"
+    """parent folder of the run folder"""
+    progress: bool = True
+    """print a progress line while training"""
+
+    learning_rate: float = 7e-4
+    """optimizer step size"""
+    anneal_lr: bool = False
+    """decay the step size linearly to 0 over the run"""
+    optimizer: Literal["rmsprop", "adam"] = "rmsprop"
+    """optimizer of the actor-critic network"""
+    rmsprop_alpha: float = 0.99
+    """RMSprop's smoothing constant"""
+    optimizer_eps: float = 1e-5
+    """the optimizer's epsilon (RMSprop's or Adam's)"""
+    gamma: float = 0.99
+    """discount"""
+    n_steps: int = 5
+    """env steps per env in one rollout (the rollout length T)"""
+    n_step_return: Optional[int] = None
+    """lookahead n of the n-step return, in env steps (None: to the end of the rollout)"""
+    gae_lambda: Optional[float] = None
+    """use GAE(lambda) advantages with this lambda instead of n-step returns (None: n-step)"""
+    value_coef: float = 0.5
+    """weight of the value loss"""
+    entropy_coef: float = 0.0
+    """weight of the entropy bonus"""
+    clip_grad_norm: Optional[float] = 0.5
+    """clip the global gradient norm to this value (None: no clipping)"""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """widths of the actor's and the critic's hidden layers"""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """hidden-layer activation"""
+    shared_torso: bool = False
+    """one torso with a policy head and a value head (the paper) instead of separate actor and critic"""
+    log_std_init: float = 0.0
+    """initial log standard deviation of the Gaussian policy (Box actions)"""
+    normalize_obs: bool = False
+    """normalise observations by a running mean and std (saved with the model)"""
+    normalize_reward: bool = False
+    """scale rewards by a running std of the discounted return"""
+
+
+def validate(args: Args) -> None:
+    """Raise ValueError naming the first bad value."""
+    checks = [
+        (args.total_timesteps > 0, f"--total-timesteps must be positive, got {args.total_timesteps}"),
+        (args.num_envs > 0, f"--num-envs must be positive, got {args.num_envs}"),
+        (args.n_steps > 0, f"--n-steps must be positive, got {args.n_steps}"),
+        (args.n_step_return is None or args.n_step_return > 0, f"--n-step-return must be positive, got {args.n_step_return}"),
+        (args.gae_lambda is None or 0.0 <= args.gae_lambda <= 1.0, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}"),
+        (args.gae_lambda is None or args.n_step_return is None, "--gae-lambda and --n-step-return cannot be used together"),
+        (args.value_coef >= 0, f"--value-coef must be >= 0, got {args.value_coef}"),
+        (args.entropy_coef >= 0, f"--entropy-coef must be >= 0, got {args.entropy_coef}"),
+        (0.0 < args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in (0, 1), got {args.rmsprop_alpha}"),
+        (args.optimizer_eps > 0, f"--optimizer-eps must be positive, got {args.optimizer_eps}"),
+        (math.isfinite(args.log_std_init), f"--log-std-init must be finite, got {args.log_std_init}"),
+        (args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}"),
+        (0.0 <= args.gamma <= 1.0, f"--gamma must be in [0, 1], got {args.gamma}"),
+        (args.eval_every >= 0, f"--eval-every must be >= 0, got {args.eval_every}"),
+        (args.eval_episodes > 0, f"--eval-episodes must be positive, got {args.eval_episodes}"),
+        (args.torch_threads > 0, f"--torch-threads must be positive, got {args.torch_threads}"),
+        (len(args.hidden_sizes) > 0 and all(h > 0 for h in args.hidden_sizes), f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
+        (args.clip_grad_norm is None or args.clip_grad_norm > 0, f"--clip-grad-norm must be positive, got {args.clip_grad_norm}"),
+        (args.device != "cuda" or torch.cuda.is_available(), "--device cuda was asked for but CUDA is not available"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
+
+
+# 3. Environment ---------------------------------------------------------------------------------
+def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.vector.VectorEnv:
+    """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"]."""
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as e:
+        raise ValueError(f"unknown environment id {env_id!r} ({e})") from None
+
+    def thunk(i: int) -> Callable[[], gym.Env]:
+        def make() -> gym.Env:
+            if video_dir is not None and i == 0:
+                env = gym.make(env_id, render_mode="rgb_array")
+                return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda ep: True, disable_logger=True)
+            return gym.make(env_id)
+
+        return make
+
+    envs = gym.vector.SyncVectorEnv([thunk(i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+    space = envs.single_action_space
+    if not (isinstance(space, gym.spaces.Discrete) or (isinstance(space, gym.spaces.Box) and len(space.shape) == 1)):
+        envs.close()
+        raise ValueError(f"{ALGO} needs a Discrete or a 1-D Box action space; {env_id} has {space}")
+    if not isinstance(envs.single_observation_space, gym.spaces.Box):
+        envs.close()
+        raise ValueError(f"{ALGO} needs a Box observation space; {env_id} has {envs.single_observation_space}")
+    return envs
+
+
+def true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
+    """The observation each env reached [B, ...]: under SAME_STEP autoreset, an env whose episode
+    ended returns the new episode's first observation in `next_obs` and the real last one in
+    infos["final_obs"]; bootstrapping from the former would value the wrong state."""
+    if "_final_obs" not in infos:
+        return next_obs
+    real = next_obs.copy()
+    for i in np.flatnonzero(infos["_final_obs"]):
+        real[i] = np.reshape(infos["final_obs"][i], real[i].shape)
+    return real
+
+
+class RewardScaler:
+    """Divides rewards by the running std of each env's discounted return (OpenAI Baselines'
+    VecNormalize): the scale of the value targets becomes ~1 whatever the task's reward scale."""
+
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8):
+        self.gamma, self.clip, self.eps = gamma, clip, eps
+        self.discounted = np.zeros(num_envs)  # [B] running discounted return of each env
+        self.mean, self.var, self.count = 0.0, 1.0, 1e-4
+
+    def __call__(self, rewards: np.ndarray, done: np.ndarray) -> np.ndarray:
+        self.discounted = self.discounted * self.gamma + rewards
+        self.mean, self.var, self.count = merge_moments(self.mean, self.var, self.count, self.discounted)
+        self.discounted[done] = 0.0
+        return np.clip(rewards / math.sqrt(self.var + self.eps), -self.clip, self.clip)
+
+
+def merge_moments(mean, var, count, batch):
+    """Running mean/var merged with a batch [N, ...] (Chan et al.'s parallel algorithm)."""
+    n = batch.shape[0]
+    batch_mean, batch_var = batch.mean(0), batch.var(0)
+    delta, total = batch_mean - mean, count + n
+    m2 = var * count + batch_var * n + delta**2 * count * n / total
+    return mean + delta * n / total, m2 / total, total
+
+
+# 4. Networks ------------------------------------------------------------------------------------
+class ObsNormalizer(nn.Module):
+    """(obs - running mean) / running std, clipped to +-clip. Buffers, so the state dict carries them."""
+
+    def __init__(self, obs_dim: int, clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.clip, self.eps = clip, eps
+        self.register_buffer("mean", torch.zeros(obs_dim, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(obs_dim, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, obs: torch.Tensor) -> None:
+        """Merge a batch of observations [N, obs_dim] in place (numpy views of the buffers stay valid)."""
+        mean, var, count = merge_moments(self.mean, self.var, self.count, obs.to(torch.float64).reshape(-1, self.mean.shape[0]))
+        self.mean.copy_(mean)
+        self.var.copy_(var)
+        self.count.copy_(count)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return ((obs - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip).to(obs.dtype)
+
+
+def mlp(in_dim: int, hidden_sizes: tuple[int, ...], activation: type[nn.Module]) -> nn.Sequential:
+    layers, width = [], in_dim
+    for h in hidden_sizes:
+        layers += [nn.Linear(width, h), activation()]
+        width = h
+    return nn.Sequential(*layers)
+
+
+class ActorCritic(nn.Module):
+    """Policy head (logits [N, A] or Gaussian mean [N, A]) and value head [N], from an observation."""
+
+    def __init__(
+        self, obs_dim: int, action_dim: int, discrete: bool, hidden_sizes: tuple[int, ...],
+        shared_torso: bool = False, activation: str = "tanh", normalize_obs: bool = False, log_std_init: float = 0.0,
+    ):
+        super().__init__()
+        act = nn.Tanh if activation == "tanh" else nn.ReLU
+        self.discrete = discrete
+        self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else None
+        self.actor_torso = mlp(obs_dim, hidden_sizes, act)
+        self.critic_torso = None if shared_torso else mlp(obs_dim, hidden_sizes, act)
+        self.policy_head = nn.Linear(hidden_sizes[-1], action_dim)
+        self.value_head = nn.Linear(hidden_sizes[-1], 1)
+        self.log_std = None if discrete else nn.Parameter(torch.full((action_dim,), float(log_std_init)))
+        # orthogonal init (as Baselines and SB3): sqrt(2) in the torso, small policy head so the
+        # initial policy is near uniform / near zero-mean, unit gain for the value
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.orthogonal_(m.weight, math.sqrt(2))
+                nn.init.zeros_(m.bias)
+        nn.init.orthogonal_(self.policy_head.weight, 0.01)
+        nn.init.orthogonal_(self.value_head.weight, 1.0)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = obs if self.obs_norm is None else self.obs_norm(obs)
+        h = self.actor_torso(x)
+        hv = h if self.critic_torso is None else self.critic_torso(x)
+        return self.policy_head(h), self.value_head(hv).squeeze(-1)  # [N, A], [N]
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs if self.obs_norm is None else self.obs_norm(obs)
+        return self.value_head(self.actor_torso(x) if self.critic_torso is None else self.critic_torso(x)).squeeze(-1)  # [N]
+
+
+# 5. Algorithm -----------------------------------------------------------------------------------
+def a2c_targets(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    n: int | None = None,
+    gae_lambda: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, returns), both [T, B], from a rollout's [T, B] tensors; no gradient.
+
+    `values[t] = V(s_t)`, `next_values[t] = V(s_{t+1})` at the true next observation. n-step:
+    returns = n_step_returns (termination: no bootstrap; truncation: bootstrap from
+    next_values and stop; the rollout's end: bootstrap), advantages = returns - values.
+    GAE(lambda): delta_t = r_t + gamma (1 - terminated_t) next_values_t - values_t,
+    A_t = delta_t + gamma lambda (1 - done_t) A_{t+1} (A_T = 0), returns = A + values.
+    lambda = 1 equals the n-step return to the end of the rollout. Under SAME_STEP autoreset the
+    row after an episode's end is already the new episode, so no junk autoreset row exists.
+    """
+    with torch.no_grad():
+        values = values.to(rewards.dtype)
+        if gae_lambda is None:
+            returns = n_step_returns(rewards, next_values, terminated, truncated, gamma, n)
+            return returns - values, returns
+        not_terminated = 1.0 - terminated.to(rewards.dtype)
+        not_done = not_terminated * (1.0 - truncated.to(rewards.dtype))  # [T, B]
+        deltas = rewards + gamma * not_terminated * next_values - values  # [T, B]
+        advantages = torch.zeros_like(rewards)
+        running = torch.zeros_like(rewards[0])  # [B]
+        for t in reversed(range(rewards.shape[0])):
+            running = deltas[t] + gamma * gae_lambda * not_done[t] * running
+            advantages[t] = running
+        return advantages, advantages + values
+
+
+def log_prob_entropy(
+    head: torch.Tensor, log_std: torch.Tensor | None, actions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(a|s) [N] and entropy [N]: categorical over logits `head` [N, A] (log_std None),
+    else diagonal Gaussian with mean `head` [N, A] and log-std [A], of the unclipped actions [N, A]."""
+    if log_std is None:
+        logp_all = F.log_softmax(head, dim=-1)  # [N, A]
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        return logp_all.gather(1, actions.long().unsqueeze(1)).squeeze(1), entropy
+    z = (actions - head) * torch.exp(-log_std)  # [N, A]
+    logp = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum().expand(head.shape[0])
+    return logp, entropy
+
+
+def a2c_loss(
+    logp: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor,
+    value_coef: float, entropy_coef: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, policy_loss, value_loss, mean entropy); all inputs [N], advantages and returns without gradient."""
+    policy_loss = -(advantages * logp).mean()
+    value_loss = F.mse_loss(values, returns)
+    entropy_mean = entropy.mean()
+    return policy_loss + value_coef * value_loss - entropy_coef * entropy_mean, policy_loss, value_loss, entropy_mean
+
+
+def sample_actions(head: np.ndarray, std: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+    """Actions from the policy head [B, A]: categorical over logits (std None) -> [B] int64, else
+    Gaussian mean + std * noise -> [B, A] float32, unclipped (the env clips, the loss sees this sample)."""
+    if std is None:
+        p = np.exp(head - head.max(1, keepdims=True))  # [B, A]
+        cdf = np.cumsum(p, 1)
+        u = rng.random((len(head), 1)) * cdf[:, -1:]  # inverse-CDF sampling, one uniform per env
+        return np.minimum((cdf < u).sum(1), head.shape[1] - 1)
+    return (head + std * rng.standard_normal(head.shape)).astype(np.float32)
+
+
+def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, obs_dim] -> policy head [B, A] without gradient, as a numpy function.
+
+    On CPU the actor runs in numpy on zero-copy views of the parameters and normaliser buffers,
+    which the optimizer and the normaliser update in place, so the views always hold the
+    current values. At a batch of a few envs torch's per-op dispatch costs more than the
+    arithmetic; the tests check this path against the torch forward.
+    """
+    if device.type != "cpu":
+        def head_torch(obs: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                x = torch.as_tensor(obs, dtype=torch.float32, device=device)
+                x = x if net.obs_norm is None else net.obs_norm(x)
+                return net.policy_head(net.actor_torso(x)).cpu().numpy()
+
+        return head_torch
+    layers = []
+    for m in [*net.actor_torso, net.policy_head]:
+        if isinstance(m, nn.Linear):
+            layers.append((m.weight.detach().numpy().T, m.bias.detach().numpy()))  # [in, out], [out]
+        elif isinstance(m, (nn.Tanh, nn.ReLU)):
+            layers.append(np.tanh if isinstance(m, nn.Tanh) else _relu)
+        else:
+            raise TypeError(f"numpy policy supports Linear, Tanh and ReLU layers, not {type(m).__name__}")
+    norm = net.obs_norm
+    stats = None if norm is None else (norm.mean.numpy(), norm.var.numpy())
+
+    def head_numpy(obs: np.ndarray) -> np.ndarray:
+        x = np.asarray(obs, dtype=np.float32)
+        if stats is not None:
+            x = np.clip((x - stats[0]) / np.sqrt(stats[1] + norm.eps), -norm.clip, norm.clip).astype(np.float32)
+        for layer in layers:
+            x = layer(x) if callable(layer) else x @ layer[0] + layer[1]
+        return x
+
+    return head_numpy
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0.0, out=x)
+
+
+def evaluate(
+    act: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: int, seed: int, video_dir: str | None = None
+) -> np.ndarray:
+    """Return of `episodes` episodes [episodes] of the policy `act`, one episode per env, run in parallel."""
+    envs = make_env(env_id, episodes, video_dir)
+    obs, _ = envs.reset(seed=seed)
+    returns = np.zeros(episodes)
+    finished = np.zeros(episodes, dtype=bool)
+    while not finished.all():
+        obs, rewards, terminated, truncated, _ = envs.step(act(obs))
+        returns += np.where(finished, 0.0, rewards)  # envs past their first episode are ignored
+        finished |= terminated | truncated
+    envs.close()
+    return returns
+
+
+def greedy_policy(net: ActorCritic, device: torch.device, action_space: gym.Space) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, obs_dim] -> deterministic actions: argmax of the logits [B], or the Gaussian mean
+    clipped to the action bounds [B, A]."""
+    head = numpy_head(net, device)
+    if isinstance(action_space, gym.spaces.Discrete):
+        return lambda obs: head(obs.reshape(len(obs), -1)).argmax(1)
+    low, high = action_space.low, action_space.high
+    return lambda obs: np.clip(head(obs.reshape(len(obs), -1)), low, high)
+
+
+def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
+    """Greedy policy from a `--save-model` file (state dict with the observation statistics, weights_only)."""
+    envs = make_env(args.env_id, 1)
+    net = build_network(args, envs)
+    space = envs.single_action_space
+    envs.close()
+    net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
+    return greedy_policy(net.to(device).eval(), torch.device(device), space)
+
+
+def build_network(args: Args, envs: gym.vector.VectorEnv) -> ActorCritic:
+    space = envs.single_action_space
+    discrete = isinstance(space, gym.spaces.Discrete)
+    return ActorCritic(
+        int(np.prod(envs.single_observation_space.shape)), int(space.n) if discrete else int(space.shape[0]), discrete,
+        tuple(args.hidden_sizes), args.shared_torso, args.activation, args.normalize_obs, args.log_std_init,
+    )
+
+
+# 6. Training ------------------------------------------------------------------------------------
+class RunLog:
+    """Run folder, config.json, metrics.csv (one row per event), progress line, wandb, summary.json."""
+
+    def __init__(self, args: Args, fields: list[str]):
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        base = Path(args.run_dir) / f"{args.env_id}__{ALGO}__{args.seed}__{stamp}"
+        path, k = base, 1
+        while path.exists():  # two runs started in the same second
+            path, k = Path(f"{base}-{k}"), k + 1
+        path.mkdir(parents=True)
+        self.path = path
+        self.start = time.perf_counter()
+        self.fields = ["global_step", "wall_seconds", *fields]
+        (path / "config.json").write_text(json.dumps({"algo": ALGO, **asdict(args)}, indent=2))
+        self.file = open(path / "metrics.csv", "w", newline="")
+        self.csv = csv.DictWriter(self.file, self.fields)
+        self.csv.writeheader()
+        self.total, self.show = args.total_timesteps, args.progress
+        self.tty = sys.stdout.isatty()
+        self.last_print, self.last_flush, self.next_mark = self.start, self.start, 0.1
+        self.next_check, self.printed_step = 0, -1
+        self.wandb = None
+        if args.track:
+            import wandb
+
+            self.wandb = wandb.init(
+                project=args.wandb_project, entity=args.wandb_entity, config=asdict(args),
+                name=path.name, dir=str(path), save_code=True,
+            )
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def log(self, global_step: int, **metrics: float) -> None:
+        self.csv.writerow({"global_step": global_step, "wall_seconds": round(self.elapsed(), 3), **metrics})
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=global_step)
+
+    def progress(self, global_step: int, recent_returns: list[float], force: bool = False) -> None:
+        """A line with steps, steps/s, ETA and recent return: redrawn on a terminal, every 10% in a log."""
+        self.next_check = global_step + 1000
+        now = time.perf_counter()
+        if now - self.last_flush > 5.0:
+            self.file.flush()
+            self.last_flush = now
+        if not self.show:
+            return
+        frac = global_step / self.total
+        if not force and (now - self.last_print < 0.5 if self.tty else frac < self.next_mark):
+            return
+        if force and self.printed_step == global_step:
+            return
+        self.printed_step = global_step
+        recent_return = float(np.mean(recent_returns)) if recent_returns else float("nan")
+        elapsed = now - self.start
+        sps = global_step / max(elapsed, 1e-9)
+        eta = (self.total - global_step) / max(sps, 1e-9)
+        line = (
+            f"{ALGO} {global_step:>10,}/{self.total:,} steps ({100 * frac:5.1f}%)  {sps:>7,.0f} steps/s  "
+            f"elapsed {elapsed:6.0f}s  ETA {eta:6.0f}s  return(last 10) {recent_return:8.2f}"
+        )
+        print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", flush=True)
+        self.last_print = now
+        while self.next_mark <= frac:
+            self.next_mark += 0.1
+
+    def close(self, summary: dict) -> None:
+        if self.show and self.tty:
+            print()
+        self.file.close()
+        (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
+        if self.wandb is not None:
+            self.wandb.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))})
+            self.wandb.finish(exit_code=0 if summary["completed"] else 1)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def train(args: Args) -> dict:
+    validate(args)
+    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
+    torch.set_num_threads(args.torch_threads)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)  # action sampling
+
+    envs = make_env(args.env_id, args.num_envs)
+    envs.action_space.seed(args.seed)
+    envs.single_action_space.seed(args.seed)
+    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    space = envs.single_action_space
+    discrete = isinstance(space, gym.spaces.Discrete)
+    B, T = args.num_envs, args.n_steps
+    num_updates = math.ceil(args.total_timesteps / (B * T))
+
+    net = NetworkWrapper(
+        build_network(args, envs), lr=args.learning_rate, optimizer=args.optimizer, eps=args.optimizer_eps,
+        alpha=args.rmsprop_alpha, clip_grad_norm=args.clip_grad_norm, device=device,
+        lr_lambda=(lambda u: 1.0 - u / num_updates) if args.anneal_lr else None,
+    )
+    ac = net.online
+    policy_head = numpy_head(ac, device)
+    std = None if discrete else ac.log_std.detach().exp().cpu().numpy()  # [A], refreshed after every update
+    greedy = greedy_policy(ac, device, space)
+    reward_scaler = RewardScaler(B, args.gamma) if args.normalize_reward else None
+    # the rollout, preallocated; time-major [T, B]; torch.from_numpy shares the memory on CPU
+    action_shape = () if discrete else space.shape
+    rollout_obs = np.zeros((T, B, obs_dim), dtype=np.float32)
+    rollout_next_obs = np.zeros((T, B, obs_dim), dtype=np.float32)  # true next observations
+    rollout_actions = np.zeros((T, B, *action_shape), dtype=np.int64 if discrete else np.float32)
+    rollout_rewards = np.zeros((T, B), dtype=np.float32)
+    rollout_terminated = np.zeros((T, B), dtype=np.float32)
+    rollout_truncated = np.zeros((T, B), dtype=np.float32)
+    log = RunLog(args, ["episodic_return", "episodic_length", "loss", "policy_loss", "value_loss", "entropy", "grad_norm", "sps", "eval_return", "eval_return_std"])
+    print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {log.path}", flush=True)
+    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
+
+    recent_returns: list[float] = []
+    ep_return, ep_length = np.zeros(B), np.zeros(B, dtype=np.int64)
+    global_step, error, completed = 0, None, False
+    eval_returns = np.array([])
+    train_seconds = 0.0
+    try:
+        obs, _ = envs.reset(seed=args.seed)
+        obs = obs.reshape(B, obs_dim)
+        for _ in range(num_updates):
+            prev_step = global_step
+            # rollout: T steps of all envs with the current policy (one numpy actor forward per step)
+            for t in range(T):
+                global_step += B
+                actions = sample_actions(policy_head(obs), std, rng)
+                env_actions = actions if discrete else np.clip(actions, space.low, space.high)
+                next_obs, rewards, terminated, truncated, infos = envs.step(env_actions)
+                next_obs = next_obs.reshape(B, obs_dim)
+                rollout_obs[t] = obs
+                rollout_actions[t] = actions
+                rollout_next_obs[t] = true_next_obs(next_obs, infos)  # the value of this state is bootstrapped at truncation
+                rollout_rewards[t] = rewards if reward_scaler is None else reward_scaler(rewards, terminated | truncated)
+                rollout_terminated[t] = terminated
+                rollout_truncated[t] = truncated
+                obs = next_obs  # already the new episode's first observation where one ended
+
+                ep_return += rewards
+                ep_length += 1
+                for i in np.flatnonzero(terminated | truncated):
+                    recent_returns = (recent_returns + [float(ep_return[i])])[-10:]
+                    log.log(global_step, episodic_return=float(ep_return[i]), episodic_length=int(ep_length[i]))
+                    ep_return[i], ep_length[i] = 0.0, 0
+
+            # learn: one gradient step on the whole rollout [T * B]
+            obs_t = torch.from_numpy(rollout_obs).to(device).reshape(T * B, obs_dim)
+            rewards_t, terminated_t, truncated_t = (torch.from_numpy(x).to(device) for x in (rollout_rewards, rollout_terminated, rollout_truncated))
+            with torch.no_grad():
+                next_values = ac.value(torch.from_numpy(rollout_next_obs).to(device).reshape(T * B, obs_dim)).reshape(T, B)
+            head, values = ac(obs_t)  # [T * B, A], [T * B]
+            advantages, returns = a2c_targets(
+                rewards_t, values.detach().reshape(T, B), next_values, terminated_t, truncated_t, args.gamma, args.n_step_return, args.gae_lambda,
+            )
+            actions_t = torch.from_numpy(rollout_actions).to(device).reshape(T * B, *action_shape)
+            logp, entropy = log_prob_entropy(head, ac.log_std, actions_t)
+            loss, policy_loss, value_loss, entropy_mean = a2c_loss(
+                logp, entropy, values, advantages.reshape(-1), returns.reshape(-1), args.value_coef, args.entropy_coef,
+            )
+            loss, grad_norm = net.train_step(loss)
+            if not math.isfinite(loss.item()):  # a NaN policy would feed NaN actions to the envs
+                raise FloatingPointError(f"loss became {loss.item()} at step {global_step}; lower --learning-rate or clip gradients")
+            if std is not None:
+                std = ac.log_std.detach().exp().cpu().numpy()
+            if ac.obs_norm is not None:  # after the update, so the rollout acted and learned with one policy
+                ac.obs_norm.update(torch.from_numpy(rollout_obs).to(device))
+            if net.updates % 100 == 0:
+                log.log(global_step, loss=loss.item(), policy_loss=policy_loss.item(), value_loss=value_loss.item(),
+                        entropy=entropy_mean.item(), grad_norm=grad_norm.item(), sps=round(global_step / log.elapsed()))
+
+            if args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
+                r = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000)
+                log.log(global_step, eval_return=float(r.mean()), eval_return_std=float(r.std()))
+            if global_step >= log.next_check:
+                log.progress(global_step, recent_returns)
+        train_seconds = log.elapsed()
+        video_dir = str(log.path / "videos") if args.capture_video else None
+        eval_returns = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000, video_dir)
+        log.log(global_step, eval_return=float(eval_returns.mean()), eval_return_std=float(eval_returns.std()))
+        completed = True
+    except KeyboardInterrupt:
+        error = "interrupted"
+        print(f"\n{ALGO}: interrupted at step {global_step:,}; writing logs", file=sys.stderr)
+    except FloatingPointError as e:
+        error = str(e)
+        print(f"\n{ALGO}: stopped: {e}", file=sys.stderr)
+    finally:
+        envs.close()
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
+    if args.save_model and (completed or error == "interrupted"):  # a NaN model is not worth keeping
+        torch.save(ac.state_dict(), log.path / "model.pt")
+    train_seconds = train_seconds or log.elapsed()
+    summary = {
+        "algo": ALGO, "env": args.env_id, "seed": args.seed, "total_timesteps": global_step,
+        "num_envs": B, "device": str(device), "wall_seconds": round(log.elapsed(), 2),
+        "sps": round(global_step / max(train_seconds, 1e-9), 1),
+        "eval_return_mean": float(eval_returns.mean()) if len(eval_returns) else None,
+        "eval_return_std": float(eval_returns.std()) if len(eval_returns) else None,
+        "eval_episodes": len(eval_returns),
+        "train_return_last10": float(np.mean(recent_returns)) if recent_returns else None,
+        "completed": completed, "error": error, "updates": net.updates, "run_dir": str(log.path),
+        "versions": {"torch": torch.__version__, "gymnasium": gym.__version__, "numpy": np.__version__},
+    }
+    log.progress(global_step, recent_returns, force=True)
+    log.close(summary)
+    if completed:
+        print(f"{ALGO}: done in {summary['wall_seconds']:.1f}s ({summary['sps']:,.0f} steps/s); "
+              f"eval return {summary['eval_return_mean']:.2f} +- {summary['eval_return_std']:.2f} over {len(eval_returns)} episodes", flush=True)
+    return summary
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def main(args: Args) -> int:
+    """Exit status: 0 done, 1 stopped by a NaN loss, 2 bad input, 130 interrupted."""
+    try:
+        summary = train(args)
+    except ValueError as e:
+        print(f"{ALGO}: error: {e}", file=sys.stderr)
+        return 2
+    if summary["completed"]:
+        return 0
+    return 130 if summary["error"] == "interrupted" else 1
+
+
+# 7. Entry point ---------------------------------------------------------------------------------
+if __name__ == "__main__":
+    sys.exit(main(tyro.cli(Args)))

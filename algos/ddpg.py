@@ -1,0 +1,574 @@
+"""DDPG: deep deterministic policy gradient.
+
+Paper: Lillicrap et al. 2015, "Continuous control with deep reinforcement learning",
+arXiv:1509.02971, https://arxiv.org/abs/1509.02971.
+
+A deterministic actor mu(s) (tanh output scaled to the action bounds) acts with added exploration
+noise; every transition goes into a replay memory. Every `train_every` env steps the critic
+Q(s, a) regresses on r + gamma * (1 - terminated) * Q_target(s', mu_target(s')) for a random
+minibatch, and every `policy_every` critic updates the actor climbs the deterministic policy
+gradient, i.e. maximises Q(s, mu(s)). Both target copies move towards their online networks by
+`target_rate` after every critic update. Before `learning_starts` the agent acts uniformly at
+random (heatup) and does not learn.
+
+Deviations from the paper:
+- Defaults are CleanRL's (Adam 3e-4 for both networks, [256, 256] MLPs, batch 256, Gaussian
+  noise 0.1, actor every 2 critic updates, no critic L2), not the paper's (actor 1e-4, critic
+  1e-3 with L2 1e-2, [400, 300], batch 64, Ornstein-Uhlenbeck noise, batch norm); OU noise and
+  the L2 penalty are flags, batch norm is left out.
+- The action enters the critic's first layer (the paper feeds it to the second).
+- Truncated episodes bootstrap from the true final observation (the paper predates truncation).
+
+Run:
+    python algos/ddpg.py --env Pendulum-v1 --seed 1
+
+Uses from common: NetworkWrapper (online/target networks, Adam, soft sync), ReplayMemory.
+"""
+
+# 1. Imports -------------------------------------------------------------------------------------
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Callable, Literal, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+import tyro
+from gymnasium.vector import AutoresetMode
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/ddpg.py` finds common/
+from common import NetworkWrapper, ReplayMemory  # noqa: E402
+
+ALGO = "ddpg"
+
+
+# 2. Arguments -----------------------------------------------------------------------------------
+@dataclass
+class Args:
+    env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "Pendulum-v1"
+    """gymnasium environment id (continuous actions)"""
+    seed: int = 1
+    """seed of python, numpy, torch, the envs and the replay sampler"""
+    total_timesteps: int = 50_000
+    """env steps to train for, summed over all envs"""
+    num_envs: int = 1
+    """parallel envs stepped together"""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """where the networks and the replay memory live (auto: cuda if available)"""
+    torch_threads: int = 1
+    """CPU threads for torch (small networks are fastest on 1)"""
+    track: bool = False
+    """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
+    wandb_project: str = "rl-reference"
+    """wandb project name"""
+    wandb_entity: Optional[str] = None
+    """wandb team or user"""
+    capture_video: bool = False
+    """record videos of evaluation episodes into <run folder>/videos"""
+    save_model: bool = False
+    """save the online actor's and critic's state dicts to <run folder>/model.pt"""
+    eval_every: int = 0
+    """env steps between greedy evaluations (0: only at the end)"""
+    eval_episodes: int = 10
+    """episodes per evaluation"""
+    run_dir: str = "runs"
+    """parent folder of the run folder"""
+    progress: bool = True
+    """print a progress line while training"""
+
+    actor_learning_rate: float = 3e-4
+    """Adam step size of the actor"""
+    critic_learning_rate: float = 3e-4
+    """Adam step size of the critic"""
+    critic_l2: float = 0.0
+    """L2 penalty on the critic's weights (the paper: 1e-2)"""
+    buffer_size: int = 1_000_000
+    """replay memory capacity, transitions"""
+    gamma: float = 0.99
+    """discount"""
+    target_rate: float = 0.005
+    """weight of the online networks in the soft target update after every critic update"""
+    batch_size: int = 256
+    """transitions per gradient step"""
+    noise: Literal["gaussian", "ou"] = "gaussian"
+    """exploration noise: independent Gaussian, or Ornstein-Uhlenbeck (the paper's), reset at episode ends"""
+    noise_std: float = 0.1
+    """Gaussian std, or OU sigma, in units of half the action range"""
+    ou_theta: float = 0.15
+    """OU mean-reversion rate per env step"""
+    learning_starts: int = 10_000
+    """env steps of heatup (uniform random actions, no learning)"""
+    train_every: int = 1
+    """env steps between training rounds"""
+    gradient_steps: int = 1
+    """critic updates per training round"""
+    policy_every: int = 2
+    """critic updates between actor updates"""
+    clip_grad_norm: Optional[float] = None
+    """clip the global gradient norm of each network to this value (None: no clipping)"""
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    """widths of the actor's and the critic's hidden layers"""
+
+
+def validate(args: Args) -> None:
+    """Raise ValueError naming the first bad value."""
+    checks = [
+        (args.total_timesteps > 0, f"--total-timesteps must be positive, got {args.total_timesteps}"),
+        (args.num_envs > 0, f"--num-envs must be positive, got {args.num_envs}"),
+        (args.batch_size > 0, f"--batch-size must be positive, got {args.batch_size}"),
+        (args.buffer_size > 0, f"--buffer-size must be positive, got {args.buffer_size}"),
+        (args.batch_size <= args.buffer_size, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}"),
+        (args.noise_std >= 0.0, f"--noise-std must be >= 0, got {args.noise_std}"),
+        (0.0 < args.ou_theta <= 1.0, f"--ou-theta must be in (0, 1], got {args.ou_theta}"),
+        (0.0 < args.target_rate <= 1.0, f"--target-rate must be in (0, 1], got {args.target_rate}"),
+        (args.train_every > 0, f"--train-every must be positive, got {args.train_every}"),
+        (args.gradient_steps > 0, f"--gradient-steps must be positive, got {args.gradient_steps}"),
+        (args.policy_every > 0, f"--policy-every must be positive, got {args.policy_every}"),
+        (args.learning_starts >= 0, f"--learning-starts must be >= 0, got {args.learning_starts}"),
+        (args.actor_learning_rate > 0, f"--actor-learning-rate must be positive, got {args.actor_learning_rate}"),
+        (args.critic_learning_rate > 0, f"--critic-learning-rate must be positive, got {args.critic_learning_rate}"),
+        (args.critic_l2 >= 0, f"--critic-l2 must be >= 0, got {args.critic_l2}"),
+        (0.0 <= args.gamma <= 1.0, f"--gamma must be in [0, 1], got {args.gamma}"),
+        (args.eval_every >= 0, f"--eval-every must be >= 0, got {args.eval_every}"),
+        (args.eval_episodes > 0, f"--eval-episodes must be positive, got {args.eval_episodes}"),
+        (args.torch_threads > 0, f"--torch-threads must be positive, got {args.torch_threads}"),
+        (all(h > 0 for h in args.hidden_sizes), f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
+        (args.clip_grad_norm is None or args.clip_grad_norm > 0, f"--clip-grad-norm must be positive, got {args.clip_grad_norm}"),
+        (args.device != "cuda" or torch.cuda.is_available(), "--device cuda was asked for but CUDA is not available"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
+
+
+# 3. Environment ---------------------------------------------------------------------------------
+def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.vector.VectorEnv:
+    """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"]."""
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as e:
+        raise ValueError(f"unknown environment id {env_id!r} ({e})") from None
+
+    def thunk(i: int) -> Callable[[], gym.Env]:
+        def make() -> gym.Env:
+            if video_dir is not None and i == 0:
+                env = gym.make(env_id, render_mode="rgb_array")
+                return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda ep: True, disable_logger=True)
+            return gym.make(env_id)
+
+        return make
+
+    envs = gym.vector.SyncVectorEnv([thunk(i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+    space = envs.single_action_space
+    if not isinstance(space, gym.spaces.Box):
+        envs.close()
+        raise ValueError(f"{ALGO} needs a continuous (Box) action space; {env_id} has {space}")
+    if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+        envs.close()
+        raise ValueError(f"{ALGO} needs finite action bounds to scale its tanh output; {env_id} has {space}")
+    if not isinstance(envs.single_observation_space, gym.spaces.Box):
+        envs.close()
+        raise ValueError(f"{ALGO} needs a Box observation space; {env_id} has {envs.single_observation_space}")
+    return envs
+
+
+# 4. Networks ------------------------------------------------------------------------------------
+def mlp(in_dim: int, hidden_sizes: tuple[int, ...], out_dim: int) -> nn.Sequential:
+    """Linear-ReLU layers, then a linear output layer initialised to U(-3e-3, 3e-3) as in the paper
+    (so that initial actions and Q-values are near zero)."""
+    layers, width = [], in_dim
+    for h in hidden_sizes:
+        layers += [nn.Linear(width, h), nn.ReLU()]
+        width = h
+    out = nn.Linear(width, out_dim)
+    nn.init.uniform_(out.weight, -3e-3, 3e-3)
+    nn.init.uniform_(out.bias, -3e-3, 3e-3)
+    return nn.Sequential(*layers, out)
+
+
+class Actor(nn.Module):
+    """Deterministic policy mu(s) = center + half_range * tanh(MLP(s)), within the action bounds."""
+
+    def __init__(self, obs_dim: int, action_space: gym.spaces.Box, hidden_sizes: tuple[int, ...]):
+        super().__init__()
+        self.net = mlp(obs_dim, hidden_sizes, int(np.prod(action_space.shape)))
+        low, high = (torch.as_tensor(x, dtype=torch.float32).flatten() for x in (action_space.low, action_space.high))
+        self.register_buffer("action_scale", (high - low) / 2)  # [A]
+        self.register_buffer("action_bias", (high + low) / 2)  # [A]
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.action_bias + self.action_scale * torch.tanh(self.net(obs))  # [B, A]
+
+
+class Critic(nn.Module):
+    """Q(s, a): an MLP on the concatenated observation and action."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: tuple[int, ...]):
+        super().__init__()
+        self.net = mlp(obs_dim + action_dim, hidden_sizes, 1)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs, actions], 1)).squeeze(1)  # [B]
+
+
+# 5. Algorithm -----------------------------------------------------------------------------------
+class ExplorationNoise:
+    """Gaussian or Ornstein-Uhlenbeck noise [B, A] in action units (`std` times half the range).
+
+    OU (dt = 1): x <- x - theta * x + sigma * N(0, 1), one process per env and action dimension,
+    reset to 0 where an episode ended so that episodes do not share their noise.
+    """
+
+    def __init__(self, kind: str, std: float, theta: float, scale: np.ndarray, num_envs: int, rng: np.random.Generator):
+        self.kind, self.theta, self.rng = kind, theta, rng
+        self.sigma = std * scale  # [A]
+        self.state = np.zeros((num_envs, len(scale)))  # [B, A], OU only
+
+    def __call__(self) -> np.ndarray:
+        z = self.rng.standard_normal(self.state.shape)  # [B, A]
+        if self.kind == "gaussian":
+            return self.sigma * z
+        self.state += -self.theta * self.state + self.sigma * z
+        return self.state
+
+    def reset(self, done: np.ndarray) -> None:
+        self.state[done] = 0.0
+
+
+def ddpg_targets(
+    critic_target: nn.Module,
+    actor_target: nn.Module,
+    rewards: torch.Tensor,
+    next_obs: torch.Tensor,
+    terminated: torch.Tensor,
+    gamma: float,
+) -> torch.Tensor:
+    """One-step critic targets [B]: r + gamma * (1 - terminated) * Q_target(s', mu_target(s')) (paper eq. 6).
+
+    `next_obs` is the true next observation, so truncated transitions bootstrap and terminated
+    ones do not.
+    """
+    with torch.no_grad():
+        next_q = critic_target(next_obs, actor_target(next_obs))  # [B]
+        return rewards + gamma * (1.0 - terminated) * next_q
+
+
+def actor_loss(actor: nn.Module, critic: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """-mean Q(s, mu(s)): its gradient in the actor's weights is the deterministic policy gradient
+    (paper eq. 6's companion, Silver et al. 2014). The caller freezes the critic's weights, so only
+    the gradient with respect to the action flows back through it."""
+    return -critic(obs, actor(obs)).mean()
+
+
+def evaluate(
+    act: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: int, seed: int, video_dir: str | None = None
+) -> np.ndarray:
+    """Return of `episodes` episodes [episodes] of the policy `act`, one episode per env, run in parallel."""
+    envs = make_env(env_id, episodes, video_dir)
+    obs, _ = envs.reset(seed=seed)
+    returns = np.zeros(episodes)
+    finished = np.zeros(episodes, dtype=bool)
+    while not finished.all():
+        obs, rewards, terminated, truncated, _ = envs.step(act(obs))
+        returns += np.where(finished, 0.0, rewards)  # envs past their first episode are ignored
+        finished |= terminated | truncated
+    envs.close()
+    return returns
+
+
+def deterministic_policy(actor: Actor, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, *obs_shape] -> mu(obs) [B, A] (no noise), as a numpy function.
+
+    On CPU the MLP runs in numpy on zero-copy views of the parameters, which the optimizer and
+    the target sync update in place, so the views always hold the current weights. At batch size
+    1, torch's dispatch (~3 us for each of ~10 ops) costs more than the arithmetic; this path is
+    several times faster and is checked against the torch forward in the tests.
+    """
+    if device.type != "cpu":
+        def act(obs: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
+                return actor(x).cpu().numpy()
+
+        return act
+    layers = []
+    for m in actor.net:
+        if isinstance(m, nn.Linear):
+            layers.append((m.weight.detach().numpy().T, m.bias.detach().numpy()))  # [in, out], [out]
+        elif not isinstance(m, nn.ReLU):
+            raise TypeError(f"numpy policy supports Linear and ReLU layers, not {type(m).__name__}")
+    scale, bias = actor.action_scale.numpy(), actor.action_bias.numpy()  # [A]
+
+    def act_numpy(obs: np.ndarray) -> np.ndarray:
+        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        for k, (w, b) in enumerate(layers):
+            x = x @ w + b
+            if k < len(layers) - 1:
+                np.maximum(x, 0.0, out=x)
+        return bias + scale * np.tanh(x)
+
+    return act_numpy
+
+
+def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
+    """Deterministic policy from a `--save-model` file (state dicts, loaded with weights_only=True)."""
+    envs = make_env(args.env_id, 1)
+    actor = Actor(int(np.prod(envs.single_observation_space.shape)), envs.single_action_space, tuple(args.hidden_sizes))
+    envs.close()
+    actor.load_state_dict(torch.load(model_path, map_location=device, weights_only=True)["actor"])
+    return deterministic_policy(actor.to(device).eval(), torch.device(device))
+
+
+# 6. Training ------------------------------------------------------------------------------------
+class RunLog:
+    """Run folder, config.json, metrics.csv (one row per event), progress line, wandb, summary.json."""
+
+    def __init__(self, args: Args, fields: list[str]):
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        base = Path(args.run_dir) / f"{args.env_id}__{ALGO}__{args.seed}__{stamp}"
+        path, k = base, 1
+        while path.exists():  # two runs started in the same second
+            path, k = Path(f"{base}-{k}"), k + 1
+        path.mkdir(parents=True)
+        self.path = path
+        self.start = time.perf_counter()
+        self.fields = ["global_step", "wall_seconds", *fields]
+        (path / "config.json").write_text(json.dumps({"algo": ALGO, **asdict(args)}, indent=2))
+        self.file = open(path / "metrics.csv", "w", newline="")
+        self.csv = csv.DictWriter(self.file, self.fields)
+        self.csv.writeheader()
+        self.total, self.show = args.total_timesteps, args.progress
+        self.tty = sys.stdout.isatty()
+        self.last_print, self.last_flush, self.next_mark = self.start, self.start, 0.1
+        self.next_check, self.printed_step = 0, -1
+        self.wandb = None
+        if args.track:
+            import wandb
+
+            self.wandb = wandb.init(
+                project=args.wandb_project, entity=args.wandb_entity, config=asdict(args),
+                name=path.name, dir=str(path), save_code=True,
+            )
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def log(self, global_step: int, **metrics: float) -> None:
+        self.csv.writerow({"global_step": global_step, "wall_seconds": round(self.elapsed(), 3), **metrics})
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=global_step)
+
+    def progress(self, global_step: int, recent_returns: list[float], force: bool = False) -> None:
+        """A line with steps, steps/s, ETA and recent return: redrawn on a terminal, every 10% in a log."""
+        self.next_check = global_step + 1000
+        now = time.perf_counter()
+        if now - self.last_flush > 5.0:
+            self.file.flush()
+            self.last_flush = now
+        if not self.show:
+            return
+        frac = global_step / self.total
+        if not force and (now - self.last_print < 0.5 if self.tty else frac < self.next_mark):
+            return
+        if force and self.printed_step == global_step:
+            return
+        self.printed_step = global_step
+        recent_return = float(np.mean(recent_returns)) if recent_returns else float("nan")
+        elapsed = now - self.start
+        sps = global_step / max(elapsed, 1e-9)
+        eta = (self.total - global_step) / max(sps, 1e-9)
+        line = (
+            f"{ALGO} {global_step:>10,}/{self.total:,} steps ({100 * frac:5.1f}%)  {sps:>7,.0f} steps/s  "
+            f"elapsed {elapsed:6.0f}s  ETA {eta:6.0f}s  return(last 10) {recent_return:8.2f}"
+        )
+        print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", flush=True)
+        self.last_print = now
+        while self.next_mark <= frac:
+            self.next_mark += 0.1
+
+    def close(self, summary: dict) -> None:
+        if self.show and self.tty:
+            print()
+        self.file.close()
+        (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
+        if self.wandb is not None:
+            self.wandb.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))})
+            self.wandb.finish(exit_code=0 if summary["completed"] else 1)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def train(args: Args) -> dict:
+    validate(args)
+    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
+    torch.set_num_threads(args.torch_threads)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)  # exploration
+
+    envs = make_env(args.env_id, args.num_envs)
+    envs.action_space.seed(args.seed)
+    envs.single_action_space.seed(args.seed)
+    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    action_shape = envs.single_action_space.shape
+    action_dim = int(np.prod(action_shape))
+    low = envs.single_action_space.low.reshape(action_dim).astype(np.float32)  # [A]
+    high = envs.single_action_space.high.reshape(action_dim).astype(np.float32)  # [A]
+    B = args.num_envs
+
+    actor = NetworkWrapper(
+        Actor(obs_dim, envs.single_action_space, args.hidden_sizes), lr=args.actor_learning_rate, optimizer="adam",
+        clip_grad_norm=args.clip_grad_norm, target=True, device=device,
+    )
+    critic = NetworkWrapper(
+        Critic(obs_dim, action_dim, args.hidden_sizes), lr=args.critic_learning_rate, optimizer="adam", l2=args.critic_l2,
+        clip_grad_norm=args.clip_grad_norm, target=True, device=device,
+    )
+    policy = deterministic_policy(actor.online, device)
+    noise = ExplorationNoise(args.noise, args.noise_std, args.ou_theta, (high - low) / 2, B, rng)
+    memory = ReplayMemory(args.buffer_size, (obs_dim,), (action_dim,), discrete=False, device=device, seed=args.seed)
+    log = RunLog(args, ["episodic_return", "episodic_length", "critic_loss", "actor_loss", "q_values", "grad_norm", "sps", "eval_return", "eval_return_std"])
+    print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {log.path}", flush=True)
+    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
+
+    recent_returns: list[float] = []
+    ep_return, ep_length = np.zeros(B), np.zeros(B, dtype=np.int64)
+    global_step, error, completed = 0, None, False
+    eval_returns = np.array([])
+    train_seconds = 0.0
+    actor_loss_value = torch.zeros(())
+    try:
+        obs, _ = envs.reset(seed=args.seed)
+        obs = obs.reshape(B, obs_dim)
+        for _ in range(math.ceil(args.total_timesteps / B)):
+            prev_step, global_step = global_step, global_step + B
+            # act: uniform during heatup, then mu(s) + noise, clipped to the bounds
+            if global_step <= args.learning_starts:
+                actions = rng.uniform(low, high, size=(B, action_dim)).astype(np.float32)  # [B, A]
+            else:
+                actions = np.clip(policy(obs) + noise(), low, high).astype(np.float32)  # [B, A]
+            next_obs, rewards, terminated, truncated, infos = envs.step(actions.reshape(B, *action_shape))
+            next_obs = next_obs.reshape(B, obs_dim)
+
+            # store: the autoreset already put the new episode's first obs in next_obs, so the
+            # transition must use the true final observation of the finished episode
+            real_next_obs = next_obs
+            if "_final_obs" in infos:
+                real_next_obs = next_obs.copy()
+                for i in np.flatnonzero(infos["_final_obs"]):
+                    real_next_obs[i] = infos["final_obs"][i].reshape(obs_dim)
+            memory.add(obs, actions, rewards, real_next_obs, terminated)
+            obs = next_obs
+
+            ep_return += rewards
+            ep_length += 1
+            done = terminated | truncated
+            if done.any():
+                noise.reset(done)
+                for i in np.flatnonzero(done):
+                    recent_returns = (recent_returns + [float(ep_return[i])])[-10:]
+                    log.log(global_step, episodic_return=float(ep_return[i]), episodic_length=int(ep_length[i]))
+                    ep_return[i], ep_length[i] = 0.0, 0
+
+            # learn: gradient_steps critic updates per `train_every` env steps crossed in this
+            # iteration, an actor update every `policy_every` of them, then both targets move
+            if global_step > args.learning_starts:
+                rounds = global_step // args.train_every - prev_step // args.train_every
+                for _ in range(rounds * args.gradient_steps):
+                    batch = memory.sample(args.batch_size)
+                    targets = ddpg_targets(critic.target, actor.target, batch.rewards, batch.next_obs, batch.terminated, args.gamma)
+                    q = critic.online(batch.obs, batch.actions)  # [B]
+                    loss, grad_norm = critic.train_step(F.mse_loss(q, targets))
+                    if critic.updates % args.policy_every == 0:
+                        critic.online.requires_grad_(False)  # the actor's loss must not give the critic weight gradients
+                        actor_loss_value, _ = actor.train_step(actor_loss(actor.online, critic.online, batch.obs))
+                        critic.online.requires_grad_(True)
+                    critic.sync(args.target_rate)
+                    actor.sync(args.target_rate)
+                    if critic.updates % 100 == 0:
+                        if not (math.isfinite(loss.item()) and math.isfinite(actor_loss_value.item())):
+                            raise FloatingPointError(
+                                f"loss became {loss.item()} (actor {actor_loss_value.item()}) at step {global_step}; "
+                                "lower the learning rates or clip gradients"
+                            )
+                        log.log(global_step, critic_loss=loss.item(), actor_loss=actor_loss_value.item(), q_values=q.mean().item(),
+                                grad_norm=grad_norm.item(), sps=round(global_step / log.elapsed()))
+
+            if args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
+                r = evaluate(policy, args.env_id, args.eval_episodes, args.seed + 100_000)
+                log.log(global_step, eval_return=float(r.mean()), eval_return_std=float(r.std()))
+            if global_step >= log.next_check:
+                log.progress(global_step, recent_returns)
+        train_seconds = log.elapsed()
+        video_dir = str(log.path / "videos") if args.capture_video else None
+        eval_returns = evaluate(policy, args.env_id, args.eval_episodes, args.seed + 100_000, video_dir)
+        log.log(global_step, eval_return=float(eval_returns.mean()), eval_return_std=float(eval_returns.std()))
+        completed = True
+    except KeyboardInterrupt:
+        error = "interrupted"
+        print(f"\n{ALGO}: interrupted at step {global_step:,}; writing logs", file=sys.stderr)
+    except FloatingPointError as e:
+        error = str(e)
+        print(f"\n{ALGO}: stopped: {e}", file=sys.stderr)
+    finally:
+        envs.close()
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
+    if args.save_model and (completed or error == "interrupted"):  # a NaN model is not worth keeping
+        torch.save({"actor": actor.online.state_dict(), "critic": critic.online.state_dict()}, log.path / "model.pt")
+    train_seconds = train_seconds or log.elapsed()
+    summary = {
+        "algo": ALGO, "env": args.env_id, "seed": args.seed, "total_timesteps": global_step,
+        "num_envs": B, "device": str(device), "wall_seconds": round(log.elapsed(), 2),
+        "sps": round(global_step / max(train_seconds, 1e-9), 1),
+        "eval_return_mean": float(eval_returns.mean()) if len(eval_returns) else None,
+        "eval_return_std": float(eval_returns.std()) if len(eval_returns) else None,
+        "eval_episodes": len(eval_returns),
+        "train_return_last10": float(np.mean(recent_returns)) if recent_returns else None,
+        "completed": completed, "error": error, "updates": critic.updates, "run_dir": str(log.path),
+        "versions": {"torch": torch.__version__, "gymnasium": gym.__version__, "numpy": np.__version__},
+    }
+    log.progress(global_step, recent_returns, force=True)
+    log.close(summary)
+    if completed:
+        print(f"{ALGO}: done in {summary['wall_seconds']:.1f}s ({summary['sps']:,.0f} steps/s); "
+              f"eval return {summary['eval_return_mean']:.2f} +- {summary['eval_return_std']:.2f} over {len(eval_returns)} episodes", flush=True)
+    return summary
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def main(args: Args) -> int:
+    """Exit status: 0 done, 1 stopped by a NaN loss, 2 bad input, 130 interrupted."""
+    try:
+        summary = train(args)
+    except ValueError as e:
+        print(f"{ALGO}: error: {e}", file=sys.stderr)
+        return 2
+    if summary["completed"]:
+        return 0
+    return 130 if summary["error"] == "interrupted" else 1
+
+
+# 7. Entry point ---------------------------------------------------------------------------------
+if __name__ == "__main__":
+    sys.exit(main(tyro.cli(Args)))

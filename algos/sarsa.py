@@ -1,0 +1,580 @@
+"""SARSA: on-policy n-step SARSA and Expected SARSA with parallel envs and no replay memory.
+
+Papers: Rummery & Niranjan 1994 (SARSA); the n-step, parallel-env form of Mnih et al. 2016,
+"Asynchronous methods for deep reinforcement learning", https://arxiv.org/abs/1602.01783
+(one-step SARSA, section 4); van Seijen et al. 2009 (Expected SARSA); AgentNet's sarsa objective.
+
+`num_envs` envs act epsilon-greedily on the online network for `n_steps` steps each. Every step
+of the rollout is regressed on its forward-view n-step return, bootstrapped from
+Q(s_{t+n}, a_{t+n}) where a_{t+n} is the action the behaviour policy actually takes there (the
+first action of the next rollout; at a truncation, an action sampled at the true final
+observation). `--expected` bootstraps from the expectation of Q under the epsilon-greedy policy
+instead. `--n-steps 1` is one-step SARSA. One gradient step per rollout; the bootstrap values
+come from the online network, or from a target copy with `--target-network`.
+
+Deviations from the papers:
+- One process steps a vector env synchronously instead of asynchronous actor-learner threads.
+- Adam (learning rate decayed linearly to 0) instead of shared RMSprop; an MLP, MSE loss.
+- Truncated episodes bootstrap from the true final observation (the papers predate truncation).
+
+Run:
+    python algos/sarsa.py --env CartPole-v1 --seed 1
+
+Uses from common: NetworkWrapper (online/optional target network, Adam, clipping, lr decay),
+n_step_returns.
+"""
+
+# 1. Imports -------------------------------------------------------------------------------------
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Callable, Literal, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+import tyro
+from gymnasium.vector import AutoresetMode
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/sarsa.py` finds common/
+from common import NetworkWrapper, n_step_returns  # noqa: E402
+
+ALGO = "sarsa"
+
+
+# 2. Arguments -----------------------------------------------------------------------------------
+@dataclass
+class Args:
+    env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
+    """gymnasium environment id (discrete actions)"""
+    seed: int = 1
+    """seed of python, numpy, torch, the envs and the exploration"""
+    total_timesteps: int = 500_000
+    """env steps to train for, summed over all envs"""
+    num_envs: int = 8
+    """parallel envs stepped together"""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """where the networks and the rollout live (auto: cuda if available)"""
+    torch_threads: int = 1
+    """CPU threads for torch (small networks are fastest on 1)"""
+    track: bool = False
+    """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
+    wandb_project: str = "rl-reference"
+    """wandb project name"""
+    wandb_entity: Optional[str] = None
+    """wandb team or user"""
+    capture_video: bool = False
+    """record videos of evaluation episodes into <run folder>/videos"""
+    save_model: bool = False
+    """save the online network's state dict to <run folder>/model.pt"""
+    eval_every: int = 0
+    """env steps between greedy evaluations (0: only at the end)"""
+    eval_episodes: int = 10
+    """episodes per evaluation"""
+    run_dir: str = "runs"
+    """parent folder of the run folder"""
+    progress: bool = True
+    """print a progress line while training"""
+
+    n_steps: int = 5
+    """env steps per env in a rollout; the first step's return looks n_steps ahead (1: one-step SARSA)"""
+    learning_rate: float = 1e-3
+    """Adam step size at the start"""
+    anneal_lr: bool = True
+    """decay the learning rate linearly to 0 over training"""
+    gamma: float = 0.99
+    """discount"""
+    expected: bool = False
+    """Expected SARSA: bootstrap from the expectation of Q under the epsilon-greedy policy"""
+    target_network: bool = False
+    """bootstrap from a target copy of the Q-network instead of the online network"""
+    target_every: int = 1_000
+    """env steps between target syncs (hard copies) with --target-network, checked after each gradient step"""
+    start_epsilon: float = 1.0
+    """exploration epsilon at the start"""
+    end_epsilon: float = 0.01
+    """exploration epsilon at the end of the schedule"""
+    exploration_fraction: float = 0.2
+    """fraction of total_timesteps over which epsilon decays linearly"""
+    loss: Literal["mse", "huber"] = "mse"
+    """regression loss on the TD error"""
+    clip_grad_norm: Optional[float] = 10.0
+    """clip the global gradient norm to this value (None: no clipping)"""
+    hidden_sizes: tuple[int, ...] = (120, 84)
+    """widths of the Q-network's hidden layers"""
+
+
+def validate(args: Args) -> None:
+    """Raise ValueError naming the first bad value."""
+    checks = [
+        (args.total_timesteps > 0, f"--total-timesteps must be positive, got {args.total_timesteps}"),
+        (args.num_envs > 0, f"--num-envs must be positive, got {args.num_envs}"),
+        (args.n_steps > 0, f"--n-steps must be positive, got {args.n_steps}"),
+        (0.0 <= args.start_epsilon <= 1.0, f"--start-epsilon must be in [0, 1], got {args.start_epsilon}"),
+        (0.0 <= args.end_epsilon <= 1.0, f"--end-epsilon must be in [0, 1], got {args.end_epsilon}"),
+        (0.0 < args.exploration_fraction <= 1.0, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}"),
+        (args.target_every > 0, f"--target-every must be positive, got {args.target_every}"),
+        (args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}"),
+        (0.0 <= args.gamma <= 1.0, f"--gamma must be in [0, 1], got {args.gamma}"),
+        (args.eval_every >= 0, f"--eval-every must be >= 0, got {args.eval_every}"),
+        (args.eval_episodes > 0, f"--eval-episodes must be positive, got {args.eval_episodes}"),
+        (args.torch_threads > 0, f"--torch-threads must be positive, got {args.torch_threads}"),
+        (all(h > 0 for h in args.hidden_sizes), f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
+        (args.clip_grad_norm is None or args.clip_grad_norm > 0, f"--clip-grad-norm must be positive, got {args.clip_grad_norm}"),
+        (args.device != "cuda" or torch.cuda.is_available(), "--device cuda was asked for but CUDA is not available"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
+
+
+# 3. Environment ---------------------------------------------------------------------------------
+def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.vector.VectorEnv:
+    """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"]."""
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as e:
+        raise ValueError(f"unknown environment id {env_id!r} ({e})") from None
+
+    def thunk(i: int) -> Callable[[], gym.Env]:
+        def make() -> gym.Env:
+            if video_dir is not None and i == 0:
+                env = gym.make(env_id, render_mode="rgb_array")
+                return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda ep: True, disable_logger=True)
+            return gym.make(env_id)
+
+        return make
+
+    envs = gym.vector.SyncVectorEnv([thunk(i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+    if not isinstance(envs.single_action_space, gym.spaces.Discrete):
+        envs.close()
+        raise ValueError(f"{ALGO} needs a Discrete action space; {env_id} has {envs.single_action_space}")
+    if not isinstance(envs.single_observation_space, gym.spaces.Box):
+        envs.close()
+        raise ValueError(f"{ALGO} needs a Box observation space; {env_id} has {envs.single_observation_space}")
+    return envs
+
+
+# 4. Networks ------------------------------------------------------------------------------------
+class QNetwork(nn.Module):
+    """MLP from an observation to one Q-value per action."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: tuple[int, ...]):
+        super().__init__()
+        layers, width = [], obs_dim
+        for h in hidden_sizes:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        layers.append(nn.Linear(width, n_actions))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs)  # [B, A]
+
+
+# 5. Algorithm -----------------------------------------------------------------------------------
+def linear_epsilon(start: float, end: float, duration: float, step: int) -> float:
+    """Epsilon decays linearly from `start` to `end` over `duration` env steps, then stays."""
+    return start + (end - start) * min(1.0, step / duration)
+
+
+def select_actions(
+    greedy: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, epsilon: float, n_actions: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Epsilon-greedy actions [B]; the network is only run when some env acts greedily."""
+    explore = rng.random(len(obs)) < epsilon  # [B]
+    if explore.all():
+        return rng.integers(n_actions, size=len(obs))
+    actions = greedy(obs)  # [B]
+    if explore.any():
+        actions[explore] = rng.integers(n_actions, size=int(explore.sum()))
+    return actions
+
+
+def true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
+    """The observation each transition really led to [B, obs_dim].
+
+    With SAME_STEP autoreset, `next_obs` of an env whose episode just ended is already the new
+    episode's first observation; its true final observation is in infos["final_obs"]. There is
+    no separate reset step, so every row of the rollout is a real transition.
+    """
+    if "_final_obs" not in infos:
+        return next_obs
+    real = next_obs.copy()
+    for i in np.flatnonzero(infos["_final_obs"]):
+        real[i] = infos["final_obs"][i].reshape(real.shape[1:])
+    return real
+
+
+def next_actions(
+    greedy: Callable[[np.ndarray], np.ndarray],
+    next_obs: np.ndarray,
+    real_next_obs: np.ndarray,
+    truncated: np.ndarray,
+    epsilon: float,
+    n_actions: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The behaviour policy's next actions: (actions to take next [B], bootstrap actions [B]).
+
+    The action taken at `next_obs` is also the one the transition bootstraps from, except where
+    the episode was truncated: `next_obs` is then the new episode's first observation, and the
+    bootstrap action is sampled at the true final observation `real_next_obs` (never taken).
+    One batched forward covers both. Terminated rows do not bootstrap, so their action is moot.
+    """
+    cut = np.flatnonzero(truncated)
+    if len(cut) == 0:
+        actions = select_actions(greedy, next_obs, epsilon, n_actions, rng)
+        return actions, actions
+    both = select_actions(greedy, np.concatenate([next_obs, real_next_obs[cut]]), epsilon, n_actions, rng)  # [B + cut]
+    actions = both[: len(next_obs)]
+    bootstrap = actions.copy()
+    bootstrap[cut] = both[len(next_obs) :]
+    return actions, bootstrap
+
+
+def sarsa_targets(
+    q_values: nn.Module,
+    rewards: torch.Tensor,
+    next_obs: torch.Tensor,
+    next_actions: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    expected: bool = False,
+    epsilon: torch.Tensor | None = None,
+    q_policy: nn.Module | None = None,
+) -> torch.Tensor:
+    """Forward-view n-step SARSA references [T, B] for a rollout of T steps.
+
+    next_values[t] = Q(s_{t+1}, a_{t+1}) at the true next observation `next_obs[t]` [T, B, obs_dim]
+    and the behaviour policy's action there `next_actions[t]` [T, B]. Expected SARSA replaces it by
+    sum_a pi(a | s_{t+1}) Q(s_{t+1}, a), pi epsilon-greedy (`epsilon` [T, 1] or [T, B], the value
+    used when acting) on `q_policy` (default `q_values`). n_step_returns then sums rewards to the
+    rollout's end (n = None: row t looks T - t steps ahead), stops at a termination and bootstraps
+    at a truncation.
+    """
+    with torch.no_grad():
+        next_q = q_values(next_obs)  # [T, B, A]
+        if expected:
+            n_actions = next_q.shape[-1]
+            greedy = (q_policy or q_values)(next_obs).argmax(-1, keepdim=True)  # [T, B, 1]
+            probs = (epsilon / n_actions).unsqueeze(-1).expand_as(next_q).clone()  # [T, B, A]
+            probs.scatter_add_(-1, greedy, (1.0 - epsilon).unsqueeze(-1).expand_as(greedy))
+            next_values = (probs * next_q).sum(-1)  # [T, B]
+        else:
+            next_values = next_q.gather(-1, next_actions.unsqueeze(-1)).squeeze(-1)  # [T, B]
+    return n_step_returns(rewards, next_values, terminated, truncated, gamma, n=None)
+
+
+def evaluate(
+    act: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: int, seed: int, video_dir: str | None = None
+) -> np.ndarray:
+    """Return of `episodes` episodes [episodes] of the policy `act`, one episode per env, run in parallel."""
+    envs = make_env(env_id, episodes, video_dir)
+    obs, _ = envs.reset(seed=seed)
+    returns = np.zeros(episodes)
+    finished = np.zeros(episodes, dtype=bool)
+    while not finished.all():
+        obs, rewards, terminated, truncated, _ = envs.step(act(obs))
+        returns += np.where(finished, 0.0, rewards)  # envs past their first episode are ignored
+        finished |= terminated | truncated
+    envs.close()
+    return returns
+
+
+def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, obs_dim] -> argmax_a Q(obs, a) [B], as a numpy function.
+
+    On CPU the MLP runs in numpy on zero-copy views of the parameters, which the optimizer and
+    the target sync update in place, so the views always hold the current weights. At batch size
+    1, torch's dispatch (~3 us for each of ~8 ops) costs more than the arithmetic; this path is
+    ~4x faster and is checked against the torch forward in the tests.
+    """
+    if device.type != "cpu":
+        def act(obs: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                return q_net(torch.as_tensor(obs, dtype=torch.float32, device=device)).argmax(1).cpu().numpy()
+
+        return act
+    layers = []
+    for m in q_net.net:
+        if isinstance(m, nn.Linear):
+            layers.append((m.weight.detach().numpy().T, m.bias.detach().numpy()))  # [in, out], [out]
+        elif not isinstance(m, nn.ReLU):
+            raise TypeError(f"numpy policy supports Linear and ReLU layers, not {type(m).__name__}")
+
+    def act_numpy(obs: np.ndarray) -> np.ndarray:
+        x = np.asarray(obs, dtype=np.float32)
+        for k, (w, b) in enumerate(layers):
+            x = x @ w + b
+            if k < len(layers) - 1:
+                np.maximum(x, 0.0, out=x)
+        return x.argmax(1)
+
+    return act_numpy
+
+
+def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
+    """Greedy policy from a `--save-model` file (state dict, loaded with weights_only=True)."""
+    envs = make_env(args.env_id, 1)
+    q_net = QNetwork(int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n), tuple(args.hidden_sizes))
+    envs.close()
+    q_net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
+    return greedy_policy(q_net.to(device).eval(), torch.device(device))
+
+
+# 6. Training ------------------------------------------------------------------------------------
+class RunLog:
+    """Run folder, config.json, metrics.csv (one row per event), progress line, wandb, summary.json."""
+
+    def __init__(self, args: Args, fields: list[str]):
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        base = Path(args.run_dir) / f"{args.env_id}__{ALGO}__{args.seed}__{stamp}"
+        path, k = base, 1
+        while path.exists():  # two runs started in the same second
+            path, k = Path(f"{base}-{k}"), k + 1
+        path.mkdir(parents=True)
+        self.path = path
+        self.start = time.perf_counter()
+        self.fields = ["global_step", "wall_seconds", *fields]
+        (path / "config.json").write_text(json.dumps({"algo": ALGO, **asdict(args)}, indent=2))
+        self.file = open(path / "metrics.csv", "w", newline="")
+        self.csv = csv.DictWriter(self.file, self.fields)
+        self.csv.writeheader()
+        self.total, self.show = args.total_timesteps, args.progress
+        self.tty = sys.stdout.isatty()
+        self.last_print, self.last_flush, self.next_mark = self.start, self.start, 0.1
+        self.next_check, self.printed_step = 0, -1
+        self.wandb = None
+        if args.track:
+            import wandb
+
+            self.wandb = wandb.init(
+                project=args.wandb_project, entity=args.wandb_entity, config=asdict(args),
+                name=path.name, dir=str(path), save_code=True,
+            )
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def log(self, global_step: int, **metrics: float) -> None:
+        self.csv.writerow({"global_step": global_step, "wall_seconds": round(self.elapsed(), 3), **metrics})
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=global_step)
+
+    def progress(self, global_step: int, recent_returns: list[float], force: bool = False) -> None:
+        """A line with steps, steps/s, ETA and recent return: redrawn on a terminal, every 10% in a log."""
+        self.next_check = global_step + 1000
+        now = time.perf_counter()
+        if now - self.last_flush > 5.0:
+            self.file.flush()
+            self.last_flush = now
+        if not self.show:
+            return
+        frac = global_step / self.total
+        if not force and (now - self.last_print < 0.5 if self.tty else frac < self.next_mark):
+            return
+        if force and self.printed_step == global_step:
+            return
+        self.printed_step = global_step
+        recent_return = float(np.mean(recent_returns)) if recent_returns else float("nan")
+        elapsed = now - self.start
+        sps = global_step / max(elapsed, 1e-9)
+        eta = (self.total - global_step) / max(sps, 1e-9)
+        line = (
+            f"{ALGO} {global_step:>10,}/{self.total:,} steps ({100 * frac:5.1f}%)  {sps:>7,.0f} steps/s  "
+            f"elapsed {elapsed:6.0f}s  ETA {eta:6.0f}s  return(last 10) {recent_return:8.2f}"
+        )
+        print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", flush=True)
+        self.last_print = now
+        while self.next_mark <= frac:
+            self.next_mark += 0.1
+
+    def close(self, summary: dict) -> None:
+        if self.show and self.tty:
+            print()
+        self.file.close()
+        (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
+        if self.wandb is not None:
+            self.wandb.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))})
+            self.wandb.finish(exit_code=0 if summary["completed"] else 1)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def train(args: Args) -> dict:
+    validate(args)
+    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
+    torch.set_num_threads(args.torch_threads)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)  # exploration
+
+    envs = make_env(args.env_id, args.num_envs)
+    envs.action_space.seed(args.seed)
+    envs.single_action_space.seed(args.seed)
+    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    n_actions = int(envs.single_action_space.n)
+    B = args.num_envs
+
+    T = args.n_steps
+    num_updates = math.ceil(args.total_timesteps / (T * B))
+
+    q_net = NetworkWrapper(
+        QNetwork(obs_dim, n_actions, args.hidden_sizes), lr=args.learning_rate, optimizer="adam",
+        lr_lambda=(lambda update: 1.0 - update / num_updates) if args.anneal_lr else None,
+        clip_grad_norm=args.clip_grad_norm, target=args.target_network, device=device,
+    )
+    greedy = greedy_policy(q_net.online, device)
+    # the rollout, time-major [T, B]; rewritten in place every rollout
+    rollout_obs = np.zeros((T, B, obs_dim), dtype=np.float32)
+    rollout_next_obs = np.zeros((T, B, obs_dim), dtype=np.float32)  # true next observations
+    rollout_actions = np.zeros((T, B), dtype=np.int64)
+    rollout_rewards = np.zeros((T, B), dtype=np.float32)
+    rollout_terminated = np.zeros((T, B), dtype=bool)
+    rollout_truncated = np.zeros((T, B), dtype=bool)
+    rollout_next_actions = np.zeros((T, B), dtype=np.int64)  # behaviour actions at the true next observations
+    rollout_epsilon = np.zeros((T, 1), dtype=np.float32)
+    log = RunLog(args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"])
+    print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {log.path}", flush=True)
+    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
+
+    def to_device(x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(x).to(device)  # zero-copy on CPU
+
+    recent_returns: list[float] = []
+    ep_return, ep_length = np.zeros(B), np.zeros(B, dtype=np.int64)
+    global_step, error, completed = 0, None, False
+    eval_returns = np.array([])
+    train_seconds = 0.0
+    try:
+        obs, _ = envs.reset(seed=args.seed)
+        obs = obs.reshape(B, obs_dim)
+        epsilon = args.start_epsilon
+        actions = select_actions(greedy, obs, epsilon, n_actions, rng)
+        for _ in range(num_updates):
+            rollout_start = global_step
+            for t in range(T):
+                global_step += B
+                # act: the action chosen at the previous step (on-policy: it is what row t-1 bootstraps from)
+                next_obs, rewards, terminated, truncated, infos = envs.step(actions)
+                next_obs = next_obs.reshape(B, obs_dim)
+                real_next_obs = true_next_obs(next_obs, infos)
+                # choose the next actions now, epsilon-greedy on the online network, one batched forward
+                epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, args.exploration_fraction * args.total_timesteps, global_step)
+                rollout_epsilon[t] = epsilon  # the policy at the next observation, for Expected SARSA
+                following, bootstrap = next_actions(greedy, next_obs, real_next_obs, truncated, epsilon, n_actions, rng)
+
+                # store: row t is the transition out of obs; its next observation is the true one
+                rollout_obs[t] = obs
+                rollout_actions[t] = actions
+                rollout_rewards[t] = rewards
+                rollout_terminated[t] = terminated
+                rollout_truncated[t] = truncated
+                rollout_next_obs[t] = real_next_obs
+                rollout_next_actions[t] = bootstrap
+                obs, actions = next_obs, following
+
+                ep_return += rewards
+                ep_length += 1
+                for i in np.flatnonzero(terminated | truncated):
+                    recent_returns = (recent_returns + [float(ep_return[i])])[-10:]
+                    log.log(global_step, episodic_return=float(ep_return[i]), episodic_length=int(ep_length[i]))
+                    ep_return[i], ep_length[i] = 0.0, 0
+
+            # learn: one gradient step on the whole rollout [T, B]
+            targets = sarsa_targets(
+                q_net.target if args.target_network else q_net.online, to_device(rollout_rewards), to_device(rollout_next_obs),
+                to_device(rollout_next_actions), to_device(rollout_terminated), to_device(rollout_truncated), args.gamma,
+                args.expected, to_device(rollout_epsilon), q_net.online,
+            )  # [T, B]
+            q = q_net.online(to_device(rollout_obs)).gather(2, to_device(rollout_actions).unsqueeze(2)).squeeze(2)  # [T, B]
+            loss_fn = F.mse_loss if args.loss == "mse" else F.smooth_l1_loss
+            loss, grad_norm = q_net.train_step(loss_fn(q, targets))
+            if q_net.updates % 25 == 0:  # every 1,000 env steps at the defaults, as often as DQN
+                if not math.isfinite(loss.item()):
+                    raise FloatingPointError(f"loss became {loss.item()} at step {global_step}; lower --learning-rate or clip gradients")
+                log.log(global_step, loss=loss.item(), q_values=q.mean().item(), grad_norm=grad_norm.item(),
+                        epsilon=epsilon, sps=round(global_step / log.elapsed()))
+            # sync: every `target_every` env steps crossed
+            if args.target_network and global_step // args.target_every > rollout_start // args.target_every:
+                q_net.sync()
+
+            if args.eval_every and global_step // args.eval_every > rollout_start // args.eval_every and global_step < args.total_timesteps:
+                r = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000)
+                log.log(global_step, eval_return=float(r.mean()), eval_return_std=float(r.std()))
+            if global_step >= log.next_check:
+                log.progress(global_step, recent_returns)
+        train_seconds = log.elapsed()
+        video_dir = str(log.path / "videos") if args.capture_video else None
+        eval_returns = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000, video_dir)
+        log.log(global_step, eval_return=float(eval_returns.mean()), eval_return_std=float(eval_returns.std()))
+        completed = True
+    except KeyboardInterrupt:
+        error = "interrupted"
+        print(f"\n{ALGO}: interrupted at step {global_step:,}; writing logs", file=sys.stderr)
+    except FloatingPointError as e:
+        error = str(e)
+        print(f"\n{ALGO}: stopped: {e}", file=sys.stderr)
+    finally:
+        envs.close()
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
+    if args.save_model and (completed or error == "interrupted"):  # a NaN model is not worth keeping
+        torch.save(q_net.online.state_dict(), log.path / "model.pt")
+    train_seconds = train_seconds or log.elapsed()
+    summary = {
+        "algo": ALGO, "env": args.env_id, "seed": args.seed, "total_timesteps": global_step,
+        "num_envs": B, "device": str(device), "wall_seconds": round(log.elapsed(), 2),
+        "sps": round(global_step / max(train_seconds, 1e-9), 1),
+        "eval_return_mean": float(eval_returns.mean()) if len(eval_returns) else None,
+        "eval_return_std": float(eval_returns.std()) if len(eval_returns) else None,
+        "eval_episodes": len(eval_returns),
+        "train_return_last10": float(np.mean(recent_returns)) if recent_returns else None,
+        "completed": completed, "error": error, "updates": q_net.updates, "run_dir": str(log.path),
+        "versions": {"torch": torch.__version__, "gymnasium": gym.__version__, "numpy": np.__version__},
+    }
+    log.progress(global_step, recent_returns, force=True)
+    log.close(summary)
+    if completed:
+        print(f"{ALGO}: done in {summary['wall_seconds']:.1f}s ({summary['sps']:,.0f} steps/s); "
+              f"eval return {summary['eval_return_mean']:.2f} +- {summary['eval_return_std']:.2f} over {len(eval_returns)} episodes", flush=True)
+    return summary
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def main(args: Args) -> int:
+    """Exit status: 0 done, 1 stopped by a NaN loss, 2 bad input, 130 interrupted."""
+    try:
+        summary = train(args)
+    except ValueError as e:
+        print(f"{ALGO}: error: {e}", file=sys.stderr)
+        return 2
+    if summary["completed"]:
+        return 0
+    return 130 if summary["error"] == "interrupted" else 1
+
+
+# 7. Entry point ---------------------------------------------------------------------------------
+if __name__ == "__main__":
+    sys.exit(main(tyro.cli(Args)))

@@ -1,0 +1,111 @@
+"""Speed of algos/ddpg.py beside Stable-Baselines3's DDPG, with CleanRL's DDPG settings, in one invocation.
+
+Settings (both sides): Pendulum-v1, 20k env steps, uniform random actions and no learning for the
+first 5k, batch 256, [256, 256] MLPs, Adam 3e-4, tau 0.005, gamma 0.99, Gaussian noise 0.1,
+one critic update per env step, actor every 2 critic updates (SB3: `policy_delay = 2` set on its
+DDPG object, which is TD3 with one critic and no target smoothing), 1 torch thread, CPU.
+Also times algos/naf.py with the same batch, network widths and schedule.
+
+The machine is shared and noisy: runs are interleaved (ours, SB3, ours, SB3, ...) and the ratio is
+taken per pair. steps/s is env steps over training wall time (final evaluation excluded).
+
+Run:
+    python benchmarks/speed_ddpg.py --repeats 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "algos"))
+
+CLEANRL_SPS = 249.0  # REFERENCES.md: CleanRL DDPG, these settings, this kind of machine
+STEPS, LEARNING_STARTS = 20_000, 5_000
+
+
+def run_ours(seed: int, run_dir: str) -> tuple[float, float]:
+    import ddpg
+
+    args = ddpg.Args(
+        env_id="Pendulum-v1", seed=seed, total_timesteps=STEPS, learning_starts=LEARNING_STARTS, batch_size=256,
+        hidden_sizes=(256, 256), actor_learning_rate=3e-4, critic_learning_rate=3e-4, target_rate=0.005, gamma=0.99,
+        noise="gaussian", noise_std=0.1, policy_every=2, buffer_size=1_000_000, device="cpu", torch_threads=1,
+        run_dir=run_dir, progress=False,
+    )
+    summary = ddpg.train(args)
+    return summary["sps"], summary["eval_return_mean"]
+
+
+def run_naf(seed: int, run_dir: str) -> tuple[float, float]:
+    import naf
+
+    args = naf.Args(
+        env_id="Pendulum-v1", seed=seed, total_timesteps=STEPS, learning_starts=LEARNING_STARTS, batch_size=256,
+        hidden_sizes=(256, 256), device="cpu", torch_threads=1, run_dir=run_dir, progress=False,
+    )
+    summary = naf.train(args)
+    return summary["sps"], summary["eval_return_mean"]
+
+
+def run_sb3(seed: int) -> tuple[float, float]:
+    import gymnasium as gym
+    from stable_baselines3 import DDPG
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    torch.set_num_threads(1)
+    env = gym.make("Pendulum-v1")
+    high = env.action_space.high
+    model = DDPG(
+        "MlpPolicy", env, learning_rate=3e-4, buffer_size=1_000_000, learning_starts=LEARNING_STARTS, batch_size=256,
+        tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1, policy_kwargs=dict(net_arch=[256, 256]),
+        action_noise=NormalActionNoise(np.zeros_like(high), 0.1 * high), seed=seed, device="cpu", verbose=0,
+    )
+    model.policy_delay = 2  # actor (and targets) every 2 critic updates, as CleanRL's DDPG
+    start = time.perf_counter()
+    model.learn(total_timesteps=STEPS)
+    sps = STEPS / (time.perf_counter() - start)
+    mean, _ = evaluate_policy(model, gym.make("Pendulum-v1"), n_eval_episodes=10, deterministic=True)
+    return sps, float(mean)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=1, help="interleaved (ours, SB3) pairs")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-naf", action="store_true", help="skip the NAF timing")
+    opts = parser.parse_args()
+    torch.set_num_threads(1)
+    ours, sb3, ratios = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(opts.repeats):
+            seed = opts.seed + k
+            sps, ret = run_ours(seed, tmp)
+            ours.append(sps)
+            print(f"ours  DDPG seed {seed}: {sps:7.1f} steps/s  eval {ret:8.1f}", flush=True)
+            sps, ret = run_sb3(seed)
+            sb3.append(sps)
+            ratios.append(ours[-1] / sps)
+            print(f"SB3   DDPG seed {seed}: {sps:7.1f} steps/s  eval {ret:8.1f}   ours/SB3 {ratios[-1]:.2f}x", flush=True)
+        if not opts.no_naf:
+            sps, ret = run_naf(opts.seed, tmp)
+            print(f"ours  NAF  seed {opts.seed}: {sps:7.1f} steps/s  eval {ret:8.1f}", flush=True)
+    med = statistics.median(ours)
+    print(f"\nDDPG, Pendulum-v1, {STEPS:,} steps, learning from {LEARNING_STARTS:,}, batch 256, [256, 256], actor every 2:")
+    print(f"  ours   median {med:7.1f} steps/s   = {med / CLEANRL_SPS:.2f}x CleanRL's recorded {CLEANRL_SPS:.0f} (target >= 1.5x)")
+    print(f"  SB3    median {statistics.median(sb3):7.1f} steps/s")
+    print(f"  ours/SB3 per pair: {', '.join(f'{r:.2f}x' for r in ratios)}; median {statistics.median(ratios):.2f}x (target >= 2x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Score or watch a saved model: the evaluation phase of a finished (or interrupted) run.
+
+    python evaluate.py runs/CartPole-v1__dqn__1__20261122-211249 --episodes 10 --capture-video
+
+Reads the run folder's config.json to rebuild the algorithm's network, loads model.pt (written
+by `--save-model`, a state dict loaded with weights_only=True) and runs the deterministic policy
+(greedy / mean action) for --episodes episodes. --capture-video writes MP4s of the first episode
+into <run folder>/eval_videos.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import tyro
+
+ROOT = Path(__file__).resolve().parent
+
+
+@dataclass
+class EvalArgs:
+    run: tyro.conf.Positional[Path]
+    """run folder holding config.json and model.pt"""
+    episodes: int = 10
+    """episodes to evaluate"""
+    seed: int = 0
+    """seed of the evaluation envs"""
+    capture_video: bool = False
+    """write videos into <run folder>/eval_videos"""
+    device: str = "cpu"
+    """where to run the network"""
+
+
+def main(a: EvalArgs) -> int:
+    config_path, model_path = a.run / "config.json", a.run / "model.pt"
+    if not config_path.exists() or not model_path.exists():
+        print(f"evaluate: error: {a.run} has no config.json and model.pt (train with --save-model)", file=sys.stderr)
+        return 2
+    if a.episodes <= 0:
+        print(f"evaluate: error: --episodes must be positive, got {a.episodes}", file=sys.stderr)
+        return 2
+    config = json.loads(config_path.read_text())
+    algo = config.pop("algo")
+    spec = importlib.util.spec_from_file_location(algo, ROOT / "algos" / f"{algo}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[algo] = module  # dataclasses look their module up while the file executes
+    sys.path.insert(0, str(ROOT))
+    spec.loader.exec_module(module)
+    known = {f.name for f in fields(module.Args)}
+    args = module.Args(**{k: v for k, v in config.items() if k in known})
+    act = module.load_policy(args, str(model_path), a.device)
+    video_dir = str(a.run / "eval_videos") if a.capture_video else None
+    returns = module.evaluate(act, args.env_id, a.episodes, a.seed, video_dir)
+    print(f"{algo} on {args.env_id}: return {returns.mean():.2f} +- {returns.std():.2f} over {a.episodes} episodes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(tyro.cli(EvalArgs)))

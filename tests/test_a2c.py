@@ -1,0 +1,276 @@
+"""A2C: targets against a hand-computed rollout, policy pieces, smoke, determinism, bad input, learning."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "algos"))
+sys.path.insert(0, str(ROOT))
+
+import a2c  # noqa: E402
+from a2c import (  # noqa: E402
+    ActorCritic, Args, a2c_targets, greedy_policy, load_policy, log_prob_entropy, main, numpy_head,
+    sample_actions, train, true_next_obs,
+)
+
+
+# A rollout of T = 4 steps of B = 2 envs, gamma = 0.5, written column by column (env 0, env 1).
+# env 0: its episode terminates at t = 1; t = 2 is the first step of the next episode (the
+#        SAME_STEP autoreset already returned that episode's first observation), so G_1 must
+#        not see r_2 and V(final obs) at t = 1 (next_values 20) must not be used.
+# env 1: its episode is truncated at t = 2 and bootstraps from V(final obs) = next_values[2] = 6;
+#        t = 3 belongs to the next episode.
+GAMMA = 0.5
+REWARDS = [[1.0, 1.0], [2.0, 1.0], [3.0, 1.0], [4.0, 1.0]]
+VALUES = [[5.0, 1.0], [6.0, 1.0], [7.0, 1.0], [8.0, 1.0]]
+NEXT_VALUES = [[10.0, 2.0], [20.0, 12.0], [30.0, 6.0], [40.0, 8.0]]
+TERMINATED = [[0, 0], [1, 0], [0, 0], [0, 0]]
+TRUNCATED = [[0, 0], [0, 0], [0, 1], [0, 0]]
+
+
+def rollout():
+    t = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
+    return t(REWARDS), t(VALUES), t(NEXT_VALUES), t(TERMINATED), t(TRUNCATED)
+
+
+# Hand computation (env 0 | env 1):
+# n = None (to the end of the rollout):
+#   G_3 = 4 + .5*40 = 24             | 1 + .5*8 = 5
+#   G_2 = 3 + .5*G_3 = 15            | 1 + .5*6 = 4        (truncation: bootstrap, stop)
+#   G_1 = 2 (termination: no tail)   | 1 + .5*G_2 = 3
+#   G_0 = 1 + .5*G_1 = 2             | 1 + .5*G_1 = 2.5
+# n = 2: G_0 = 1 + .5*2 = 2 | 1 + .5*1 + .25*12 = 4.5; the other rows equal n = None.
+# n = 1: r_t + .5 (1 - terminated_t) next_values_t.
+# GAE lambda = .5 (gamma*lambda = .25): deltas = r + .5 (1 - term) nv - v
+#   env 0: [1, -4, 11, 16], not done [1, 0, 1, 1] -> A = [0, -4, 15, 16]
+#   env 1: [1, 6, 3, 4],    not done [1, 1, 0, 1] -> A = [2.6875, 6.75, 3, 4]
+HAND = {
+    None: [[2.0, 2.5], [2.0, 3.0], [15.0, 4.0], [24.0, 5.0]],
+    2: [[2.0, 4.5], [2.0, 3.0], [15.0, 4.0], [24.0, 5.0]],
+    1: [[6.0, 2.0], [2.0, 7.0], [18.0, 4.0], [24.0, 5.0]],
+}
+HAND_GAE_ADV = [[0.0, 2.6875], [-4.0, 6.75], [15.0, 3.0], [16.0, 4.0]]
+
+
+@pytest.mark.parametrize("n", [None, 2, 1])
+def test_n_step_targets_match_hand_computation(n):
+    rewards, values, next_values, terminated, truncated = rollout()
+    advantages, returns = a2c_targets(rewards, values, next_values, terminated, truncated, GAMMA, n)
+    torch.testing.assert_close(returns, torch.tensor(HAND[n]))
+    torch.testing.assert_close(advantages, torch.tensor(HAND[n]) - values)
+
+
+def test_gae_targets_match_hand_computation():
+    rewards, values, next_values, terminated, truncated = rollout()
+    advantages, returns = a2c_targets(rewards, values, next_values, terminated, truncated, GAMMA, gae_lambda=0.5)
+    torch.testing.assert_close(advantages, torch.tensor(HAND_GAE_ADV))
+    torch.testing.assert_close(returns, torch.tensor(HAND_GAE_ADV) + values)
+
+
+def test_gae_lambda_one_equals_full_rollout_return_and_zero_equals_one_step():
+    g = torch.Generator().manual_seed(0)
+    T, B = 7, 5
+    rewards, values, next_values = (torch.randn(T, B, generator=g) for _ in range(3))
+    terminated = (torch.rand(T, B, generator=g) < 0.2).float()
+    truncated = (torch.rand(T, B, generator=g) < 0.2).float()
+    # as in a real rollout: V(s_{t+1}) is the next row's V(s_t) unless the episode ended at t
+    ended = (terminated + truncated)[:-1] > 0
+    next_values[:-1] = torch.where(ended, next_values[:-1], values[1:])
+    for lam, n in ((1.0, None), (0.0, 1)):
+        adv_gae, ret_gae = a2c_targets(rewards, values, next_values, terminated, truncated, 0.9, gae_lambda=lam)
+        adv_n, ret_n = a2c_targets(rewards, values, next_values, terminated, truncated, 0.9, n=n)
+        torch.testing.assert_close(ret_gae, ret_n)
+        torch.testing.assert_close(adv_gae, adv_n)
+
+
+def test_targets_carry_no_gradient():
+    rewards, values, next_values, terminated, truncated = rollout()
+    values.requires_grad_(True)
+    for lam in (None, 0.9):
+        advantages, returns = a2c_targets(rewards, values, next_values, terminated, truncated, GAMMA, gae_lambda=lam)
+        assert not advantages.requires_grad and not returns.requires_grad
+
+
+def test_true_next_obs_uses_final_observation_under_same_step_autoreset():
+    envs = a2c.make_env("CartPole-v1", 2)
+    obs, _ = envs.reset(seed=0)
+    ended_once = False
+    for _ in range(200):
+        next_obs, _, terminated, truncated, infos = envs.step(np.zeros(2, dtype=np.int64))  # always left: ends fast
+        real = true_next_obs(next_obs, infos)
+        for i in range(2):
+            if terminated[i] or truncated[i]:
+                ended_once = True
+                np.testing.assert_array_equal(real[i], infos["final_obs"][i])
+                assert not np.array_equal(real[i], next_obs[i])  # next_obs is already the reset obs
+                assert abs(next_obs[i]).max() <= 0.05  # CartPole resets to U(-0.05, 0.05)
+            else:
+                np.testing.assert_array_equal(real[i], next_obs[i])
+    envs.close()
+    assert ended_once
+
+
+def test_log_prob_entropy_match_torch_distributions():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(6, 3, generator=g)
+    actions = torch.randint(0, 3, (6,), generator=g)
+    logp, ent = log_prob_entropy(logits, None, actions)
+    d = torch.distributions.Categorical(logits=logits)
+    torch.testing.assert_close(logp, d.log_prob(actions))
+    torch.testing.assert_close(ent, d.entropy())
+    mean, log_std = torch.randn(6, 2, generator=g), torch.randn(2, generator=g)
+    actions = torch.randn(6, 2, generator=g) * 3
+    logp, ent = log_prob_entropy(mean, log_std, actions)
+    d = torch.distributions.Normal(mean, log_std.exp())
+    torch.testing.assert_close(logp, d.log_prob(actions).sum(-1))
+    torch.testing.assert_close(ent, d.entropy().sum(-1))
+
+
+def test_sample_actions_categorical_frequencies_and_gaussian_moments():
+    rng = np.random.default_rng(0)
+    probs = np.array([0.1, 0.6, 0.3])
+    logits = np.tile(np.log(probs), (20_000, 1)) + 5.0  # a constant shift must not matter
+    counts = np.bincount(sample_actions(logits, None, rng), minlength=3) / 20_000
+    np.testing.assert_allclose(counts, probs, atol=0.015)
+    mean, std = np.tile([1.0, -2.0], (20_000, 1)), np.array([0.5, 2.0])
+    a = sample_actions(mean, std, rng)
+    assert a.dtype == np.float32 and a.shape == (20_000, 2)
+    np.testing.assert_allclose(a.mean(0), [1.0, -2.0], atol=0.05)
+    np.testing.assert_allclose(a.std(0), std, rtol=0.03)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_numpy_policy_head_matches_torch_forward_with_obs_normalisation(shared):
+    torch.manual_seed(0)
+    net = ActorCritic(4, 2, False, (16, 8), shared_torso=shared, normalize_obs=True)
+    net.obs_norm.update(torch.randn(100, 4, dtype=torch.float64) * 3 + 1)  # in place: the views must follow
+    obs = np.random.default_rng(0).normal(size=(5, 4)) * 3
+    expected, _ = net(torch.as_tensor(obs, dtype=torch.float32))
+    np.testing.assert_allclose(numpy_head(net, torch.device("cpu"))(obs), expected.detach().numpy(), rtol=1e-5, atol=1e-5)
+    space = gym.spaces.Box(-0.01, 0.01, (2,))
+    actions = greedy_policy(net, torch.device("cpu"), space)(obs)
+    np.testing.assert_allclose(actions, np.clip(expected.detach().numpy(), -0.01, 0.01), atol=1e-6)
+
+
+def small(tmp_path: Path, **kw) -> Args:
+    defaults = dict(total_timesteps=400, num_envs=4, n_steps=5, run_dir=str(tmp_path), progress=False, eval_episodes=2)
+    return Args(**{**defaults, **kw})
+
+
+def test_smoke_discrete(tmp_path):
+    summary = train(small(tmp_path, env_id="CartPole-v1", eval_every=200, shared_torso=True, n_step_return=3))
+    assert summary["completed"] and summary["error"] is None
+    assert summary["updates"] == 20 and summary["total_timesteps"] == 400
+    run = Path(summary["run_dir"])
+    assert json.loads((run / "summary.json").read_text())["updates"] == 20
+    assert json.loads((run / "config.json").read_text())["algo"] == "a2c"
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert any(r["eval_return"] for r in rows) and any(r["episodic_return"] for r in rows)
+
+
+def test_smoke_continuous_with_normalisation_saves_and_reloads(tmp_path):
+    args = small(tmp_path, env_id="Pendulum-v1", normalize_obs=True, normalize_reward=True, gae_lambda=0.9,
+                 optimizer="adam", save_model=True, eval_episodes=1)
+    summary = train(args)
+    assert summary["completed"] and summary["updates"] == 20
+    model = Path(summary["run_dir"]) / "model.pt"
+    state = torch.load(model, weights_only=True)
+    assert state["obs_norm.count"] > 400 - 20 and not torch.allclose(state["obs_norm.mean"], torch.zeros(3, dtype=torch.float64))
+    policy = load_policy(args, str(model))
+    returns = a2c.evaluate(policy, "Pendulum-v1", 1, args.seed + 100_000)
+    assert returns[0] == pytest.approx(summary["eval_return_mean"])  # the saved statistics reproduce the eval
+
+
+def _metrics_without_timing(run_dir: str) -> list[dict]:
+    rows = list(csv.DictReader(open(Path(run_dir) / "metrics.csv")))
+    return [{k: v for k, v in r.items() if k not in ("wall_seconds", "sps")} for r in rows]
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_same_seed_gives_identical_metrics(tmp_path, env_id):
+    kw = dict(env_id=env_id, total_timesteps=2_000, eval_every=1_000, normalize_obs=env_id == "Pendulum-v1", seed=3)
+    a = train(small(tmp_path / "a", **kw))
+    b = train(small(tmp_path / "b", **kw))
+    rows = _metrics_without_timing(a["run_dir"])
+    assert len(rows) > 5 and rows == _metrics_without_timing(b["run_dir"])
+    c = train(small(tmp_path / "c", **{**kw, "seed": 4}))
+    assert _metrics_without_timing(c["run_dir"]) != rows
+
+
+def test_nan_loss_stops_the_run_with_exit_1(tmp_path, monkeypatch):
+    real_loss = a2c.a2c_loss
+
+    def nan_loss(*args, **kw):
+        loss, *rest = real_loss(*args, **kw)
+        return (loss * float("nan"), *rest)
+
+    monkeypatch.setattr(a2c, "a2c_loss", nan_loss)
+    assert main(small(tmp_path)) == 1
+    summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
+    assert not summary["completed"] and "nan" in summary["error"] and summary["updates"] == 1
+
+
+def _run_cli(*argv: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "algos" / "a2c.py"), "--run-dir", str(tmp_path), "--no-progress", *argv],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_bad_input_gives_one_line_and_exit_2(tmp_path):
+    result = _run_cli("--n-steps", "0", tmp_path=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == ["a2c: error: --n-steps must be positive, got 0"]
+    assert not list(tmp_path.iterdir())  # no run folder for a run that never started
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(env_id="NoSuchEnv-v0"), "NoSuchEnv-v0"),
+    (dict(env_id="Blackjack-v1"), "Box observation space"),
+    (dict(gae_lambda=1.5), "--gae-lambda"),
+    (dict(gae_lambda=0.9, n_step_return=2), "cannot be used together"),
+])
+def test_bad_input_in_process_gives_one_line_and_exit_2(tmp_path, capsys, kw, needle):
+    assert main(small(tmp_path, **kw)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("a2c: error: ") and needle in err[0]
+
+
+def test_sigterm_writes_an_incomplete_summary_and_exits_130(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "algos" / "a2c.py"), "--run-dir", str(tmp_path), "--no-progress", "--total-timesteps", "10000000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.time() + 60
+    while not list(tmp_path.glob("*/metrics.csv")) and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
+    assert summary["completed"] is False and summary["error"] == "interrupted" and summary["total_timesteps"] > 0
+    assert "Traceback" not in stderr
+
+
+def test_learns_cartpole_fast(tmp_path):
+    # default settings; a uniform policy scores ~22, and all of seeds 1-5 score 500 here
+    summary = train(Args(env_id="CartPole-v1", seed=1, total_timesteps=LEARN_STEPS, run_dir=str(tmp_path), progress=False))
+    assert summary["eval_return_mean"] >= LEARN_THRESHOLD, summary
+
+
+LEARN_STEPS = 40_000
+LEARN_THRESHOLD = 195.0

@@ -1,0 +1,211 @@
+"""algos/ddpg.py: networks, targets, noise, in-process smoke and determinism runs, bad input."""
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import ddpg
+from ddpg import Actor, Args, Critic, ExplorationNoise, ddpg_targets, deterministic_policy, load_policy, train
+
+ROOT = Path(__file__).resolve().parents[1]
+SUMMARY_KEYS = {
+    "algo", "env", "seed", "total_timesteps", "num_envs", "device", "wall_seconds", "sps", "eval_return_mean",
+    "eval_return_std", "eval_episodes", "train_return_last10", "completed", "error", "updates", "run_dir", "versions",
+}
+
+
+def small_args(tmp_path, **kw) -> Args:
+    base = dict(
+        total_timesteps=300, learning_starts=100, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32),
+        eval_episodes=2, run_dir=str(tmp_path), progress=False, device="cpu",
+    )
+    base.update(kw)
+    return Args(**base)
+
+
+# ---- networks ------------------------------------------------------------------------------------
+def test_actor_stays_within_asymmetric_bounds_and_numpy_policy_matches_torch():
+    space = gym.spaces.Box(low=np.array([-1.0, 0.0, -5.0], np.float32), high=np.array([3.0, 5.0, -4.0], np.float32))
+    torch.manual_seed(0)
+    actor = Actor(4, space, (16, 16))
+    with torch.no_grad():
+        actor.net[-1].weight.mul_(1e5)  # saturate the tanh so that the bounds are reached
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    with torch.no_grad():
+        expected = actor(torch.as_tensor(obs)).numpy()
+    assert (expected >= space.low - 1e-6).all() and (expected <= space.high + 1e-6).all()
+    assert np.isclose(expected, space.low, atol=1e-3).any() and np.isclose(expected, space.high, atol=1e-3).any()
+    act = deterministic_policy(actor, torch.device("cpu"))
+    np.testing.assert_allclose(act(obs), expected, rtol=1e-5, atol=1e-5)
+    # the numpy views follow in-place updates of the weights (optimizer steps, target syncs)
+    with torch.no_grad():
+        actor.net[0].weight.add_(0.5)
+        expected = actor(torch.as_tensor(obs)).numpy()
+    np.testing.assert_allclose(act(obs), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_critic_shape():
+    critic = Critic(3, 2, (8,))
+    assert critic(torch.zeros(5, 3), torch.zeros(5, 2)).shape == (5,)
+
+
+# ---- algorithm -----------------------------------------------------------------------------------
+class SumActor(nn.Module):
+    def forward(self, obs):
+        return obs.sum(1, keepdim=True)  # [B, 1]
+
+
+class ProductCritic(nn.Module):
+    def forward(self, obs, actions):
+        return obs[:, 0] * actions[:, 0]  # [B]
+
+
+def test_critic_targets_by_hand():
+    next_obs = torch.tensor([[1.0, 2.0], [0.5, -1.0], [3.0, 1.0]])
+    rewards = torch.tensor([1.0, -2.0, 0.5])
+    terminated = torch.tensor([0.0, 0.0, 1.0])
+    # mu_target(s') = s'_0 + s'_1, Q_target(s', a) = s'_0 * a
+    targets = ddpg_targets(ProductCritic(), SumActor(), rewards, next_obs, terminated, gamma=0.9)
+    expected = torch.tensor([1.0 + 0.9 * 1.0 * 3.0, -2.0 + 0.9 * 0.5 * -0.5, 0.5])
+    torch.testing.assert_close(targets, expected)
+    assert not targets.requires_grad
+
+
+def test_critic_targets_use_the_target_networks_without_gradient():
+    torch.manual_seed(0)
+    actor, critic = Actor(3, gym.spaces.Box(-2, 2, (2,)), (8,)), Critic(3, 2, (8,))
+    next_obs, rewards, terminated = torch.randn(6, 3), torch.randn(6), torch.tensor([0.0, 1, 0, 0, 1, 0])
+    targets = ddpg_targets(critic, actor, rewards, next_obs, terminated, 0.99)
+    with torch.no_grad():
+        expected = rewards + 0.99 * (1 - terminated) * critic(next_obs, actor(next_obs))
+    torch.testing.assert_close(targets, expected)
+    assert targets.grad_fn is None
+
+
+def test_exploration_noise_scale_and_ou_reset():
+    rng = np.random.default_rng(0)
+    gaussian = ExplorationNoise("gaussian", 0.1, 0.15, np.array([2.0, 0.5]), 20_000, rng)
+    np.testing.assert_allclose(gaussian().std(0), [0.2, 0.05], rtol=0.03)
+    ou = ExplorationNoise("ou", 0.2, 0.15, np.array([1.0]), 3, rng)
+    for _ in range(50):
+        x = ou().copy()
+    assert (x != 0).all()
+    ou.reset(np.array([True, False, True]))
+    assert ou.state[0, 0] == 0 and ou.state[2, 0] == 0 and ou.state[1, 0] == x[1, 0]
+    # stationary std of x <- (1 - theta) x + sigma z is sigma / sqrt(1 - (1 - theta)^2)
+    long = ExplorationNoise("ou", 0.2, 0.15, np.array([1.0]), 20_000, rng)
+    for _ in range(100):
+        x = long()
+    np.testing.assert_allclose(x.std(), 0.2 / np.sqrt(1 - 0.85**2), rtol=0.03)
+
+
+# ---- training runs -------------------------------------------------------------------------------
+def test_smoke_run_takes_gradient_steps_and_writes_the_run_folder(tmp_path):
+    summary = train(small_args(tmp_path, eval_every=150))
+    assert summary["completed"] and summary["error"] is None
+    assert set(summary) == SUMMARY_KEYS
+    assert summary["updates"] == 200 and summary["total_timesteps"] == 300
+    run = Path(summary["run_dir"])
+    assert json.loads((run / "summary.json").read_text()) == summary
+    assert json.loads((run / "config.json").read_text())["algo"] == "ddpg"
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert any(r["critic_loss"] for r in rows) and any(r["actor_loss"] for r in rows)
+    assert sum(1 for r in rows if r["eval_return"]) == 2  # at step 150 and at the end
+    assert sum(1 for r in rows if r["episodic_return"]) == 1  # Pendulum truncates at 200 steps
+    assert np.isfinite(summary["eval_return_mean"])
+
+
+def test_smoke_run_ou_noise_several_envs_save_and_load(tmp_path):
+    summary = train(small_args(tmp_path, env_id="InvertedPendulum-v5", num_envs=2, noise="ou", save_model=True,
+                               train_every=2, gradient_steps=3, policy_every=1))
+    assert summary["completed"]
+    assert summary["updates"] == (300 - 100) // 2 * 3
+    args = small_args(tmp_path, env_id="InvertedPendulum-v5")
+    act = load_policy(args, str(Path(summary["run_dir"]) / "model.pt"))
+    actions = act(np.zeros((4, 4), dtype=np.float32))
+    assert actions.shape == (4, 1) and (np.abs(actions) <= 3.0).all()
+
+
+def test_truncation_stores_the_true_final_observation(tmp_path, monkeypatch):
+    added = []
+
+    class RecordingMemory(ddpg.ReplayMemory):
+        def add(self, obs, actions, rewards, next_obs, terminated, valid=None):
+            added.append((np.array(obs), np.array(next_obs), np.array(terminated)))
+            super().add(obs, actions, rewards, next_obs, terminated, valid)
+
+    monkeypatch.setattr(ddpg, "ReplayMemory", RecordingMemory)
+    train(small_args(tmp_path, total_timesteps=210, learning_starts=200))
+    obs = np.concatenate([a[0] for a in added])
+    next_obs = np.concatenate([a[1] for a in added])
+    terminated = np.concatenate([a[2] for a in added])
+    np.testing.assert_array_equal(next_obs[:199], obs[1:200])  # within an episode
+    assert not np.allclose(next_obs[199], obs[200])  # step 200 truncates: obs[200] is the reset obs
+    assert not terminated.any()
+    # the stored final obs continues the trajectory: the angular velocity moves by at most (15 + 6) * 0.05 per step
+    assert abs(next_obs[199, 2] - obs[199, 2]) < 1.5
+
+
+def test_same_seed_gives_identical_metrics(tmp_path):
+    rows = []
+    for k in range(2):
+        summary = train(small_args(tmp_path / str(k), total_timesteps=250))
+        with open(Path(summary["run_dir"]) / "metrics.csv") as f:
+            rows.append([{key: v for key, v in r.items() if key not in ("wall_seconds", "sps")} for r in csv.DictReader(f)])
+    assert rows[0] == rows[1] and len(rows[0]) > 1
+
+
+def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(ddpg, "ddpg_targets", lambda *a, **k: torch.full((32,), float("nan")))
+    summary = train(small_args(tmp_path))
+    assert not summary["completed"] and "loss became nan" in summary["error"]
+    assert ddpg.main(small_args(tmp_path)) == 1
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--env", "CartPole-v1"], "needs a continuous (Box) action space"),
+        (["--env", "NoSuchEnv-v0"], "unknown environment id"),
+        (["--total-timesteps", "0"], "--total-timesteps must be positive"),
+    ],
+)
+def test_bad_input_gives_one_line_and_exit_2(tmp_path, argv, message):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "algos" / "ddpg.py"), *argv, "--run-dir", str(tmp_path), "--no-progress"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ddpg: error: ") and message in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not any(tmp_path.iterdir())  # no run folder for a run that never started
+
+
+def test_sigterm_writes_logs_and_exits_130(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "algos" / "ddpg.py"), "--total-timesteps", "1000000", "--learning-starts", "100",
+         "--hidden-sizes", "32", "32", "--run-dir", str(tmp_path), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.time() + 90
+    while not list(tmp_path.glob("*/metrics.csv")) and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
+    assert summary["completed"] is False and summary["error"] == "interrupted"
+    assert 0 < summary["total_timesteps"] < 1_000_000

@@ -1,0 +1,164 @@
+"""n_step_q.py: targets against a hand-computed rollout, smoke, determinism, bad input, learning."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import n_step_q
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class ScriptedEnv(gym.Env):
+    """Observation [base + 10 * episode + t], reward t (1-based step of the episode).
+
+    Seeded 0 (env 0 of a vector env reset with seed 0): base 0, terminates on its 3rd step.
+    Seeded 1 (env 1): base 100, truncates on its 2nd step. Actions are ignored.
+    """
+
+    observation_space = gym.spaces.Box(0.0, 1000.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.base, self.term_at, self.trunc_at = (0, 3, None) if seed == 0 else (100, None, 2)
+            self.episode = -1
+        self.episode += 1
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        return np.array([self.base + 10 * self.episode + self.t], dtype=np.float32)
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), float(self.t), self.t == self.term_at, self.t == self.trunc_at, {}
+
+
+gym.register("ScriptedRollout-v0", entry_point=ScriptedEnv)
+
+
+def linear_q(scale: tuple[float, ...] = (1.0, 2.0)) -> nn.Module:
+    """Q(s, a) = scale[a] * s."""
+    q = nn.Linear(1, len(scale))
+    with torch.no_grad():
+        q.weight.copy_(torch.tensor(scale).unsqueeze(1))
+        q.bias.zero_()
+    return q
+
+
+def collect(T: int):
+    """A rollout of T steps of 2 scripted envs, stored the way n_step_q.train stores it."""
+    envs = n_step_q.make_env("ScriptedRollout-v0", 2)
+    obs, _ = envs.reset(seed=0)
+    rows = {k: [] for k in ("obs", "rewards", "terminated", "truncated", "next_obs")}
+    for _ in range(T):
+        next_obs, rewards, terminated, truncated, infos = envs.step(np.zeros(2, dtype=np.int64))
+        rows["obs"].append(obs)
+        rows["rewards"].append(rewards.astype(np.float32))  # train stores float32
+        rows["terminated"].append(terminated)
+        rows["truncated"].append(truncated)
+        rows["next_obs"].append(n_step_q.true_next_obs(next_obs, infos))
+        obs = next_obs
+    envs.close()
+    return {k: torch.as_tensor(np.array(v)) for k, v in rows.items()}
+
+
+def test_rollout_and_targets_by_hand():
+    g = 0.5
+    r = collect(5)
+    # env 0: episode 0 is 0 -> 1 -> 2 -> 3 (terminated, reset to 10), then 10 -> 11 -> 12
+    # env 1: 100 -> 101 -> 102 (truncated, reset to 110) -> 111 -> 112 (truncated, reset to 120) -> 121
+    # SAME_STEP autoreset: the row after an episode end starts from the reset observation and is
+    # a real transition (reward 1); there is no extra reset row with reward 0
+    assert r["obs"][:, :, 0].tolist() == [[0, 100], [1, 101], [2, 110], [10, 111], [11, 120]]
+    assert r["next_obs"][:, :, 0].tolist() == [[1, 101], [2, 102], [3, 111], [11, 112], [12, 121]]
+    assert r["rewards"].tolist() == [[1, 1], [2, 2], [3, 1], [1, 2], [2, 1]]
+    assert r["terminated"].tolist() == [[False, False], [False, False], [True, False], [False, False], [False, False]]
+    assert r["truncated"].tolist() == [[False, False], [False, True], [False, False], [False, True], [False, False]]
+
+    targets = n_step_q.n_step_q_targets(linear_q(), r["rewards"], r["next_obs"], r["terminated"], r["truncated"], g)
+
+    def V(s):  # max_a Q(s, a) = 2 s
+        return 2.0 * s
+
+    expected = [
+        # env 0: termination at row 2 stops the sum; rows 3-4 bootstrap at the rollout's end (obs 12)
+        [1 + g * 2 + g**2 * 3, 2 + g * 3, 3, 1 + g * 2 + g**2 * V(12), 2 + g * V(12)],
+        # env 1: truncations at rows 1 and 3 bootstrap from the final observations 102 and 112,
+        # not from the reset observations 110 and 120; row 4 from the rollout's end (121)
+        [1 + g * 2 + g**2 * V(102), 2 + g * V(102), 1 + g * 2 + g**2 * V(112), 2 + g * V(112), 1 + g * V(121)],
+    ]
+    torch.testing.assert_close(targets, torch.tensor(expected).T)
+
+
+def test_paper_epsilons():
+    args = n_step_q.Args(num_envs=10_000, paper_epsilons=True)
+    eps = n_step_q.final_epsilons(args, np.random.default_rng(0))
+    assert set(np.unique(eps)) == {0.01, 0.1, 0.5}
+    assert np.allclose([(eps == 0.1).mean(), (eps == 0.01).mean(), (eps == 0.5).mean()], [0.4, 0.3, 0.3], atol=0.02)
+    assert (n_step_q.final_epsilons(n_step_q.Args(num_envs=3), np.random.default_rng(0)) == 0.01).all()
+    # per-env epsilons decay from the same start to each env's own end
+    assert np.allclose(n_step_q.linear_epsilon(1.0, np.array([0.1, 0.5]), 100, 50), [0.55, 0.75])
+
+
+def test_numpy_policy_matches_torch():
+    q = n_step_q.QNetwork(4, 3, (16, 8))
+    obs = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
+    with torch.no_grad():
+        want = q(torch.from_numpy(obs)).argmax(1).numpy()
+    assert (n_step_q.greedy_policy(q, torch.device("cpu"))(obs) == want).all()
+
+
+def small_args(tmp_path, **kw):
+    kw = {"total_timesteps": 600, "num_envs": 4, "n_steps": 5, "eval_episodes": 2, "run_dir": str(tmp_path),
+          "progress": False, "target_every": 100, **kw}
+    return n_step_q.Args(**kw)
+
+
+def test_smoke(tmp_path):
+    summary = n_step_q.train(small_args(tmp_path, paper_epsilons=True))
+    assert summary["completed"] and summary["error"] is None
+    assert summary["updates"] == 30  # 600 steps / (4 envs * 5 steps), one gradient step per rollout
+    run = Path(summary["run_dir"])
+    assert run.parent == tmp_path and run.name.startswith("CartPole-v1__n_step_q__1__")
+    assert json.loads((run / "config.json").read_text())["algo"] == "n_step_q"
+    assert json.loads((run / "summary.json").read_text()) == summary
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert any(r["episodic_return"] for r in rows) and any(r["loss"] for r in rows) and rows[-1]["eval_return"]
+
+
+def test_determinism(tmp_path):
+    def metrics(sub):
+        s = n_step_q.train(small_args(tmp_path / sub, total_timesteps=2_000))
+        rows = list(csv.DictReader(open(Path(s["run_dir"]) / "metrics.csv")))
+        return [{k: v for k, v in r.items() if k not in ("wall_seconds", "sps")} for r in rows]
+
+    first, second = metrics("a"), metrics("b")
+    assert len(first) > 10 and first == second
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--total-timesteps", "0"], "--total-timesteps must be positive, got 0"),
+        (["--n-steps", "0"], "--n-steps must be positive, got 0"),
+        (["--env", "Pendulum-v1"], "needs a Discrete action space"),
+    ],
+)
+def test_bad_input(tmp_path, argv, message):
+    p = subprocess.run([sys.executable, str(ROOT / "algos" / "n_step_q.py"), *argv, "--run-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("n_step_q: error: ") and message in lines[0], p.stderr
+    assert not any(tmp_path.iterdir())  # no run folder for a run that never started

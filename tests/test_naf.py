@@ -1,0 +1,172 @@
+"""algos/naf.py: the quadratic advantage, targets, in-process smoke and determinism runs, bad input."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import naf
+from naf import Args, NAFNetwork, deterministic_policy, load_policy, lower_triangular, naf_advantage, naf_q_values, naf_targets, train
+
+ROOT = Path(__file__).resolve().parents[1]
+SUMMARY_KEYS = {
+    "algo", "env", "seed", "total_timesteps", "num_envs", "device", "wall_seconds", "sps", "eval_return_mean",
+    "eval_return_std", "eval_episodes", "train_return_last10", "completed", "error", "updates", "run_dir", "versions",
+}
+
+
+def small_args(tmp_path, **kw) -> Args:
+    base = dict(
+        total_timesteps=300, learning_starts=100, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32),
+        eval_episodes=2, run_dir=str(tmp_path), progress=False, device="cpu",
+    )
+    base.update(kw)
+    return Args(**base)
+
+
+def brute_force_L(entries: np.ndarray, A: int) -> np.ndarray:
+    """L [A, A] filled row by row from the lower-triangle entries, diagonal exponentiated."""
+    L, k = np.zeros((A, A)), 0
+    for i in range(A):
+        for j in range(i + 1):
+            L[i, j] = np.exp(entries[k]) if i == j else entries[k]
+            k += 1
+    return L
+
+
+# ---- the quadratic advantage ---------------------------------------------------------------------
+@pytest.mark.parametrize("A", [1, 2, 3, 6])
+def test_P_is_symmetric_positive_definite(A):
+    torch.manual_seed(A)
+    entries = 2.0 * torch.randn(500, A * (A + 1) // 2, dtype=torch.float64)
+    L = lower_triangular(entries, A)  # [B, A, A]
+    assert torch.equal(L, L.tril())
+    P = L @ L.transpose(1, 2)
+    torch.testing.assert_close(P, P.transpose(1, 2))
+    assert (torch.linalg.eigvalsh(P) > 0).all()
+    torch.linalg.cholesky(P)  # raises unless positive definite
+
+
+@pytest.mark.parametrize("A", [1, 2, 4])
+def test_advantage_matches_direct_computation(A):
+    rng = np.random.default_rng(A)
+    B = 50
+    entries, actions, mu = rng.normal(size=(B, A * (A + 1) // 2)), rng.normal(size=(B, A)), rng.normal(size=(B, A))
+    expected = np.empty(B)
+    for b in range(B):
+        L = brute_force_L(entries[b], A)
+        d = actions[b] - mu[b]
+        expected[b] = -0.5 * d @ (L @ L.T) @ d
+    got = naf_advantage(torch.as_tensor(actions), torch.as_tensor(mu), lower_triangular(torch.as_tensor(entries), A))
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-10, atol=1e-12)
+    if A == 1:  # the scalar case written out: -1/2 exp(2 l) (a - mu)^2
+        np.testing.assert_allclose(got.numpy(), -0.5 * np.exp(2 * entries[:, 0]) * (actions[:, 0] - mu[:, 0]) ** 2, rtol=1e-10)
+
+
+@pytest.mark.parametrize("A", [1, 3])
+def test_q_peaks_at_mu_with_value_v(A):
+    torch.manual_seed(0)
+    space = gym.spaces.Box(-2.0, 2.0, (A,), np.float32)
+    net = NAFNetwork(5, space, (16, 16))
+    obs = torch.randn(64, 5)
+    with torch.no_grad():
+        values, mu, L = net(obs)
+        torch.testing.assert_close(naf_q_values(net, obs, mu), values)  # Q(s, mu(s)) = V(s)
+        for _ in range(20):
+            actions = 4 * torch.rand(64, A) - 2
+            assert (naf_q_values(net, obs, actions) <= values + 1e-6).all()  # Q(s, a) <= V(s)
+        # strictly lower away from mu: P is positive definite
+        assert (naf_q_values(net, obs, mu + 0.1) < values).all()
+        torch.testing.assert_close(net.value(obs), values)
+
+
+def test_mu_within_bounds_and_numpy_policy_matches_torch():
+    space = gym.spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([3.0, 5.0], np.float32))
+    torch.manual_seed(0)
+    net = NAFNetwork(4, space, (16,))
+    with torch.no_grad():
+        net.mu_head.weight.mul_(1e4)
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    with torch.no_grad():
+        mu = net(torch.as_tensor(obs))[1].numpy()
+    assert (mu >= space.low - 1e-6).all() and (mu <= space.high + 1e-6).all()
+    assert np.isclose(mu, space.low, atol=1e-3).any() and np.isclose(mu, space.high, atol=1e-3).any()
+    np.testing.assert_allclose(deterministic_policy(net, torch.device("cpu"))(obs), mu, rtol=1e-5, atol=1e-5)
+
+
+class ConstantValue(torch.nn.Module):
+    def value(self, obs):
+        return obs[:, 0] * 10.0
+
+
+def test_targets_bootstrap_from_the_target_value():
+    next_obs = torch.tensor([[1.0, 0.0], [-0.5, 2.0], [3.0, 1.0]])
+    rewards = torch.tensor([1.0, 2.0, -1.0])
+    terminated = torch.tensor([0.0, 0.0, 1.0])
+    targets = naf_targets(ConstantValue(), rewards, next_obs, terminated, gamma=0.5)
+    torch.testing.assert_close(targets, torch.tensor([1.0 + 0.5 * 10.0, 2.0 + 0.5 * -5.0, -1.0]))
+    assert not targets.requires_grad
+
+
+# ---- training runs -------------------------------------------------------------------------------
+def test_smoke_run_takes_gradient_steps_and_writes_the_run_folder(tmp_path):
+    summary = train(small_args(tmp_path, eval_every=150, gradient_steps=2))
+    assert summary["completed"] and summary["error"] is None
+    assert set(summary) == SUMMARY_KEYS
+    assert summary["updates"] == 400 and summary["total_timesteps"] == 300
+    run = Path(summary["run_dir"])
+    assert json.loads((run / "summary.json").read_text()) == summary
+    assert json.loads((run / "config.json").read_text())["algo"] == "naf"
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert sum(1 for r in rows if r["loss"]) == 4
+    assert sum(1 for r in rows if r["eval_return"]) == 2
+    assert np.isfinite(summary["eval_return_mean"])
+
+
+def test_smoke_run_multi_dim_actions_ou_noise_save_and_load(tmp_path):
+    summary = train(small_args(tmp_path, env_id="Reacher-v5", num_envs=2, noise="ou", save_model=True))
+    assert summary["completed"]
+    assert summary["updates"] == 200  # one per env step after learning_starts, 2 envs stepped together
+    act = load_policy(small_args(tmp_path, env_id="Reacher-v5"), str(Path(summary["run_dir"]) / "model.pt"))
+    actions = act(np.zeros((3, 10), dtype=np.float32))
+    assert actions.shape == (3, 2) and (np.abs(actions) <= 1.0).all()
+
+
+def test_same_seed_gives_identical_metrics(tmp_path):
+    rows = []
+    for k in range(2):
+        summary = train(small_args(tmp_path / str(k), total_timesteps=250))
+        with open(Path(summary["run_dir"]) / "metrics.csv") as f:
+            rows.append([{key: v for key, v in r.items() if key not in ("wall_seconds", "sps")} for r in csv.DictReader(f)])
+    assert rows[0] == rows[1] and len(rows[0]) > 1
+
+
+def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(naf, "naf_targets", lambda *a, **k: torch.full((32,), float("nan")))
+    summary = train(small_args(tmp_path))
+    assert not summary["completed"] and "loss became nan" in summary["error"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--env", "CartPole-v1"], "needs a continuous (Box) action space"),
+        (["--batch-size", "64", "--buffer-size", "10"], "--batch-size 64 is larger than --buffer-size 10"),
+    ],
+)
+def test_bad_input_gives_one_line_and_exit_2(tmp_path, argv, message):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "algos" / "naf.py"), *argv, "--run-dir", str(tmp_path), "--no-progress"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("naf: error: ") and message in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not any(tmp_path.iterdir())
