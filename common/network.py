@@ -48,6 +48,32 @@ def soft_update(target: nn.Module, online: nn.Module, rate: float) -> None:
         torch._foreach_lerp_(target_floats, online_floats, rate)
 
 
+def _flatten(params: list[nn.Parameter]) -> tuple[nn.Parameter, torch.Tensor]:
+    """Re-home `params` (and their gradients) as views into one flat parameter (and one flat grad).
+
+    Values are unchanged and the module keeps its own Parameter objects; only their storage
+    moves. In-place updates of the flat tensor (the optimizer's) are in-place updates of the
+    module's weights, and autograd accumulates each layer's gradient into its slice of the flat
+    grad. Call before anything keeps a view of the old storage, and never `.to()` the module
+    afterwards (that would silently break the sharing).
+    """
+    if not params:
+        raise ValueError("the network has no trainable parameters")
+    if len({(p.dtype, p.device) for p in params}) > 1:
+        raise ValueError("all trainable parameters must share one dtype and device")
+    flat = torch.cat([p.detach().reshape(-1) for p in params])
+    flat_grad = torch.zeros_like(flat)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.data = flat[offset : offset + n].view_as(p)
+        p.grad = flat_grad[offset : offset + n].view_as(p)
+        offset += n
+    flat_param = nn.Parameter(flat)  # shares `flat`'s storage
+    flat_param.grad = flat_grad
+    return flat_param, flat_grad
+
+
 def _tensors(module: nn.Module) -> list[torch.Tensor]:
     tensors = list(module.parameters()) + list(module.buffers())
     return tensors
@@ -99,11 +125,16 @@ class NetworkWrapper:
             self.target = copy.deepcopy(self.online)
             self.target.requires_grad_(False)
         self.params = [p for p in self.online.parameters() if p.requires_grad]
+        self.flat_param, self.flat_grad = _flatten(self.params)
+        self.grad_views = [p.grad for p in self.params]
+        # the optimizer sees one flat tensor: zeroing, the norm, clipping and Adam are one kernel each
+        # instead of one per layer (per-op dispatch, not arithmetic, dominates small networks on CPU)
+        opt_params = [self.flat_param]
         if optimizer == "adam":
-            # fused: one kernel for the whole update, ~2.5x faster than foreach for small networks
-            self.optimizer = torch.optim.Adam(self.params, lr=lr, betas=betas, eps=eps, weight_decay=l2, fused=True)
+            # fused: the whole update in one kernel, ~2.5x faster than foreach for small networks
+            self.optimizer = torch.optim.Adam(opt_params, lr=lr, betas=betas, eps=eps, weight_decay=l2, fused=True)
         elif optimizer == "rmsprop":
-            self.optimizer = torch.optim.RMSprop(self.params, lr=lr, alpha=alpha, eps=eps, weight_decay=l2)
+            self.optimizer = torch.optim.RMSprop(opt_params, lr=lr, alpha=alpha, eps=eps, weight_decay=l2)
         else:
             raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {optimizer!r}")
         self.scheduler = None
@@ -125,14 +156,17 @@ class NetworkWrapper:
             loss = (loss * weights).mean()
         elif loss.dim() > 0:
             loss = loss.mean()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.flat_grad.zero_()
+        for p, g in zip(self.params, self.grad_views):
+            if p.grad is not g:  # someone called module.zero_grad(): re-link .grad to the flat grad
+                p.grad = g
         loss.backward()
-        grads = [p.grad for p in self.params if p.grad is not None]
-        grad_norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+        grad_norm = self.flat_grad.norm()
         if self.clip_grad_norm is not None:
-            torch.nn.utils.clip_grads_with_norm_(self.params, self.clip_grad_norm, grad_norm)
+            # torch's convention: scale by max_norm / (norm + 1e-6) when the norm exceeds max_norm
+            self.flat_grad.mul_(torch.clamp(self.clip_grad_norm / (grad_norm + 1e-6), max=1.0))
         if self.clip_grad_value is not None:
-            torch.nn.utils.clip_grad_value_(self.params, self.clip_grad_value)
+            self.flat_grad.clamp_(-self.clip_grad_value, self.clip_grad_value)
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()

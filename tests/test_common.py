@@ -158,6 +158,28 @@ def test_train_step_value_clipping_importance_weights_and_l2():
         w.train_step(per_sample.detach().requires_grad_(), torch.ones(5))
 
 
+def test_flat_parameters_are_the_modules_weights():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
+    before = copy.deepcopy(net.state_dict())
+    w = NetworkWrapper(net, lr=0.1)
+    for k, v in net.state_dict().items():
+        assert torch.equal(v, before[k])  # flattening does not change values
+    assert w.flat_param.numel() == sum(p.numel() for p in net.parameters())
+    x = torch.randn(4, 3)
+    ref = copy.deepcopy(net)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=0.1)
+    for step in range(3):
+        if step == 1:
+            net.zero_grad()  # sets .grad to None: the wrapper must re-link, not train on stale zeros
+        w.train_step(net(x).pow(2).mean())
+        ref_opt.zero_grad()
+        ref(x).pow(2).mean().backward()
+        ref_opt.step()
+    for a, b in zip(net.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b)
+
+
 def test_lr_decay_and_bad_optimizer():
     w = NetworkWrapper(nn.Linear(2, 1), lr=1.0, lr_lambda=lambda u: 1.0 - u / 10)
     for _ in range(4):

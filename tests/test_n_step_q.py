@@ -44,7 +44,7 @@ class ScriptedEnv(gym.Env):
         return self._obs(), float(self.t), self.t == self.term_at, self.t == self.trunc_at, {}
 
 
-gym.register("ScriptedRollout-v0", entry_point=ScriptedEnv)
+gym.register("NStepQScripted-v0", entry_point=ScriptedEnv)
 
 
 def linear_q(scale: tuple[float, ...] = (1.0, 2.0)) -> nn.Module:
@@ -58,7 +58,7 @@ def linear_q(scale: tuple[float, ...] = (1.0, 2.0)) -> nn.Module:
 
 def collect(T: int):
     """A rollout of T steps of 2 scripted envs, stored the way n_step_q.train stores it."""
-    envs = n_step_q.make_env("ScriptedRollout-v0", 2)
+    envs = n_step_q.make_env("NStepQScripted-v0", 2)
     obs, _ = envs.reset(seed=0)
     rows = {k: [] for k in ("obs", "rewards", "terminated", "truncated", "next_obs")}
     for _ in range(T):

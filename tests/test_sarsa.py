@@ -44,7 +44,7 @@ class ScriptedEnv(gym.Env):
         return self._obs(), float(self.t), self.t == self.term_at, self.t == self.trunc_at, {}
 
 
-gym.register("ScriptedRollout-v0", entry_point=ScriptedEnv)
+gym.register("SarsaScripted-v0", entry_point=ScriptedEnv)
 
 
 def linear_q(scale: tuple[float, ...] = (1.0, 2.0)) -> nn.Module:
@@ -64,7 +64,7 @@ def greedy_zero_at_reset(obs):
 def collect(T: int, epsilon: float = 0.0, seed: int = 0):
     """A rollout of T steps of 2 scripted envs, acted and stored the way sarsa.train does it."""
     rng = np.random.default_rng(seed)
-    envs = sarsa.make_env("ScriptedRollout-v0", 2)
+    envs = sarsa.make_env("SarsaScripted-v0", 2)
     obs, _ = envs.reset(seed=0)
     actions = sarsa.select_actions(greedy_zero_at_reset, obs, epsilon, 2, rng)
     rows = {k: [] for k in ("obs", "actions", "rewards", "terminated", "truncated", "next_obs", "next_actions")}
