@@ -97,7 +97,7 @@ class Args:
     """decay the learning rate linearly to 0 over training"""
     gamma: float = 0.99
     """discount"""
-    target_every: int = 1_000
+    target_every: int = 500
     """env steps between target syncs (hard copies), checked after each gradient step"""
     start_epsilon: float = 1.0
     """exploration epsilon at the start"""

@@ -269,7 +269,8 @@ def sarsa_targets(
         next_q = q_values(next_obs)  # [T, B, A]
         if expected:
             n_actions = next_q.shape[-1]
-            greedy = (q_policy or q_values)(next_obs).argmax(-1, keepdim=True)  # [T, B, 1]
+            policy_q = next_q if q_policy is None or q_policy is q_values else q_policy(next_obs)  # [T, B, A]
+            greedy = policy_q.argmax(-1, keepdim=True)  # [T, B, 1]
             probs = (epsilon / n_actions).unsqueeze(-1).expand_as(next_q).clone()  # [T, B, A]
             probs.scatter_add_(-1, greedy, (1.0 - epsilon).unsqueeze(-1).expand_as(greedy))
             next_values = (probs * next_q).sum(-1)  # [T, B]

@@ -6,8 +6,10 @@ given gradients), the optimizer, an optional learning-rate schedule and gradient
 minimised and the global L2 norm of the gradient *before* clipping, both as detached 0-d
 tensors so that no host/device synchronisation happens unless the caller asks for `.item()`.
 
-Gradient averaging across several worker processes (Coach's "global" network) belongs between
-`backward()` and the norm computation in `train_step`; a single process does nothing there.
+Several worker processes (Coach's "global" network, launched by torchrun; common/distributed.py):
+the wrapper joins the process group, starts every worker from rank 0's weights and, between
+`backward()` and the norm in `train_step`, replaces the flat gradient by its average over the
+workers with one all_reduce. A single process does nothing extra.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Callable, Iterable
 
 import torch
 from torch import nn
+
+from common import distributed as _distributed
 
 
 @torch.no_grad()
@@ -96,6 +100,8 @@ class NetworkWrapper:
         clip_grad_value: clip every gradient element to [-v, v] (None: no clipping).
         target: keep a target copy (`self.target`), equal to the online network at start.
         device: where the networks live.
+        distributed: average gradients over the torchrun workers (None: when launched as one of
+            several; False: a local network, e.g. built by rank 0 alone for evaluation).
     """
 
     def __init__(
@@ -113,6 +119,7 @@ class NetworkWrapper:
         clip_grad_value: float | None = None,
         target: bool = False,
         device: torch.device | str = "cpu",
+        distributed: bool | None = None,
     ):
         if clip_grad_norm is not None and clip_grad_norm <= 0:
             raise ValueError(f"clip_grad_norm must be positive, got {clip_grad_norm}")
@@ -127,6 +134,12 @@ class NetworkWrapper:
         self.params = [p for p in self.online.parameters() if p.requires_grad]
         self.flat_param, self.flat_grad = _flatten(self.params)
         self.grad_views = [p.grad for p in self.params]
+        self.world_size = 1
+        if distributed is None:
+            distributed = _distributed.launched()
+        if distributed:
+            self.world_size = _distributed.init(self.device)
+            self._start_from_rank_0()
         # the optimizer sees one flat tensor: zeroing, the norm, clipping and Adam are one kernel each
         # instead of one per layer (per-op dispatch, not arithmetic, dominates small networks on CPU)
         opt_params = [self.flat_param]
@@ -161,6 +174,8 @@ class NetworkWrapper:
             if p.grad is not g:  # someone called module.zero_grad(): re-link .grad to the flat grad
                 p.grad = g
         loss.backward()
+        if self.world_size > 1:
+            _distributed.average_(self.flat_grad)  # one all_reduce; every worker now steps identically
         grad_norm = self.flat_grad.norm()
         if self.clip_grad_norm is not None:
             # torch's convention: scale by max_norm / (norm + 1e-6) when the norm exceeds max_norm
@@ -172,6 +187,17 @@ class NetworkWrapper:
             self.scheduler.step()
         self.updates += 1
         return loss.detach(), grad_norm.detach()
+
+    def _start_from_rank_0(self) -> None:
+        """Copy rank 0's parameters and buffers to every worker (and into the target copy)."""
+        sizes = _distributed.gather(torch.tensor([self.flat_param.numel()], device=self.device)).tolist()
+        if len(set(sizes)) > 1:
+            raise ValueError(f"the network differs across workers: {', '.join(f'rank {r} has {n} parameters' for r, n in enumerate(sizes))}")
+        _distributed.broadcast_(self.flat_param.data)
+        for b in self.online.buffers():
+            _distributed.broadcast_(b)
+        if self.target is not None:
+            soft_update(self.target, self.online, 1.0)
 
     def sync(self, rate: float = 1.0) -> None:
         """Move the target towards the online network: rate 1 copies, 0.005 is a soft update."""

@@ -175,6 +175,24 @@ def test_determinism(tmp_path):
     assert len(first) > 10 and first == second
 
 
+def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(sarsa, "sarsa_targets", lambda rewards, *a, **k: torch.full_like(rewards, float("nan")))
+    args = small_args(tmp_path)
+    assert sarsa.main(args) == 1
+    summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
+    assert not summary["completed"] and summary["error"].startswith("loss became nan")
+
+
+def test_interrupt_writes_logs(tmp_path, monkeypatch):
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sarsa, "evaluate", interrupt)  # Ctrl-C during the final evaluation
+    assert sarsa.main(small_args(tmp_path)) == 130
+    summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
+    assert summary["completed"] is False and summary["error"] == "interrupted" and summary["total_timesteps"] == 600
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

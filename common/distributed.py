@@ -1,0 +1,172 @@
+"""Several workers, one network: synchronous data-parallel training on torch.distributed.
+
+`torchrun --nproc-per-node N algos/a2c.py ...` starts N copies of a script; each worker steps
+its own envs and holds its own copy of the network. torchrun sets RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR and MASTER_PORT; without them (plain `python algos/a2c.py`) `world_size()` is 1,
+no process group is created and every helper here returns at once, so a single process behaves
+exactly as before.
+
+`NetworkWrapper` uses this module: it joins the process group, starts every worker from rank
+0's weights and replaces each worker's gradient by the workers' average, with one all_reduce of
+the flat gradient, before the norm, the clipping and the optimizer step (Coach's synchronous
+"scale down gradients by the number of workers" mode). Every copy then takes the same step
+from the same weights with the same optimizer state, so the copies stay identical without
+weights ever being sent again. With equal per-worker batches and a per-batch mean loss, the
+average is exactly the gradient of the concatenated batch.
+
+Bad set-ups end the job instead of hanging: the process group has a timeout (a worker that
+never arrives or stops answering raises after `timeout` seconds, default 300, or
+$RL_DIST_TIMEOUT; torchrun also stops the others when one exits with an error), and
+`check_same` compares a hash of the run's config so mismatched arguments are named before any
+training starts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_TIMEOUT = 300.0  # seconds; must exceed the longest stretch one rank works alone (rank 0's evaluation)
+_device = torch.device("cpu")  # where collectives put their tensors: cpu for gloo, the local GPU for nccl
+
+
+def launched() -> bool:
+    """True in a process started as one of several workers (torchrun with WORLD_SIZE > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def world_size() -> int:
+    """Number of workers (1 without torchrun)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def rank() -> int:
+    """This worker's index in [0, world_size) (0 without torchrun)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", "0"))
+
+
+def is_main() -> bool:
+    """Rank 0: the one worker that logs, evaluates and writes the run folder."""
+    return rank() == 0
+
+
+def init(device: torch.device | str = "cpu", timeout: float | None = None) -> int:
+    """Join the process group when launched as one of several workers; returns the world size.
+
+    Idempotent. gloo for CPU networks, nccl for CUDA ones (then each worker uses the GPU numbered
+    by its LOCAL_RANK, so `torch.device("cuda")` means that GPU). Raises RuntimeError with the
+    address when the group cannot be formed within `timeout` seconds.
+    """
+    global _device
+    if not launched():
+        return 1
+    if dist.is_initialized():
+        return dist.get_world_size()
+    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise RuntimeError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} but {', '.join(missing)} unset: launch the workers with torchrun")
+    if timeout is None:
+        timeout = float(os.environ.get("RL_DIST_TIMEOUT", DEFAULT_TIMEOUT))
+    device = torch.device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        _device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        _device = torch.device("cpu")
+    where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    try:
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+    except Exception as e:  # the store or the barrier timed out, or the address is unreachable
+        raise RuntimeError(
+            f"rank {os.environ['RANK']}: could not form a group of {os.environ['WORLD_SIZE']} workers at {where} "
+            f"within {timeout:.0f}s ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        ) from None
+    atexit.register(shutdown)
+    return dist.get_world_size()
+
+
+def shutdown() -> None:
+    """Leave the process group (if any); safe to call twice."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def check_same(config: dict, what: str = "arguments") -> None:
+    """Raise ValueError on every worker unless all workers hold the same `config` (a JSON-able dict).
+
+    One all_gather of an 8-byte hash; only on a mismatch are the configs themselves gathered,
+    to name the fields that differ.
+    """
+    if world_size() <= 1:
+        return
+    text = json.dumps(config, sort_keys=True, default=str)
+    digest = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little", signed=True)
+    hashes = [int(h) for h in gather(torch.tensor([digest], dtype=torch.int64, device=_device))]
+    if len(set(hashes)) == 1:
+        return
+    configs: list = [None] * world_size()
+    _collective("gather the configs", dist.all_gather_object, configs, json.loads(text))
+    differ = []
+    for key in sorted(set().union(*(c.keys() for c in configs))):
+        values = [c.get(key, "<missing>") for c in configs]
+        if any(v != values[0] for v in values):
+            differ.append(f"{key}: " + ", ".join(f"rank {r} has {v!r}" for r, v in enumerate(values)))
+    raise ValueError(f"{what} differ across the {len(configs)} workers ({'; '.join(differ)}); give every worker the same command")
+
+
+@torch.no_grad()
+def broadcast_(tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+    """Overwrite `tensor` in place with rank `src`'s values (no-op in one process)."""
+    if world_size() > 1:
+        _collective("broadcast", dist.broadcast, tensor, src)
+    return tensor
+
+
+@torch.no_grad()
+def average_(tensor: torch.Tensor) -> torch.Tensor:
+    """Replace `tensor` in place by its mean over the workers: one all_reduce (no-op in one process).
+
+    SUM then divide: ReduceOp.AVG exists only for nccl.
+    """
+    n = world_size()
+    if n > 1:
+        _collective("all_reduce the gradient", dist.all_reduce, tensor)
+        tensor.div_(n)
+    return tensor
+
+
+@torch.no_grad()
+def gather(tensor: torch.Tensor) -> torch.Tensor:
+    """Every worker's `tensor` (same shape on all) concatenated along dim 0, in rank order.
+
+    For statistics that must stay identical on all workers (e.g. running observation
+    normalisation fed by every worker's rollout). Returns `tensor` itself in one process.
+    """
+    n = world_size()
+    if n <= 1:
+        return tensor
+    local = tensor.to(_device).contiguous()
+    out = torch.empty((n * local.shape[0], *local.shape[1:]), dtype=local.dtype, device=_device)
+    _collective("all_gather", dist.all_gather_into_tensor, out, local)
+    return out.to(tensor.device)
+
+
+def _collective(what: str, fn, *args) -> None:
+    try:
+        fn(*args)
+    except Exception as e:  # a peer closed its connection (died) or the timeout passed
+        raise RuntimeError(
+            f"rank {rank()} of {world_size()}: {what} failed, another worker died or stopped answering "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        ) from None
