@@ -13,7 +13,8 @@ categorical for Discrete actions and a diagonal Gaussian with a state-independen
 actions (sampled unclipped, clipped to the bounds only at the env).
 
 Deviations from the paper:
-- Synchronous: one process, one optimizer, parallel envs instead of asynchronous workers.
+- Synchronous: parallel envs in one process, or several processes under torchrun that average
+  their gradients every update (common.distributed), instead of asynchronous workers.
 - Separate actor and critic MLPs with tanh and orthogonal init by default (Stable-Baselines3's
   A2C); `--shared-torso` gives the paper's shared torso with two heads.
 - torch's RMSprop (eps added outside the square root) with its own statistics, not the paper's
@@ -25,8 +26,10 @@ Deviations from the paper:
 
 Run:
     python algos/a2c.py --env CartPole-v1 --seed 1
+    torchrun --nproc-per-node 2 algos/a2c.py --env CartPole-v1 --seed 1   # 2 workers, one network
 
-Uses from common: NetworkWrapper (network, RMSprop/Adam, clipping), n_step_returns.
+Uses from common: NetworkWrapper (network, RMSprop/Adam, clipping), n_step_returns,
+distributed (torchrun workers).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -53,7 +56,7 @@ from gymnasium.vector import AutoresetMode
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/a2c.py` finds common/
-from common import NetworkWrapper, n_step_returns  # noqa: E402
+from common import NetworkWrapper, distributed, n_step_returns  # noqa: E402
 
 ALGO = "a2c"
 
@@ -64,11 +67,11 @@ class Args:
     env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
     """gymnasium environment id (discrete or continuous actions)"""
     seed: int = 1
-    """seed of python, numpy, torch, the envs and the action sampler"""
+    """seed of python, numpy, torch, the envs and the action sampler (worker r of several: seed + r * num_envs)"""
     total_timesteps: int = 500_000
-    """env steps to train for, summed over all envs"""
+    """env steps to train for, summed over all envs of all workers"""
     num_envs: int = 8
-    """parallel envs stepped together"""
+    """parallel envs stepped together (per worker under torchrun)"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """where the networks live (auto: cuda if available)"""
     torch_threads: int = 1
@@ -124,6 +127,8 @@ class Args:
     """one torso with a policy head and a value head (the paper) instead of separate actor and critic"""
     log_std_init: float = 0.0
     """initial log standard deviation of the Gaussian policy (Box actions)"""
+    bounded_mean: bool = False
+    """squash the Gaussian mean into the action bounds with tanh (the sample stays unclipped)"""
     normalize_obs: bool = False
     """normalise observations by a running mean and std (saved with the model)"""
     normalize_reward: bool = False
@@ -260,6 +265,7 @@ class ActorCritic(nn.Module):
     def __init__(
         self, obs_dim: int, action_dim: int, discrete: bool, hidden_sizes: tuple[int, ...],
         shared_torso: bool = False, activation: str = "tanh", normalize_obs: bool = False, log_std_init: float = 0.0,
+        mean_bounds: tuple[np.ndarray, np.ndarray] | None = None,
     ):
         super().__init__()
         act = nn.Tanh if activation == "tanh" else nn.ReLU
@@ -270,6 +276,11 @@ class ActorCritic(nn.Module):
         self.policy_head = nn.Linear(hidden_sizes[-1], action_dim)
         self.value_head = nn.Linear(hidden_sizes[-1], 1)
         self.log_std = None if discrete else nn.Parameter(torch.full((action_dim,), float(log_std_init)))
+        # optional mean = center + half_range * tanh(.): an unbounded mean can run far outside the
+        # bounds, where every sample is clipped to the same action and exploration stops there
+        low, high = (None, None) if mean_bounds is None else (torch.as_tensor(np.asarray(b, dtype=np.float32)) for b in mean_bounds)
+        self.register_buffer("mean_center", None if low is None else (high + low) / 2)
+        self.register_buffer("mean_half_range", None if low is None else (high - low) / 2)
         # orthogonal init (as Baselines and SB3): sqrt(2) in the torso, small policy head so the
         # initial policy is near uniform / near zero-mean, unit gain for the value
         for m in self.modules():
@@ -283,7 +294,11 @@ class ActorCritic(nn.Module):
         x = obs if self.obs_norm is None else self.obs_norm(obs)
         h = self.actor_torso(x)
         hv = h if self.critic_torso is None else self.critic_torso(x)
-        return self.policy_head(h), self.value_head(hv).squeeze(-1)  # [N, A], [N]
+        return self.policy(h), self.value_head(hv).squeeze(-1)  # [N, A], [N]
+
+    def policy(self, h: torch.Tensor) -> torch.Tensor:
+        head = self.policy_head(h)  # [N, A]
+        return head if self.mean_center is None else self.mean_center + self.mean_half_range * torch.tanh(head)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs if self.obs_norm is None else self.obs_norm(obs)
@@ -377,7 +392,7 @@ def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray],
             with torch.no_grad():
                 x = torch.as_tensor(obs, dtype=torch.float32, device=device)
                 x = x if net.obs_norm is None else net.obs_norm(x)
-                return net.policy_head(net.actor_torso(x)).cpu().numpy()
+                return net.policy(net.actor_torso(x)).cpu().numpy()
 
         return head_torch
     layers = []
@@ -388,6 +403,9 @@ def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray],
             layers.append(np.tanh if isinstance(m, nn.Tanh) else _relu)
         else:
             raise TypeError(f"numpy policy supports Linear, Tanh and ReLU layers, not {type(m).__name__}")
+    if net.mean_center is not None:
+        center, half_range = net.mean_center.numpy(), net.mean_half_range.numpy()
+        layers.append(lambda x: center + half_range * np.tanh(x))
     norm = net.obs_norm
     stats = None if norm is None else (norm.mean.numpy(), norm.var.numpy())
 
@@ -445,9 +463,12 @@ def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[n
 def build_network(args: Args, envs: gym.vector.VectorEnv) -> ActorCritic:
     space = envs.single_action_space
     discrete = isinstance(space, gym.spaces.Discrete)
+    if args.bounded_mean and not discrete and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+        raise ValueError(f"--bounded-mean needs finite action bounds; {args.env_id} has {space}")
     return ActorCritic(
         int(np.prod(envs.single_observation_space.shape)), int(space.n) if discrete else int(space.shape[0]), discrete,
         tuple(args.hidden_sizes), args.shared_torso, args.activation, args.normalize_obs, args.log_std_init,
+        (space.low, space.high) if args.bounded_mean and not discrete else None,
     )
 
 
@@ -455,7 +476,10 @@ def build_network(args: Args, envs: gym.vector.VectorEnv) -> ActorCritic:
 class RunLog:
     """Run folder, config.json, metrics.csv (one row per event), progress line, wandb, summary.json."""
 
-    def __init__(self, args: Args, fields: list[str]):
+    def __init__(self, args: Args, fields: list[str], write: bool = True):
+        self.write, self.path, self.start, self.next_check = write, None, time.perf_counter(), 0
+        if not write:  # torchrun workers other than rank 0: the same calls, nothing written or printed
+            return
         stamp = time.strftime("%Y%m%d-%H%M%S")
         base = Path(args.run_dir) / f"{args.env_id}__{ALGO}__{args.seed}__{stamp}"
         path, k = base, 1
@@ -486,6 +510,8 @@ class RunLog:
         return time.perf_counter() - self.start
 
     def log(self, global_step: int, **metrics: float) -> None:
+        if not self.write:
+            return
         self.csv.writerow({"global_step": global_step, "wall_seconds": round(self.elapsed(), 3), **metrics})
         if self.wandb is not None:
             self.wandb.log(metrics, step=global_step)
@@ -493,6 +519,8 @@ class RunLog:
     def progress(self, global_step: int, recent_returns: list[float], force: bool = False) -> None:
         """A line with steps, steps/s, ETA and recent return: redrawn on a terminal, every 10% in a log."""
         self.next_check = global_step + 1000
+        if not self.write:
+            return
         now = time.perf_counter()
         if now - self.last_flush > 5.0:
             self.file.flush()
@@ -519,6 +547,8 @@ class RunLog:
             self.next_mark += 0.1
 
     def close(self, summary: dict) -> None:
+        if not self.write:
+            return
         if self.show and self.tty:
             print()
         self.file.close()
@@ -536,19 +566,23 @@ def train(args: Args) -> dict:
     validate(args)
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
     torch.set_num_threads(args.torch_threads)
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    rng = np.random.default_rng(args.seed)  # action sampling
+    world = distributed.init(device)  # torchrun workers; 1 (no process group) in a plain process
+    distributed.check_same(asdict(args))  # mismatched command lines fail here, on every worker
+    # worker r seeds env i with seed + r * num_envs + i: no two envs share a seed; rank 0 is the one-process run
+    seed = args.seed + distributed.rank() * args.num_envs
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # the network's init is overwritten by rank 0's anyway
+    rng = np.random.default_rng(seed)  # action sampling
 
     envs = make_env(args.env_id, args.num_envs)
-    envs.action_space.seed(args.seed)
-    envs.single_action_space.seed(args.seed)
+    envs.action_space.seed(seed)
+    envs.single_action_space.seed(seed)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     space = envs.single_action_space
     discrete = isinstance(space, gym.spaces.Discrete)
     B, T = args.num_envs, args.n_steps
-    num_updates = math.ceil(args.total_timesteps / (B * T))
+    num_updates = math.ceil(args.total_timesteps / (B * T * world))  # each update: every worker's rollout
 
     net = NetworkWrapper(
         build_network(args, envs), lr=args.learning_rate, optimizer=args.optimizer, eps=args.optimizer_eps,
@@ -568,8 +602,10 @@ def train(args: Args) -> dict:
     rollout_rewards = np.zeros((T, B), dtype=np.float32)
     rollout_terminated = np.zeros((T, B), dtype=np.float32)
     rollout_truncated = np.zeros((T, B), dtype=np.float32)
-    log = RunLog(args, ["episodic_return", "episodic_length", "loss", "policy_loss", "value_loss", "entropy", "grad_norm", "sps", "eval_return", "eval_return_std"])
-    print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {log.path}", flush=True)
+    log = RunLog(args, ["episodic_return", "episodic_length", "loss", "policy_loss", "value_loss", "entropy", "grad_norm", "sps", "eval_return", "eval_return_std"], write=distributed.is_main())
+    if log.write:
+        workers = f" x {world} workers" if world > 1 else ""
+        print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}{workers}; run folder {log.path}", flush=True)
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
 
     recent_returns: list[float] = []
@@ -578,13 +614,13 @@ def train(args: Args) -> dict:
     eval_returns = np.array([])
     train_seconds = 0.0
     try:
-        obs, _ = envs.reset(seed=args.seed)
+        obs, _ = envs.reset(seed=seed)
         obs = obs.reshape(B, obs_dim)
         for _ in range(num_updates):
             prev_step = global_step
             # rollout: T steps of all envs with the current policy (one numpy actor forward per step)
             for t in range(T):
-                global_step += B
+                global_step += B * world  # all workers step in lockstep
                 actions = sample_actions(policy_head(obs), std, rng)
                 env_actions = actions if discrete else np.clip(actions, space.low, space.high)
                 next_obs, rewards, terminated, truncated, infos = envs.step(env_actions)
@@ -619,42 +655,45 @@ def train(args: Args) -> dict:
                 logp, entropy, values, advantages.reshape(-1), returns.reshape(-1), args.value_coef, args.entropy_coef,
             )
             loss, grad_norm = net.train_step(loss)
-            if not math.isfinite(loss.item()):  # a NaN policy would feed NaN actions to the envs
-                raise FloatingPointError(f"loss became {loss.item()} at step {global_step}; lower --learning-rate or clip gradients")
+            # a NaN policy would feed NaN actions to the envs; grad_norm is shared by all workers, so
+            # a NaN on any one of them stops every worker at this same update
+            if not (math.isfinite(loss.item()) and math.isfinite(grad_norm.item())):
+                raise FloatingPointError(f"loss became {loss.item()} (gradient norm {grad_norm.item()}) at step {global_step}; lower --learning-rate or clip gradients")
             if std is not None:
                 std = ac.log_std.detach().exp().cpu().numpy()
             if ac.obs_norm is not None:  # after the update, so the rollout acted and learned with one policy
-                ac.obs_norm.update(torch.from_numpy(rollout_obs).to(device))
+                ac.obs_norm.update(distributed.gather(torch.from_numpy(rollout_obs).to(device)))  # every worker's obs: equal statistics
             if net.updates % 100 == 0:
                 log.log(global_step, loss=loss.item(), policy_loss=policy_loss.item(), value_loss=value_loss.item(),
                         entropy=entropy_mean.item(), grad_norm=grad_norm.item(), sps=round(global_step / log.elapsed()))
 
-            if args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
+            if log.write and args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
                 r = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000)
                 log.log(global_step, eval_return=float(r.mean()), eval_return_std=float(r.std()))
             if global_step >= log.next_check:
                 log.progress(global_step, recent_returns)
         train_seconds = log.elapsed()
-        video_dir = str(log.path / "videos") if args.capture_video else None
-        eval_returns = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000, video_dir)
-        log.log(global_step, eval_return=float(eval_returns.mean()), eval_return_std=float(eval_returns.std()))
+        if log.write:  # rank 0 evaluates for all workers
+            video_dir = str(log.path / "videos") if args.capture_video else None
+            eval_returns = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000, video_dir)
+            log.log(global_step, eval_return=float(eval_returns.mean()), eval_return_std=float(eval_returns.std()))
         completed = True
     except KeyboardInterrupt:
         error = "interrupted"
         print(f"\n{ALGO}: interrupted at step {global_step:,}; writing logs", file=sys.stderr)
-    except FloatingPointError as e:
+    except (FloatingPointError, distributed.WorkerError) as e:
         error = str(e)
         print(f"\n{ALGO}: stopped: {e}", file=sys.stderr)
     finally:
         envs.close()
         if previous_handler is not None:
             signal.signal(signal.SIGTERM, previous_handler)
-    if args.save_model and (completed or error == "interrupted"):  # a NaN model is not worth keeping
+    if args.save_model and log.write and (completed or error == "interrupted"):  # a NaN model is not worth keeping
         torch.save(ac.state_dict(), log.path / "model.pt")
     train_seconds = train_seconds or log.elapsed()
     summary = {
         "algo": ALGO, "env": args.env_id, "seed": args.seed, "total_timesteps": global_step,
-        "num_envs": B, "device": str(device), "wall_seconds": round(log.elapsed(), 2),
+        "num_envs": B, "world_size": world, "device": str(device), "wall_seconds": round(log.elapsed(), 2),
         "sps": round(global_step / max(train_seconds, 1e-9), 1),
         "eval_return_mean": float(eval_returns.mean()) if len(eval_returns) else None,
         "eval_return_std": float(eval_returns.std()) if len(eval_returns) else None,
@@ -665,7 +704,7 @@ def train(args: Args) -> dict:
     }
     log.progress(global_step, recent_returns, force=True)
     log.close(summary)
-    if completed:
+    if completed and log.write:
         print(f"{ALGO}: done in {summary['wall_seconds']:.1f}s ({summary['sps']:,.0f} steps/s); "
               f"eval return {summary['eval_return_mean']:.2f} +- {summary['eval_return_std']:.2f} over {len(eval_returns)} episodes", flush=True)
     return summary
@@ -678,12 +717,14 @@ def _main_thread() -> bool:
 
 
 def main(args: Args) -> int:
-    """Exit status: 0 done, 1 stopped by a NaN loss, 2 bad input, 130 interrupted."""
+    """Exit status: 0 done, 1 stopped by a NaN loss or a lost worker, 2 bad input or set-up, 130 interrupted."""
     try:
         summary = train(args)
-    except ValueError as e:
+    except (ValueError, distributed.WorkerError) as e:
         print(f"{ALGO}: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        distributed.shutdown()
     if summary["completed"]:
         return 0
     return 130 if summary["error"] == "interrupted" else 1

@@ -13,6 +13,8 @@ target network is a hard copy of the online network, refreshed every `target_eve
 Deviations from the paper:
 - One process steps a vector env synchronously (A2C-style) instead of asynchronous actor-learner
   threads with Hogwild updates; the batch of one gradient step is the rollout of every env.
+- Several workers under torchrun stay synchronous too: every update averages all workers'
+  gradients (common.distributed) where the paper's threads update shared weights asynchronously.
 - Adam (learning rate decayed linearly to 0, as the paper decays its RMSprop learning rate)
   instead of shared RMSprop; MSE loss on an MLP instead of a conv net.
 - Epsilon decays linearly from `start_epsilon` to `end_epsilon` for every env by default; the
@@ -22,8 +24,10 @@ Deviations from the paper:
 
 Run:
     python algos/n_step_q.py --env CartPole-v1 --seed 1
+    torchrun --nproc-per-node 2 algos/n_step_q.py --env CartPole-v1 --seed 1   # 2 workers, one network
 
-Uses from common: NetworkWrapper (online/target network, Adam, clipping, lr decay), n_step_returns.
+Uses from common: NetworkWrapper (online/target network, Adam, clipping, lr decay), n_step_returns,
+distributed (torchrun workers).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -50,7 +54,7 @@ from gymnasium.vector import AutoresetMode
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/n_step_q.py` finds common/
-from common import NetworkWrapper, n_step_returns  # noqa: E402
+from common import NetworkWrapper, distributed, n_step_returns  # noqa: E402
 
 ALGO = "n_step_q"
 
@@ -61,11 +65,11 @@ class Args:
     env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
     """gymnasium environment id (discrete actions)"""
     seed: int = 1
-    """seed of python, numpy, torch, the envs and the exploration"""
+    """seed of python, numpy, torch, the envs and the exploration (worker r of several: seed + r * num_envs)"""
     total_timesteps: int = 500_000
-    """env steps to train for, summed over all envs"""
+    """env steps to train for, summed over all envs of all workers"""
     num_envs: int = 8
-    """parallel envs stepped together"""
+    """parallel envs stepped together (per worker under torchrun)"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """where the networks and the rollout live (auto: cuda if available)"""
     torch_threads: int = 1
@@ -308,7 +312,10 @@ def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[n
 class RunLog:
     """Run folder, config.json, metrics.csv (one row per event), progress line, wandb, summary.json."""
 
-    def __init__(self, args: Args, fields: list[str]):
+    def __init__(self, args: Args, fields: list[str], write: bool = True):
+        self.write, self.path, self.start, self.next_check = write, None, time.perf_counter(), 0
+        if not write:  # torchrun workers other than rank 0: the same calls, nothing written or printed
+            return
         stamp = time.strftime("%Y%m%d-%H%M%S")
         base = Path(args.run_dir) / f"{args.env_id}__{ALGO}__{args.seed}__{stamp}"
         path, k = base, 1
@@ -339,6 +346,8 @@ class RunLog:
         return time.perf_counter() - self.start
 
     def log(self, global_step: int, **metrics: float) -> None:
+        if not self.write:
+            return
         self.csv.writerow({"global_step": global_step, "wall_seconds": round(self.elapsed(), 3), **metrics})
         if self.wandb is not None:
             self.wandb.log(metrics, step=global_step)
@@ -346,6 +355,8 @@ class RunLog:
     def progress(self, global_step: int, recent_returns: list[float], force: bool = False) -> None:
         """A line with steps, steps/s, ETA and recent return: redrawn on a terminal, every 10% in a log."""
         self.next_check = global_step + 1000
+        if not self.write:
+            return
         now = time.perf_counter()
         if now - self.last_flush > 5.0:
             self.file.flush()
@@ -372,6 +383,8 @@ class RunLog:
             self.next_mark += 0.1
 
     def close(self, summary: dict) -> None:
+        if not self.write:
+            return
         if self.show and self.tty:
             print()
         self.file.close()
@@ -389,20 +402,24 @@ def train(args: Args) -> dict:
     validate(args)
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
     torch.set_num_threads(args.torch_threads)
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    rng = np.random.default_rng(args.seed)  # exploration
+    world = distributed.init(device)  # torchrun workers; 1 (no process group) in a plain process
+    distributed.check_same(asdict(args))  # mismatched command lines fail here, on every worker
+    # worker r seeds env i with seed + r * num_envs + i: no two envs share a seed; rank 0 is the one-process run
+    seed = args.seed + distributed.rank() * args.num_envs
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # the network's init is overwritten by rank 0's anyway
+    rng = np.random.default_rng(seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs)
-    envs.action_space.seed(args.seed)
-    envs.single_action_space.seed(args.seed)
+    envs.action_space.seed(seed)
+    envs.single_action_space.seed(seed)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     n_actions = int(envs.single_action_space.n)
     B = args.num_envs
 
     T = args.n_steps
-    num_updates = math.ceil(args.total_timesteps / (T * B))
+    num_updates = math.ceil(args.total_timesteps / (T * B * world))  # each update: every worker's rollout
 
     q_net = NetworkWrapper(
         QNetwork(obs_dim, n_actions, args.hidden_sizes), lr=args.learning_rate, optimizer="adam",
@@ -418,8 +435,10 @@ def train(args: Args) -> dict:
     rollout_rewards = np.zeros((T, B), dtype=np.float32)
     rollout_terminated = np.zeros((T, B), dtype=bool)
     rollout_truncated = np.zeros((T, B), dtype=bool)
-    log = RunLog(args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"])
-    print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {log.path}", flush=True)
+    log = RunLog(args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"], write=distributed.is_main())
+    if log.write:
+        workers = f" x {world} workers" if world > 1 else ""
+        print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}{workers}; run folder {log.path}", flush=True)
     previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
 
     def to_device(x: np.ndarray) -> torch.Tensor:
@@ -431,12 +450,12 @@ def train(args: Args) -> dict:
     eval_returns = np.array([])
     train_seconds = 0.0
     try:
-        obs, _ = envs.reset(seed=args.seed)
+        obs, _ = envs.reset(seed=seed)
         obs = obs.reshape(B, obs_dim)
         for _ in range(num_updates):
             rollout_start = global_step
             for t in range(T):
-                global_step += B
+                global_step += B * world  # all workers step in lockstep
                 # act: epsilon-greedy on the online network, one batched forward for all envs
                 epsilon = linear_epsilon(args.start_epsilon, end_epsilons, args.exploration_fraction * args.total_timesteps, global_step)
                 actions = select_actions(greedy, obs, epsilon, n_actions, rng)
@@ -476,32 +495,33 @@ def train(args: Args) -> dict:
             if global_step // args.target_every > rollout_start // args.target_every:
                 q_net.sync()
 
-            if args.eval_every and global_step // args.eval_every > rollout_start // args.eval_every and global_step < args.total_timesteps:
+            if log.write and args.eval_every and global_step // args.eval_every > rollout_start // args.eval_every and global_step < args.total_timesteps:
                 r = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000)
                 log.log(global_step, eval_return=float(r.mean()), eval_return_std=float(r.std()))
             if global_step >= log.next_check:
                 log.progress(global_step, recent_returns)
         train_seconds = log.elapsed()
-        video_dir = str(log.path / "videos") if args.capture_video else None
-        eval_returns = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000, video_dir)
-        log.log(global_step, eval_return=float(eval_returns.mean()), eval_return_std=float(eval_returns.std()))
+        if log.write:  # rank 0 evaluates for all workers
+            video_dir = str(log.path / "videos") if args.capture_video else None
+            eval_returns = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000, video_dir)
+            log.log(global_step, eval_return=float(eval_returns.mean()), eval_return_std=float(eval_returns.std()))
         completed = True
     except KeyboardInterrupt:
         error = "interrupted"
         print(f"\n{ALGO}: interrupted at step {global_step:,}; writing logs", file=sys.stderr)
-    except FloatingPointError as e:
+    except (FloatingPointError, distributed.WorkerError) as e:
         error = str(e)
         print(f"\n{ALGO}: stopped: {e}", file=sys.stderr)
     finally:
         envs.close()
         if previous_handler is not None:
             signal.signal(signal.SIGTERM, previous_handler)
-    if args.save_model and (completed or error == "interrupted"):  # a NaN model is not worth keeping
+    if args.save_model and log.write and (completed or error == "interrupted"):  # a NaN model is not worth keeping
         torch.save(q_net.online.state_dict(), log.path / "model.pt")
     train_seconds = train_seconds or log.elapsed()
     summary = {
         "algo": ALGO, "env": args.env_id, "seed": args.seed, "total_timesteps": global_step,
-        "num_envs": B, "device": str(device), "wall_seconds": round(log.elapsed(), 2),
+        "num_envs": B, "world_size": world, "device": str(device), "wall_seconds": round(log.elapsed(), 2),
         "sps": round(global_step / max(train_seconds, 1e-9), 1),
         "eval_return_mean": float(eval_returns.mean()) if len(eval_returns) else None,
         "eval_return_std": float(eval_returns.std()) if len(eval_returns) else None,
@@ -512,7 +532,7 @@ def train(args: Args) -> dict:
     }
     log.progress(global_step, recent_returns, force=True)
     log.close(summary)
-    if completed:
+    if completed and log.write:
         print(f"{ALGO}: done in {summary['wall_seconds']:.1f}s ({summary['sps']:,.0f} steps/s); "
               f"eval return {summary['eval_return_mean']:.2f} +- {summary['eval_return_std']:.2f} over {len(eval_returns)} episodes", flush=True)
     return summary
@@ -525,12 +545,14 @@ def _main_thread() -> bool:
 
 
 def main(args: Args) -> int:
-    """Exit status: 0 done, 1 stopped by a NaN loss, 2 bad input, 130 interrupted."""
+    """Exit status: 0 done, 1 stopped by a NaN loss or a lost worker, 2 bad input or set-up, 130 interrupted."""
     try:
         summary = train(args)
-    except ValueError as e:
+    except (ValueError, distributed.WorkerError) as e:
         print(f"{ALGO}: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        distributed.shutdown()
     if summary["completed"]:
         return 0
     return 130 if summary["error"] == "interrupted" else 1

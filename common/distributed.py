@@ -32,8 +32,13 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+class WorkerError(RuntimeError):
+    """The workers cannot go on together: one never joined, died, or stopped answering."""
+
+
 DEFAULT_TIMEOUT = 300.0  # seconds; must exceed the longest stretch one rank works alone (rank 0's evaluation)
 _device = torch.device("cpu")  # where collectives put their tensors: cpu for gloo, the local GPU for nccl
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in recent torch
 
 
 def launched() -> bool:
@@ -64,7 +69,7 @@ def init(device: torch.device | str = "cpu", timeout: float | None = None) -> in
     """Join the process group when launched as one of several workers; returns the world size.
 
     Idempotent. gloo for CPU networks, nccl for CUDA ones (then each worker uses the GPU numbered
-    by its LOCAL_RANK, so `torch.device("cuda")` means that GPU). Raises RuntimeError with the
+    by its LOCAL_RANK, so `torch.device("cuda")` means that GPU). Raises WorkerError naming the
     address when the group cannot be formed within `timeout` seconds.
     """
     global _device
@@ -74,7 +79,7 @@ def init(device: torch.device | str = "cpu", timeout: float | None = None) -> in
         return dist.get_world_size()
     missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
-        raise RuntimeError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} but {', '.join(missing)} unset: launch the workers with torchrun")
+        raise WorkerError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} but {', '.join(missing)} unset: launch the workers with torchrun")
     if timeout is None:
         timeout = float(os.environ.get("RL_DIST_TIMEOUT", DEFAULT_TIMEOUT))
     device = torch.device(device)
@@ -88,7 +93,7 @@ def init(device: torch.device | str = "cpu", timeout: float | None = None) -> in
     try:
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
     except Exception as e:  # the store or the barrier timed out, or the address is unreachable
-        raise RuntimeError(
+        raise WorkerError(
             f"rank {os.environ['RANK']}: could not form a group of {os.environ['WORLD_SIZE']} workers at {where} "
             f"within {timeout:.0f}s ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
         ) from None
@@ -158,7 +163,7 @@ def gather(tensor: torch.Tensor) -> torch.Tensor:
         return tensor
     local = tensor.to(_device).contiguous()
     out = torch.empty((n * local.shape[0], *local.shape[1:]), dtype=local.dtype, device=_device)
-    _collective("all_gather", dist.all_gather_into_tensor, out, local)
+    _collective("all_gather", _all_gather_single, out, local)
     return out.to(tensor.device)
 
 
@@ -166,7 +171,8 @@ def _collective(what: str, fn, *args) -> None:
     try:
         fn(*args)
     except Exception as e:  # a peer closed its connection (died) or the timeout passed
-        raise RuntimeError(
+        raise WorkerError(
             f"rank {rank()} of {world_size()}: {what} failed, another worker died or stopped answering "
             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
         ) from None
+

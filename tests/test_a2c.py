@@ -152,17 +152,25 @@ def test_sample_actions_categorical_frequencies_and_gaussian_moments():
     np.testing.assert_allclose(a.std(0), std, rtol=0.03)
 
 
-@pytest.mark.parametrize("shared", [False, True])
-def test_numpy_policy_head_matches_torch_forward_with_obs_normalisation(shared):
+@pytest.mark.parametrize("shared, bounded", [(False, False), (True, False), (False, True)])
+def test_numpy_policy_head_matches_torch_forward_with_obs_normalisation(shared, bounded):
     torch.manual_seed(0)
-    net = ActorCritic(4, 2, False, (16, 8), shared_torso=shared, normalize_obs=True)
+    bounds = (np.array([-2.0, 0.0]), np.array([2.0, 3.0])) if bounded else None
+    net = ActorCritic(4, 2, False, (16, 8), shared_torso=shared, normalize_obs=True, mean_bounds=bounds)
+    with torch.no_grad():
+        net.policy_head.weight.mul_(3000.0)  # drive the raw mean far outside the bounds
     net.obs_norm.update(torch.randn(100, 4, dtype=torch.float64) * 3 + 1)  # in place: the views must follow
     obs = np.random.default_rng(0).normal(size=(5, 4)) * 3
     expected, _ = net(torch.as_tensor(obs, dtype=torch.float32))
-    np.testing.assert_allclose(numpy_head(net, torch.device("cpu"))(obs), expected.detach().numpy(), rtol=1e-5, atol=1e-5)
+    expected = expected.detach().numpy()
+    np.testing.assert_allclose(numpy_head(net, torch.device("cpu"))(obs), expected, rtol=1e-5, atol=1e-5)
+    if bounded:
+        assert (expected >= bounds[0] - 1e-6).all() and (expected <= bounds[1] + 1e-6).all()
+    else:
+        assert np.abs(expected).max() > 3.0
     space = gym.spaces.Box(-0.01, 0.01, (2,))
     actions = greedy_policy(net, torch.device("cpu"), space)(obs)
-    np.testing.assert_allclose(actions, np.clip(expected.detach().numpy(), -0.01, 0.01), atol=1e-6)
+    np.testing.assert_allclose(actions, np.clip(expected, -0.01, 0.01), atol=1e-6)
 
 
 def small(tmp_path: Path, **kw) -> Args:
@@ -183,7 +191,7 @@ def test_smoke_discrete(tmp_path):
 
 def test_smoke_continuous_with_normalisation_saves_and_reloads(tmp_path):
     args = small(tmp_path, env_id="Pendulum-v1", normalize_obs=True, normalize_reward=True, gae_lambda=0.9,
-                 optimizer="adam", save_model=True, eval_episodes=1)
+                 optimizer="adam", save_model=True, eval_episodes=1, bounded_mean=True)
     summary = train(args)
     assert summary["completed"] and summary["updates"] == 20
     model = Path(summary["run_dir"]) / "model.pt"
@@ -267,8 +275,10 @@ def test_sigterm_writes_an_incomplete_summary_and_exits_130(tmp_path):
 
 
 def test_learns_cartpole_fast(tmp_path):
-    # Default settings, 40k steps (~5 s). The greedy policy of the untrained network scores ~10 and
-    # a uniform policy ~22; at this budget seeds 1-8 scored 167-374 (seed 1: 197), so 150 is a
-    # threshold every calibrated seed clears, not one tuned to the test's seed.
+    # Default settings, 40k steps (a few seconds). Judged on the sampled policy's last 10 training
+    # episodes, which start near a uniform policy's ~22 for every seed: the final greedy
+    # evaluation is no learning test at this budget, since an untrained network's argmax already
+    # scores 9-230 depending on the seed (seed 1: 230). Seeds 1-8 reached 150-362 (seed 1: 346),
+    # so 120 is a threshold every calibrated seed clears, not one tuned to the test's seed.
     summary = train(Args(env_id="CartPole-v1", seed=1, total_timesteps=40_000, run_dir=str(tmp_path), progress=False))
-    assert summary["completed"] and summary["eval_return_mean"] >= 150.0, summary
+    assert summary["completed"] and summary["train_return_last10"] >= 120.0, summary

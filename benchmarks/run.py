@@ -1,0 +1,325 @@
+"""Run a benchmark suite, or part of it: each run in its own process, several at once, resumable.
+
+    python benchmarks/run.py --suite classic                          # the whole suite
+    python benchmarks/run.py --suite classic --algos dqn --envs CartPole-v1 --seeds 1
+    python benchmarks/run.py --suite classic --workers 2              # two runs at a time
+    python benchmarks/run.py --suite classic --dry-run                # what would run, and why not
+
+Every run is `python benchmarks/run.py --child <spec.json>` in a fresh process, which imports
+algos/<algo>.py and calls `train(Args(...))` with the cell's settings; its output goes to log.txt
+and its outcome to result.json in the run folder (layout in benchmarks/suite.py).
+
+Resume: a run whose result.json says "ok" for the same settings hash is not run again. A failed
+run is kept and reported; it is run again only with --retry-failed (a deterministic failure
+would only fail again). An interrupted or killed run has no "ok" result and is simply run again.
+--force runs everything selected again.
+
+Exit status: 0 when every selected run is ok; 1 when any failed, or its script is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from suite import RESULTS_DIR, ROOT, SUITES_FILE, Cell, load_suite, metrics_file, read_result, script_path  # noqa: E402
+
+
+# --- the child: one run ---------------------------------------------------------------------------
+def machine_info() -> dict:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {"python": platform.python_version()}
+    for pkg in ("torch", "gymnasium", "numpy", "mujoco", "Box2D"):
+        try:
+            from importlib.metadata import version
+
+            versions[pkg] = version(pkg if pkg != "Box2D" else "box2d")
+        except Exception:
+            try:
+                versions[pkg] = __import__(pkg).__version__
+            except Exception:
+                versions[pkg] = None
+    return {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
+            "load_average": [round(x, 2) for x in os.getloadavg()], "versions": versions}
+
+
+def git_commit() -> str | None:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "algos", "common"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        return (head + ("+dirty" if dirty else "")) or None
+    except Exception:
+        return None
+
+
+def build_args(module, spec: dict):
+    """The script's Args from the cell: unknown setting names are an error, lists become tuples."""
+    fields = {f.name: f for f in dataclasses.fields(module.Args)}
+    values = dict(spec["settings"])
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown} for {spec['algo']}.Args")
+    for k, v in values.items():
+        if isinstance(v, list):
+            values[k] = tuple(v)
+    values.update(env_id=spec["env"], seed=spec["seed"], total_timesteps=spec["steps"], run_dir=spec["run_dir"], progress=True)
+    if "eval_every" in fields:
+        values["eval_every"] = spec["eval_every"]
+    return module.Args(**values)
+
+
+def child(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    run_dir = Path(spec["run_dir"])
+    result = {"status": "failed", "spec": spec, "summary": None, "error": None, "traceback": None,
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine_info(), "commit": spec.get("commit")}
+    start = time.perf_counter()
+    signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt(f"signal {s}")))
+    try:
+        sys.path[:0] = [str(ROOT), str(ROOT / "algos")]
+        module = importlib.import_module(spec["algo"])  # algos/<algo>.py
+        summary = module.train(build_args(module, spec))
+        result["summary"] = summary
+        if summary.get("completed"):
+            result["status"] = "ok"
+        elif summary.get("error") == "interrupted":
+            result["status"], result["error"] = "interrupted", "interrupted"
+        else:
+            result["error"] = f"run did not complete: {summary.get('error')}"
+    except KeyboardInterrupt:
+        result["status"], result["error"] = "interrupted", "interrupted"
+    except BaseException as e:  # recorded, reported, never swallowed: the report shows it
+        result["error"] = f"{type(e).__name__}: {e}"
+        result["traceback"] = traceback.format_exc()
+        traceback.print_exc()
+    result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    result["process_seconds"] = round(time.perf_counter() - start, 2)
+    result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
+    print(f"[run.py] {spec['algo']} {spec['env']} seed {spec['seed']}: {result['status']}"
+          + (f" ({result['error']})" if result["error"] else ""), flush=True)
+    return {"ok": 0, "interrupted": 130}.get(result["status"], 1)
+
+
+# --- the parent: the sweep ------------------------------------------------------------------------
+class Job:
+    def __init__(self, suite: str, cell: Cell, seed: int, results: Path):
+        self.suite, self.cell, self.seed = suite, cell, seed
+        self.dir = results / suite / "runs" / cell.run_name(seed)
+        self.proc: subprocess.Popen | None = None
+        self.started = 0.0
+        self.log = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.cell.algo} {self.cell.env} s{self.seed}"
+
+    def start(self, commit: str | None) -> None:
+        if self.dir.exists():  # a previous attempt (failed, interrupted, killed): start clean
+            shutil.rmtree(self.dir)
+        self.dir.mkdir(parents=True)
+        spec = {"suite": self.suite, "algo": self.cell.algo, "env": self.cell.env, "seed": self.seed, "steps": self.cell.steps,
+                "settings": self.cell.settings, "eval_every": self.cell.eval_every, "hash": self.cell.digest,
+                "run_dir": str(self.dir), "commit": commit}
+        (self.dir / "spec.json").write_text(json.dumps(spec, indent=2))
+        self.log = open(self.dir / "log.txt", "w")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": os.environ.get("WANDB_MODE", "disabled")}
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", str(self.dir / "spec.json")],
+                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        self.started = time.time()
+
+    def progress(self) -> float:
+        """Fraction done, from the last global_step in the script's metrics.csv (0 before any row)."""
+        path = metrics_file(self.dir)
+        if path is None:
+            return 0.0
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, path.stat().st_size - 4096))
+                lines = f.read().decode(errors="ignore").splitlines()
+            for line in reversed(lines[1:] if len(lines) > 1 else []):
+                head = line.split(",", 1)[0]
+                if head.isdigit():
+                    return min(1.0, int(head) / self.cell.steps)
+        except OSError:
+            pass
+        return 0.0
+
+    def finish(self) -> dict:
+        self.log.close()
+        result = read_result(self.dir)
+        if result is None:  # the process died without writing one: a crash the report must show
+            tail = (self.dir / "log.txt").read_text(errors="ignore").splitlines()[-20:]
+            result = {"status": "failed", "error": f"process exited with code {self.proc.returncode} and wrote no result",
+                      "log_tail": tail, "spec": json.loads((self.dir / "spec.json").read_text()), "summary": None,
+                      "process_seconds": round(time.time() - self.started, 2)}
+            (self.dir / "result.json").write_text(json.dumps(result, indent=2))
+        return result
+
+
+def fmt_time(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def select(suite, algos, envs, seeds) -> list[tuple[Cell, int]]:
+    out = []
+    for cell in suite.cells:
+        if (algos and cell.algo not in algos) or (envs and cell.env not in envs):
+            continue
+        for seed in (seeds or cell.seeds):
+            out.append((cell, seed))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", help="suite name in the suites file (classic, continuous, mujoco, atari)")
+    p.add_argument("--algos", nargs="+", help="only these algorithms")
+    p.add_argument("--envs", nargs="+", help="only these env ids")
+    p.add_argument("--seeds", nargs="+", type=int, help="these seeds instead of the cell's")
+    p.add_argument("--workers", type=int, default=1, help="runs at a time (each a process using one torch thread)")
+    p.add_argument("--retry-failed", action="store_true", help="run failed runs again")
+    p.add_argument("--force", action="store_true", help="run again even runs that are ok")
+    p.add_argument("--timeout", type=float, default=0, help="seconds before a run is stopped and recorded as failed (0: none)")
+    p.add_argument("--status-every", type=float, default=30.0, help="seconds between progress lines")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and what would happen to each, run nothing")
+    p.add_argument("--suites-file", default=str(SUITES_FILE), help=argparse.SUPPRESS)
+    p.add_argument("--results-dir", default=str(RESULTS_DIR), help="parent of the per-suite result folders")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        return child(a.child)
+    if not a.suite:
+        p.error("--suite is required")
+    if a.workers < 1:
+        p.error("--workers must be >= 1")
+
+    suite = load_suite(a.suite, a.suites_file)
+    results = Path(a.results_dir)
+    if not suite.runnable:
+        print(f"suite {suite.name} is declared but not runnable here: {suite.not_runnable_reason}")
+        return 1
+    selected = select(suite, a.algos, a.envs, a.seeds)
+    if not selected:
+        print("nothing selected (check --algos / --envs against the suite)")
+        return 1
+
+    todo, done_ok, known_failed, missing = [], [], [], []
+    for cell, seed in selected:
+        job = Job(suite.name, cell, seed, results)
+        if not script_path(cell.algo).exists():
+            missing.append(job)
+            continue
+        prev = read_result(job.dir)
+        status = prev["status"] if prev else None
+        if status == "ok" and not a.force:
+            done_ok.append(job)
+        elif status == "failed" and not (a.retry_failed or a.force):
+            known_failed.append((job, prev))
+        else:
+            todo.append(job)
+
+    print(f"suite {suite.name}: {len(selected)} runs selected: {len(done_ok)} already ok, {len(known_failed)} failed before "
+          f"(kept; --retry-failed runs them), {len(missing)} script missing, {len(todo)} to run with {a.workers} worker(s)")
+    for job in missing:
+        print(f"  script missing: algos/{job.cell.algo}.py ({job.label}) - not run")
+    for job, prev in known_failed:
+        print(f"  failed before: {job.label}: {prev.get('error')}  [{job.dir}]")
+    if a.dry_run:
+        for job in todo:
+            print(f"  would run: {job.label} ({job.cell.steps:,} steps, settings {job.cell.settings or 'defaults'}) -> {job.dir}")
+        return 0
+
+    commit = git_commit()
+    pending, running, finished = list(todo), [], []
+    start, last_status = time.time(), 0.0
+    total = len(todo)
+
+    def status_line() -> str:
+        parts = []
+        for job in running:
+            frac = job.progress()
+            el = time.time() - job.started
+            eta = f" ETA {fmt_time(el / frac - el)}" if frac > 0.02 else ""
+            parts.append(f"{job.label} {100 * frac:.0f}%{eta}")
+        ok = sum(r["status"] == "ok" for _, r in finished)
+        return (f"[{time.strftime('%H:%M:%S')} +{fmt_time(time.time() - start)}] {len(finished)}/{total} finished "
+                f"({ok} ok, {len(finished) - ok} not ok), {len(pending)} waiting; running: {'; '.join(parts) or '-'}")
+
+    try:
+        while pending or running:
+            while pending and len(running) < a.workers:
+                job = pending.pop(0)
+                job.start(commit)
+                running.append(job)
+                print(f"[{time.strftime('%H:%M:%S')}] start  {job.label} ({job.cell.steps:,} steps) -> {job.dir}", flush=True)
+            time.sleep(0.2)
+            for job in list(running):
+                timed_out = a.timeout and job.proc.poll() is None and time.time() - job.started > a.timeout
+                if timed_out:
+                    job.proc.send_signal(signal.SIGTERM)
+                    try:
+                        job.proc.wait(30)
+                    except subprocess.TimeoutExpired:
+                        job.proc.kill()
+                        job.proc.wait()
+                if job.proc.poll() is None:
+                    continue
+                running.remove(job)
+                result = job.finish()
+                if timed_out:
+                    result.update(status="failed", error=f"timed out after {a.timeout:.0f} s (--timeout)")
+                    (job.dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
+                finished.append((job, result))
+                s = result.get("summary") or {}
+                what = (f"eval {s.get('eval_return_mean'):.2f}, {s.get('sps'):,.0f} steps/s, {s.get('wall_seconds'):.0f} s"
+                        if result["status"] == "ok" else f"{result['error']} (log: {job.dir / 'log.txt'})")
+                print(f"[{time.strftime('%H:%M:%S')}] {result['status'].upper():6} {job.label}: {what}", flush=True)
+            if time.time() - last_status > a.status_every and running:
+                print(status_line(), flush=True)
+                last_status = time.time()
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopping the running runs (they will be run again next time)", flush=True)
+        for job in running:
+            job.proc.send_signal(signal.SIGTERM)
+        for job in running:
+            try:
+                job.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                job.proc.kill()
+            job.log.close()
+        return 130
+
+    failed = [(j, r) for j, r in finished if r["status"] != "ok"] + known_failed
+    print(f"\nsuite {suite.name}: {sum(r['status'] == 'ok' for _, r in finished)} ran ok, {len(done_ok)} were already ok, "
+          f"{len(failed)} failed, {len(missing)} script missing; {fmt_time(time.time() - start)}")
+    for job, r in failed:
+        print(f"  FAILED {job.label}: {r.get('error')}  (log: {job.dir / 'log.txt'})")
+    for job in missing:
+        print(f"  MISSING algos/{job.cell.algo}.py: {job.label} not run")
+    print(f"report: python benchmarks/report.py --suite {suite.name}")
+    return 1 if failed or missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

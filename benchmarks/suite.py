@@ -1,0 +1,128 @@
+"""Suites and results on disk, shared by run.py and report.py.
+
+A suite (benchmarks/suites.toml) is a list of cells: algo, env, steps, settings, seeds, threshold,
+references. A run is one (cell, seed); its folder is
+
+    <results>/<suite>/runs/<algo>__<env>__s<seed>__<hash>/
+        spec.json     what was asked (algo, env, seed, steps, settings, eval_every)
+        log.txt       the run's stdout and stderr
+        result.json   written when the run ends: status ok | failed | interrupted, the script's
+                      summary, the error and traceback, machine and versions
+        <env>__<algo>__<seed>__<time>/   the script's own run folder (metrics.csv, summary.json, ...)
+
+<hash> is a digest of (algo, env, steps, settings, eval_every): a cell whose settings change gets
+new run folders, and the report ignores the old ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+SUITES_FILE = BENCH / "suites.toml"
+REFERENCES_FILE = BENCH / "references.toml"
+RESULTS_DIR = BENCH / "results"
+
+
+@dataclass
+class Cell:
+    algo: str
+    env: str
+    steps: int
+    settings: dict
+    seeds: list[int]
+    eval_every: int
+    threshold: float | None = None
+    pass_rule: str = "mean"
+    threshold_source: str = ""
+    settings_source: str = ""
+    references: list[str] = field(default_factory=list)
+
+    @property
+    def digest(self) -> str:
+        spec = {"algo": self.algo, "env": self.env, "steps": self.steps, "settings": self.settings, "eval_every": self.eval_every}
+        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
+
+    def run_name(self, seed: int) -> str:
+        return f"{self.algo}__{self.env}__s{seed}__{self.digest}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.algo}__{self.env}"
+
+
+@dataclass
+class Suite:
+    name: str
+    description: str
+    cells: list[Cell]
+    runnable: bool = True
+    not_runnable_reason: str = ""
+
+
+def load_suites(path: Path | str = SUITES_FILE) -> dict[str, dict]:
+    with open(path, "rb") as f:
+        return tomllib.load(f)["suites"]
+
+
+def load_suite(name: str, path: Path | str = SUITES_FILE) -> Suite:
+    raw = load_suites(path)
+    if name not in raw:
+        raise SystemExit(f"unknown suite {name!r}; {path} defines: {', '.join(raw)}")
+    return _build(name, raw)
+
+
+def _build(name: str, raw: dict) -> Suite:
+    s = raw[name]
+    cells = []
+    include = s.get("include")
+    if include:  # cells of another suite, unchanged (same settings, so the same run hashes)
+        other = _build(include["suite"], raw)
+        envs, algos = include.get("envs"), include.get("algos")
+        cells += [c for c in other.cells if (envs is None or c.env in envs) and (algos is None or c.algo in algos)]
+    for c in s.get("cells", []):
+        unknown = set(c) - {"algo", "env", "steps", "settings", "seeds", "threshold", "pass_rule", "threshold_source", "settings_source", "references"}
+        if unknown:
+            raise SystemExit(f"suite {name}: cell {c.get('algo')}/{c.get('env')} has unknown keys {sorted(unknown)}")
+        if c.get("pass_rule", "mean") not in ("mean", "all"):
+            raise SystemExit(f"suite {name}: cell {c['algo']}/{c['env']}: pass_rule must be 'mean' or 'all'")
+        steps = int(c["steps"])
+        cells.append(Cell(
+            algo=c["algo"], env=c["env"], steps=steps, settings=dict(c.get("settings", {})),
+            seeds=list(c.get("seeds", s.get("seeds", [1, 2, 3]))),
+            eval_every=max(1, steps // int(s.get("eval_points", 20))) if s.get("eval_points", 20) else 0,
+            threshold=c.get("threshold"), pass_rule=c.get("pass_rule", "mean"),
+            threshold_source=c.get("threshold_source", ""), settings_source=c.get("settings_source", ""),
+            references=list(c.get("references", [])),
+        ))
+    return Suite(name, s.get("description", ""), cells, s.get("runnable", True), s.get("not_runnable_reason", ""))
+
+
+def load_references(path: Path | str = REFERENCES_FILE) -> dict[str, dict]:
+    with open(path, "rb") as f:
+        return {r["id"]: r for r in tomllib.load(f)["reference"]}
+
+
+def script_path(algo: str) -> Path:
+    return ROOT / "algos" / f"{algo}.py"
+
+
+def read_result(run_dir: Path) -> dict | None:
+    path = run_dir / "result.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def metrics_file(run_dir: Path) -> Path | None:
+    """The script's metrics.csv inside a run folder (newest if several)."""
+    files = sorted(run_dir.glob("*/metrics.csv"), key=lambda p: p.stat().st_mtime)
+    return files[-1] if files else None

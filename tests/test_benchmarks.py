@@ -1,0 +1,180 @@
+"""Benchmark runner, report and suites: a tiny suite run end to end (seconds), resume, failures."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import report  # noqa: E402
+import run  # noqa: E402
+import speed  # noqa: E402
+from suite import Cell, load_references, load_suite, load_suites, script_path  # noqa: E402
+
+TINY = """
+[suites.tiny]
+description = "test suite"
+seeds = [1, 2]
+eval_points = 2
+
+[[suites.tiny.cells]]
+algo = "dqn"
+env = "CartPole-v1"
+steps = 300
+settings = { learning_starts = 100, buffer_size = 300, batch_size = 16, train_every = 4, hidden_sizes = [16] }
+threshold = 10.0
+pass_rule = "all"
+references = ["cleanrl-dqn-cartpole"]
+
+[[suites.tiny.cells]]
+algo = "dqn"
+env = "Acrobot-v1"
+steps = 300
+seeds = [1]
+settings = { batch_size = 0 }
+threshold = -100.0
+
+[[suites.tiny.cells]]
+algo = "no_such_algo"
+env = "CartPole-v1"
+steps = 300
+seeds = [1]
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The tiny suite run once (2 workers): 2 good runs, 1 failing run, 1 missing script."""
+    base = tmp_path_factory.mktemp("bench")
+    suites = base / "suites.toml"
+    suites.write_text(TINY)
+    results = base / "results"
+    common = ["--suite", "tiny", "--suites-file", str(suites), "--results-dir", str(results)]
+    rc = run.main([*common, "--workers", "2", "--status-every", "1"])
+    return {"common": common, "results": results, "rc": rc, "runs": results / "tiny" / "runs"}
+
+
+def test_runner_runs_each_seed_in_its_folder(tiny):
+    ok = sorted(tiny["runs"].glob("dqn__CartPole-v1__s*"))
+    assert [p.name.split("__")[2] for p in ok] == ["s1", "s2"]
+    for p in ok:
+        result = json.loads((p / "result.json").read_text())
+        assert result["status"] == "ok", result.get("error")
+        assert result["summary"]["completed"] and result["summary"]["total_timesteps"] == 300
+        assert (p / "log.txt").stat().st_size > 0
+        assert list(p.glob("*/metrics.csv")), "the script's run folder lives inside the runner's"
+        assert result["machine"]["versions"]["torch"]
+
+
+def test_failing_run_is_recorded_and_reported_not_swallowed(tiny):
+    assert tiny["rc"] == 1, "a failed run must make the runner exit non-zero"
+    (bad,) = tiny["runs"].glob("dqn__Acrobot-v1__s1__*")
+    result = json.loads((bad / "result.json").read_text())
+    assert result["status"] == "failed"
+    assert "batch-size" in result["error"] and "ValueError" in result["traceback"]
+
+
+def test_resume_runs_nothing_the_second_time(tiny, capsys):
+    before = {p: p.stat().st_mtime for p in tiny["runs"].glob("*/result.json")}
+    rc = run.main([*tiny["common"], "--workers", "2"])
+    out = capsys.readouterr().out
+    assert "0 to run" in out and "start " not in out
+    assert "2 already ok" in out and "1 failed before" in out and "script missing" in out
+    assert rc == 1, "known failures are still reported on resume"
+    assert {p: p.stat().st_mtime for p in tiny["runs"].glob("*/result.json")} == before
+
+
+def test_report_has_table_verdicts_and_plot(tiny):
+    assert report.main(["--suite", "tiny", "--suites-file", str(tiny["common"][3]), "--results-dir", str(tiny["results"])]) == 0
+    text = (tiny["results"] / "tiny" / "REPORT.md").read_text()
+    assert "| algo | env | steps | seeds ok | eval | train (last 10) | steps/s | wall/run | threshold | references | verdict |" in text
+    row = next(x for x in text.splitlines() if x.startswith("| dqn | CartPole-v1 |"))
+    assert "| 2/2 |" in row and "488.69 ± 16.11" in row and ("**PASS**" in row or "below threshold" in row)
+    bad = next(x for x in text.splitlines() if x.startswith("| dqn | Acrobot-v1 |"))
+    assert "**FAIL**" in bad and "crashed" in bad and "batch-size must be positive" in bad
+    missing = next(x for x in text.splitlines() if x.startswith("| no_such_algo |"))
+    assert "**FAIL**" in missing and "script missing" in missing
+    assert "## Failures" in text and "## Machine and versions" in text and "torch 2" in text
+    assert "python algos/dqn.py --env CartPole-v1 --seed 1 --total-timesteps 300" in text
+    png = tiny["results"] / "tiny" / "plots" / "dqn__CartPole-v1.png"
+    assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "plots/dqn__CartPole-v1.png" in text
+
+
+def test_retry_failed_runs_the_failed_run_again(tiny, capsys):
+    rc = run.main([*tiny["common"], "--algos", "dqn", "--envs", "Acrobot-v1", "--retry-failed"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "1 to run" in out and "FAILED dqn Acrobot-v1 s1" in out
+
+
+def _cell(**kw) -> Cell:
+    base = dict(algo="dqn", env="CartPole-v1", steps=1000, settings={}, seeds=[1, 2, 3], eval_every=50, threshold=100.0, pass_rule="all")
+    return Cell(**{**base, **kw})
+
+
+def _ok(v: float) -> dict:
+    return {"status": "ok", "summary": {"eval_return_mean": v}}
+
+
+def test_verdict_rules():
+    assert report.verdict(_cell(), {1: _ok(100), 2: _ok(120), 3: _ok(500)})[0] == "PASS"
+    v, why = report.verdict(_cell(), {1: _ok(99), 2: _ok(120), 3: _ok(500)})
+    assert v == "FAIL" and "seed 1: 99.0 < 100" in why
+    assert report.verdict(_cell(pass_rule="mean"), {1: _ok(99), 2: _ok(120), 3: _ok(500)})[0] == "PASS"
+    v, why = report.verdict(_cell(), {1: _ok(200), 2: _ok(200)})
+    assert v == "FAIL" and "not run: seed 3" in why
+    v, why = report.verdict(_cell(), {1: _ok(200), 2: _ok(200), 3: {"status": "failed", "error": "boom"}})
+    assert v == "FAIL" and "seed 3 crashed: boom" in why
+    assert report.verdict(_cell(threshold=None), {1: _ok(1), 2: _ok(2), 3: _ok(3)})[0] == "n/a"
+
+
+def test_settings_hash_identifies_the_run():
+    assert _cell().digest == _cell().digest
+    assert _cell().digest != _cell(settings={"learning_rate": 1e-3}).digest
+    assert _cell().digest != _cell(steps=2000).digest
+    assert _cell().digest == _cell(threshold=5.0, seeds=[7]).digest, "verdict fields do not change what runs"
+
+
+def test_suites_declare_every_algorithm_on_its_canonical_tasks():
+    raw = load_suites()
+    assert {"classic", "continuous", "mujoco", "atari"} <= set(raw)
+    assert raw["atari"]["runnable"] is False
+    classic = {(c.algo, c.env) for c in load_suite("classic").cells}
+    for algo in ("dqn", "n_step_q", "sarsa", "a2c"):
+        for env in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3"):
+            assert (algo, env) in classic
+    for algo in ("ddpg", "naf", "a2c"):
+        for env in ("Pendulum-v1", "MountainCarContinuous-v0", "InvertedPendulum-v5"):
+            assert (algo, env) in classic
+    mujoco = {(c.algo, c.env) for c in load_suite("mujoco").cells}
+    assert {(a, e) for a in ("ddpg", "naf", "a2c") for e in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")} <= mujoco
+    continuous = load_suite("continuous")
+    assert all(c.env not in ("CartPole-v1", "Acrobot-v1") for c in continuous.cells)
+
+
+def test_every_reference_exists_and_every_setting_is_an_args_field():
+    refs = load_references()
+    for r in refs.values():
+        assert r["convention"] in ("train", "eval") and r["source"] and r["url"] and r["env_note"]
+    for name in ("classic", "continuous", "mujoco", "atari"):
+        for cell in load_suite(name).cells:
+            assert set(cell.references) <= set(refs), (name, cell.algo, cell.env)
+            assert cell.threshold is None or cell.threshold_source, "a threshold says where it comes from"
+            if script_path(cell.algo).exists():
+                fields = {f.name for f in dataclasses.fields(importlib.import_module(cell.algo).Args)}
+                assert set(cell.settings) <= fields, (name, cell.algo, cell.env, set(cell.settings) - fields)
+
+
+def test_speed_parses_ratios_from_the_scripts_output():
+    out = "run 1/1 ours: 9,000 steps/s\nrun 1/1  sb3: 3,000 steps/s\nDQN CartPole-v1 500,000 steps: ours 9,000 steps/s, SB3 3,000 steps/s, ratio 3.00x\n"
+    closing, ratios = speed.parse(out)
+    assert ratios == [3.0] and closing[-1].endswith("ratio 3.00x")
+    out = "repeat 1: ours 100 steps/s\n\nA2C CartPole-v1\n ours: median 5 steps/s\nratio ours/sb3: 2.50x\n"
+    assert speed.parse(out)[1] == [2.5]
