@@ -23,6 +23,8 @@ Deviations from the paper:
 - Optional running observation and reward normalisation (OpenAI Baselines' VecNormalize); the
   observation statistics live in the network as buffers, so a saved model carries them, and they
   are refreshed once per rollout, after its update, so acting and learning see one policy.
+- Optional tanh-bounded Gaussian mean (`--bounded-mean`): an unbounded mean can drift far past
+  the action bounds, where every sample clips to the same action and exploration stops.
 
 Run:
     python algos/a2c.py --env CartPole-v1 --seed 1
@@ -222,7 +224,8 @@ class RewardScaler:
 def merge_moments(mean, var, count, batch):
     """Running mean/var merged with a batch [N, ...] (Chan et al.'s parallel algorithm)."""
     n = batch.shape[0]
-    batch_mean, batch_var = batch.mean(0), batch.var(0)
+    batch_mean = batch.mean(0)
+    batch_var = ((batch - batch_mean) ** 2).mean(0)  # population variance in numpy and torch alike
     delta, total = batch_mean - mean, count + n
     m2 = var * count + batch_var * n + delta**2 * count * n / total
     return mean + delta * n / total, m2 / total, total

@@ -24,6 +24,7 @@ Deviations from the paper:
 
 Run:
     python algos/n_step_q.py --env CartPole-v1 --seed 1
+    python algos/n_step_q.py --env Acrobot-v1 --seed 1 --n-steps 10 --paper-epsilons   # eval -93 at 500k; the defaults fail there
     torchrun --nproc-per-node 2 algos/n_step_q.py --env CartPole-v1 --seed 1   # 2 workers, one network
 
 Uses from common: NetworkWrapper (online/target network, Adam, clipping, lr decay), n_step_returns,

@@ -21,6 +21,7 @@ Deviations from the papers:
 
 Run:
     python algos/sarsa.py --env CartPole-v1 --seed 1
+    python algos/sarsa.py --env Acrobot-v1 --seed 1 --n-steps 10 --target-network   # eval -90 at 500k; the defaults fail there
     torchrun --nproc-per-node 2 algos/sarsa.py --env CartPole-v1 --seed 1   # 2 workers, one network
 
 Uses from common: NetworkWrapper (online/optional target network, Adam, clipping, lr decay),

@@ -27,6 +27,7 @@ import atexit
 import hashlib
 import json
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -38,6 +39,7 @@ class WorkerError(RuntimeError):
 
 DEFAULT_TIMEOUT = 300.0  # seconds; must exceed the longest stretch one rank works alone (rank 0's evaluation)
 _device = torch.device("cpu")  # where collectives put their tensors: cpu for gloo, the local GPU for nccl
+_broken = False  # a collective failed: skip the goodbye barrier
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in recent torch
 
 
@@ -97,14 +99,30 @@ def init(device: torch.device | str = "cpu", timeout: float | None = None) -> in
             f"rank {os.environ['RANK']}: could not form a group of {os.environ['WORLD_SIZE']} workers at {where} "
             f"within {timeout:.0f}s ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
         ) from None
-    atexit.register(shutdown)
+    atexit.register(shutdown, wait=False)  # a crashed script must not wait for its peers
     return dist.get_world_size()
 
 
-def shutdown() -> None:
-    """Leave the process group (if any); safe to call twice."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+def shutdown(wait: bool | None = None) -> None:
+    """Leave the process group (if any); safe to call twice.
+
+    `wait`: first wait for the other workers (a worker that finished early waits for rank 0's
+    evaluation), so that none tears its connections down under a peer still using them. The
+    default waits only on a clean exit: not while an exception propagates (call it from a
+    `finally`) and not after a collective failed, where a peer may never arrive.
+    """
+    global _broken
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if wait is None:
+        wait = sys.exc_info()[0] is None and not _broken
+    if wait:
+        try:
+            dist.barrier()
+        except Exception:  # a peer is gone; leaving is all that is left to do
+            pass
+    dist.destroy_process_group()
+    _broken = False
 
 
 def check_same(config: dict, what: str = "arguments") -> None:
@@ -168,9 +186,11 @@ def gather(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _collective(what: str, fn, *args) -> None:
+    global _broken
     try:
         fn(*args)
     except Exception as e:  # a peer closed its connection (died) or the timeout passed
+        _broken = True
         raise WorkerError(
             f"rank {rank()} of {world_size()}: {what} failed, another worker died or stopped answering "
             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"

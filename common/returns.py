@@ -47,6 +47,8 @@ def n_step_returns(
     next_values = next_values.to(dtype)
     term = terminated.to(torch.bool)
     trunc = truncated.to(torch.bool) & ~term  # terminated wins when both are set
+    if m == T:
+        return _returns_to_rollout_end(rewards, next_values, term, trunc, gamma)
     ended = term | trunc
     returns = torch.zeros_like(rewards)
     alive = torch.ones_like(rewards)  # [T, B] 1.0 while row t is still accumulating
@@ -65,4 +67,21 @@ def n_step_returns(
         returns[:rows] += (discount * gamma) * a * cut.to(dtype) * next_values[k:]
         alive[:rows] = a * (~ended[k:]).to(dtype)
         discount *= gamma
+    return returns
+
+
+def _returns_to_rollout_end(rewards, next_values, term, trunc, gamma):
+    """n >= T: the backward recursion G_t = r_t + g (1 - term_t) [V_t if trunc_t or t = T-1 else G_{t+1}].
+
+    Same result as the windowed loop, with ~3 tensor ops per row instead of ~10 per lookahead
+    step (the A2C/A3C case: dispatch, not arithmetic, is the cost for small rollouts).
+    """
+    T = rewards.shape[0]
+    discounts = gamma * (~term).to(rewards.dtype)  # [T, B] 0 where the episode terminated
+    returns = torch.empty_like(rewards)
+    tail = next_values[T - 1]  # [B] the rollout's last row always bootstraps
+    for t in range(T - 1, -1, -1):
+        if t < T - 1:
+            tail = torch.where(trunc[t], next_values[t], returns[t + 1])
+        torch.addcmul(rewards[t], discounts[t], tail, out=returns[t])
     return returns

@@ -173,6 +173,18 @@ def test_numpy_policy_head_matches_torch_forward_with_obs_normalisation(shared, 
     np.testing.assert_allclose(actions, np.clip(expected, -0.01, 0.01), atol=1e-6)
 
 
+def test_running_statistics_match_the_moments_of_all_data_seen():
+    x = np.random.default_rng(0).normal(size=(60, 3)) * 2 + 1
+    norm = a2c.ObsNormalizer(3)
+    mean, var, count = 0.0, 1.0, 1e-4  # the RewardScaler's numpy path
+    for chunk in np.split(x, 6):
+        norm.update(torch.as_tensor(chunk))
+        mean, var, count = a2c.merge_moments(mean, var, count, chunk)
+    for m, v in ((norm.mean.numpy(), norm.var.numpy()), (mean, var)):
+        np.testing.assert_allclose(m, x.mean(0), atol=1e-4)
+        np.testing.assert_allclose(v, x.var(0), atol=1e-4)  # population variance, not unbiased
+
+
 def small(tmp_path: Path, **kw) -> Args:
     defaults = dict(total_timesteps=400, num_envs=4, n_steps=5, run_dir=str(tmp_path), progress=False, eval_episodes=2)
     return Args(**{**defaults, **kw})

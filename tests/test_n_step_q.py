@@ -192,7 +192,7 @@ def test_learns_cartpole(tmp_path):
     """Defaults except a 150k budget (the epsilon and learning-rate schedules shrink with it).
 
     A random policy scores ~22, CartPole-v0's "solved" is 195 (the bar DQN's test uses), the
-    maximum 500. Seed 1 scores 500 (seeds 2-4: 446, 99, 420) here; ~10-20 s on an idle 2-core machine.
+    maximum 500. Seed 1 scores 500 here; ~10-20 s on an idle 2-core machine.
     """
     s = n_step_q.train(n_step_q.Args(seed=1, total_timesteps=150_000, run_dir=str(tmp_path), progress=False))
     assert s["eval_return_mean"] >= 195, s
