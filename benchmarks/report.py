@@ -269,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     ref_ids: list[str] = []
     table, details, failures, all_runs, plots = [header], [], [], [], []
     counts = {"PASS": 0, "FAIL": 0, "n/a": 0}
-    measured_seconds, measured_by_algo = 0.0, {}
+    not_run = 0  # FAIL only because seeds are missing (not run, or still running)
+    measured_seconds, measured_by_cell = 0.0, {}
     est_missing: list[tuple[Cell, int]] = []
     for cell in suite.cells:
         runs = cell_runs(cell, runs_dir) if runs_dir.exists() else {}
@@ -278,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         summaries = [r["summary"] for r in ok.values()]
         v, reason = verdict(cell, runs)
         counts[v] += 1
+        if v == "FAIL" and all(x.startswith(("not run", "script missing")) or x.endswith("incomplete") for x in reason.split("; ")):
+            not_run += 1
         cell_refs = []
         for rid in cell.references:
             if rid not in refs:
@@ -290,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
             cell_refs.append(f"{r['mean']:g}{std} ({r['convention']}, {fmt_steps(r['steps'])}) [{ref_ids.index(rid) + 1}]")
         walls = [s["wall_seconds"] for s in summaries]
         measured_seconds += sum(walls)
-        for s in summaries:
-            measured_by_algo.setdefault(cell.algo, []).append(s["total_timesteps"] / max(s["wall_seconds"], 1e-9))
+        if walls:
+            measured_by_cell[id(cell)] = statistics.fmean(walls)
         missing_seeds = len([s for s in cell.seeds if s not in ok])
         if missing_seeds:
             est_missing.append((cell, missing_seeds))
@@ -325,23 +328,25 @@ def main(argv: list[str] | None = None) -> int:
             f"- `{cell.algo}` `{cell.env}` (hash `{cell.digest}`), settings from {cell.settings_source or '-'}; "
             f"threshold from {cell.threshold_source or '-'}. One seed by hand:\n  `{script_command(cell, cell.seeds[0])}`")
 
-    lines += [f"**{counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['n/a']} without threshold** "
-              f"out of {len(suite.cells)} cells.", "", *table, ""]
+    lines += [f"**{len(suite.cells)} cells: {counts['PASS']} PASS, {counts['FAIL'] - not_run} FAIL on their results "
+              f"(below threshold or crashed), {not_run} FAIL because not (fully) run, {counts['n/a']} without threshold.**",
+              "", *table, ""]
 
     # time: measured, and an estimate for what is left from the same algorithm's measured speed
     left, unknown = 0.0, []
     for cell, n in est_missing:
-        if cell.algo in measured_by_algo:
-            left += n * cell.steps / statistics.fmean(measured_by_algo[cell.algo])
+        if id(cell) in measured_by_cell:
+            left += n * measured_by_cell[id(cell)]
         else:
             unknown.append(f"{cell.algo} {cell.env}")
     lines += ["## Time", "",
               f"- Measured: {fmt_seconds(measured_seconds)} of run time over the finished runs (sum of wall times, "
               "one run at a time per worker)."]
     if est_missing:
-        lines.append(f"- Not finished: {sum(n for _, n in est_missing)} run(s); from the same algorithm's measured "
-                     f"steps/s, about {fmt_seconds(left)} more for those with a measurement"
-                     + (f"; no measurement yet for: {', '.join(unknown)}" if unknown else "") + ".")
+        lines.append(f"- Not finished: {sum(n for _, n in est_missing)} run(s)"
+                     + (f"; from the wall time of the cell's finished seeds, about {fmt_seconds(left)} more for those "
+                        "cells" if left else "")
+                     + (f"; no seed of the cell finished yet for: {', '.join(unknown)}" if unknown else "") + ".")
     lines.append("")
 
     lines += ["## References", ""]
