@@ -33,6 +33,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+
 class WorkerError(RuntimeError):
     """The workers cannot go on together: one never joined, died, or stopped answering."""
 
