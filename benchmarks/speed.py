@@ -54,7 +54,8 @@ def run_one(name: str, quick: bool, out_dir: Path, timeout: float) -> dict:
     script, full, short = COMPARISONS[name]
     path = BENCH / script
     argv = short if quick and short is not None else full
-    argv = [a.format(dir=out_dir) for a in argv]
+    shown = out_dir.relative_to(ROOT) if out_dir.is_relative_to(ROOT) else out_dir
+    argv = [a.format(dir=shown) for a in argv]
     command = " ".join(["python", f"benchmarks/{script}", *argv])
     record = {"name": name, "command": command, "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M")}
     if not path.exists():
