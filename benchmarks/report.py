@@ -207,6 +207,8 @@ def speed_section(speed_dir: Path) -> list[str]:
               "| comparison | when | ratio ours/peer | result (the script's own summary) | status |", "|---|---|---|---|---|"]
     for f in files:
         d = json.loads(f.read_text())
+        if "command" not in d:  # a comparison script's own raw output, not a speed.py record
+            continue
         ratios = ", ".join(f"{r:.2f}x" for r in d.get("ratios", [])) or "-"
         summary = "<br>".join(x.replace("|", "\\|") for x in d.get("summary_lines", [])) or "-"
         status = "ok" if d.get("returncode") == 0 else f"FAILED (exit {d.get('returncode')}): {d.get('error', '')}"

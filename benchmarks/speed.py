@@ -34,12 +34,12 @@ COMPARISONS = {
     "ddpg": ("speed_ddpg.py", ["--repeats", "1"], None),  # its budget is fixed (20k steps, CleanRL's settings)
 }
 RATIO_LINE = re.compile(r"ratio|ours/", re.IGNORECASE)
-RATIO = re.compile(r"(\d+(?:\.\d+)?)x\b")
+RATIO = re.compile(r"(?<![>=\d.])(?<!>= )(\d+(?:\.\d+)?)x\b")  # not a target such as ">= 2x"
 
 
 def parse(output: str) -> tuple[list[str], list[float]]:
     """The script's closing lines, and every 'N.NNx' on lines that talk about a ratio."""
-    lines = [x.rstrip() for x in output.splitlines() if x.strip()]
+    lines = [x.rstrip() for x in output.splitlines() if x.strip() and "warn" not in x.lower()]
     closing = []
     for x in reversed(lines):  # the summary block: trailing lines after the per-run lines
         if x.lower().startswith(("run ", "repeat ", "ours  ", "sb3   ", "[")) or "Warning" in x:
