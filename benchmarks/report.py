@@ -127,7 +127,11 @@ def read_curves(path: Path) -> tuple[list[tuple[int, float]], list[tuple[int, fl
 
 
 def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path) -> bool:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # plotting is a benchmarks-only dependency (benchmarks/requirements.txt)
+        print("report: matplotlib is not installed, skipping plots (pip install -r benchmarks/requirements.txt)")
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

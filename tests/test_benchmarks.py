@@ -104,6 +104,11 @@ def test_report_has_table_verdicts_and_plot(tiny):
     assert "## Failures" in text and "## Machine and versions" in text and "torch 2" in text
     assert "python algos/dqn.py --env CartPole-v1 --seed 1 --total-timesteps 300" in text
     png = tiny["results"] / "tiny" / "plots" / "dqn__CartPole-v1.png"
+    try:  # plotting is a benchmarks-only dependency: the core install (requirements.txt) has no matplotlib
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert not png.exists()
+        return
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "plots/dqn__CartPole-v1.png" in text
 
