@@ -58,7 +58,8 @@ class ReplayMemory:
         self.size = 0  # rows filled so far
         self.rng = np.random.default_rng(seed)
         self._stores = (self.obs, self.actions, self.rewards, self.next_obs, self.terminated)
-        self._host = {id(t): t.numpy() for t in self._stores} if self.device.type == "cpu" else None
+        # on CPU, `add` writes through zero-copy numpy views of the storage (no torch dispatch)
+        self._host_views = tuple(t.numpy() for t in self._stores) if self.device.type == "cpu" else None
 
     def __len__(self) -> int:
         return self.size
@@ -82,13 +83,12 @@ class ReplayMemory:
             obs, actions, rewards, next_obs, terminated = (x[-self.capacity :] for x in (obs, actions, rewards, next_obs, terminated))
             n = self.capacity
         first = min(n, self.capacity - self.pos)  # rows before the wraparound
-        for store, x in zip(self._stores, (obs, actions, rewards, next_obs, terminated)):
-            if self._host is not None:  # CPU: write through zero-copy numpy views (no torch dispatch)
+        views = self._host_views or self._stores
+        for store, view, x in zip(self._stores, views, (obs, actions, rewards, next_obs, terminated)):
+            if self._host_views is not None:
                 x = np.asarray(x).reshape(n, *store.shape[1:])
-                view = self._host[id(store)]
             else:
                 x = torch.as_tensor(np.asarray(x)).to(self.device, store.dtype).reshape(n, *store.shape[1:])
-                view = store
             view[self.pos : self.pos + first] = x[:first]
             if first < n:
                 view[: n - first] = x[first:]
