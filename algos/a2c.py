@@ -31,7 +31,7 @@ Run:
     torchrun --nproc-per-node 2 algos/a2c.py --env CartPole-v1 --seed 1   # 2 workers, one network
 
 Uses from common: NetworkWrapper (network, RMSprop/Adam, clipping), n_step_returns,
-distributed (torchrun workers).
+distributed (torchrun workers), true_next_obs (the final observation at episode ends).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -58,7 +58,7 @@ from gymnasium.vector import AutoresetMode
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/a2c.py` finds common/
-from common import NetworkWrapper, distributed, n_step_returns  # noqa: E402
+from common import NetworkWrapper, distributed, n_step_returns, true_next_obs  # noqa: E402
 
 ALGO = "a2c"
 
@@ -191,18 +191,6 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
         envs.close()
         raise ValueError(f"{ALGO} needs a Box observation space; {env_id} has {envs.single_observation_space}")
     return envs
-
-
-def true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The observation each env reached [B, ...]: under SAME_STEP autoreset, an env whose episode
-    ended returns the new episode's first observation in `next_obs` and the real last one in
-    infos["final_obs"]; bootstrapping from the former would value the wrong state."""
-    if "_final_obs" not in infos:
-        return next_obs
-    real = next_obs.copy()
-    for i in np.flatnonzero(infos["_final_obs"]):
-        real[i] = np.reshape(infos["final_obs"][i], real[i].shape)
-    return real
 
 
 class RewardScaler:

@@ -22,7 +22,7 @@ Deviations from the paper:
 Run:
     python algos/ddpg.py --env Pendulum-v1 --seed 1
 
-Uses from common: NetworkWrapper (online/target networks, Adam, soft sync), ReplayMemory.
+Uses from common: NetworkWrapper (online/target networks, Adam, soft sync), ReplayMemory, true_next_obs (the final observation at episode ends).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -49,7 +49,7 @@ from gymnasium.vector import AutoresetMode
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/ddpg.py` finds common/
-from common import NetworkWrapper, ReplayMemory  # noqa: E402
+from common import NetworkWrapper, ReplayMemory, true_next_obs  # noqa: E402
 
 ALGO = "ddpg"
 
@@ -467,11 +467,7 @@ def train(args: Args) -> dict:
 
             # store: the autoreset already put the new episode's first obs in next_obs, so the
             # transition must use the true final observation of the finished episode
-            real_next_obs = next_obs
-            if "_final_obs" in infos:
-                real_next_obs = next_obs.copy()
-                for i in np.flatnonzero(infos["_final_obs"]):
-                    real_next_obs[i] = infos["final_obs"][i].reshape(obs_dim)
+            real_next_obs = true_next_obs(next_obs, infos)
             memory.add(obs, actions, rewards, real_next_obs, terminated)
             obs = next_obs
 

@@ -28,7 +28,7 @@ Run:
     torchrun --nproc-per-node 2 algos/n_step_q.py --env CartPole-v1 --seed 1   # 2 workers, one network
 
 Uses from common: NetworkWrapper (online/target network, Adam, clipping, lr decay), n_step_returns,
-distributed (torchrun workers).
+distributed (torchrun workers), true_next_obs (the final observation at episode ends).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -55,7 +55,7 @@ from gymnasium.vector import AutoresetMode
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/n_step_q.py` finds common/
-from common import NetworkWrapper, distributed, n_step_returns  # noqa: E402
+from common import NetworkWrapper, distributed, n_step_returns, true_next_obs  # noqa: E402
 
 ALGO = "n_step_q"
 
@@ -216,21 +216,6 @@ def select_actions(
     if explore.any():
         actions[explore] = rng.integers(n_actions, size=int(explore.sum()))
     return actions
-
-
-def true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The observation each transition really led to [B, obs_dim].
-
-    With SAME_STEP autoreset, `next_obs` of an env whose episode just ended is already the new
-    episode's first observation; its true final observation is in infos["final_obs"]. There is
-    no separate reset step, so every row of the rollout is a real transition.
-    """
-    if "_final_obs" not in infos:
-        return next_obs
-    real = next_obs.copy()
-    for i in np.flatnonzero(infos["_final_obs"]):
-        real[i] = infos["final_obs"][i].reshape(real.shape[1:])
-    return real
 
 
 def n_step_q_targets(

@@ -4,6 +4,7 @@
   `train_step(loss)` returns the loss and the global gradient norm before clipping.
 - `soft_update`: target <- rate * online + (1 - rate) * target, parameters and buffers.
 - `ReplayMemory`: preallocated ring buffer fed by vector envs, seeded sampling.
+- `true_next_obs`: the real next observation under SAME_STEP autoreset (infos["final_obs"]).
 - `n_step_returns`: the n-step reference r_t + g r_{t+1} + ... + g^m V(s_{t+m}) on [T, B].
 - `distributed`: several torchrun workers, one network (rank, world size, agreeing on the
   config, gathering statistics); the wrapper averages gradients across them by itself.
@@ -12,8 +13,9 @@ Imports torch, numpy and gymnasium only; nothing here knows about any algorithm.
 """
 
 from common import distributed
+from common.autoreset import true_next_obs
 from common.network import NetworkWrapper, soft_update
 from common.replay import Batch, ReplayMemory
 from common.returns import n_step_returns
 
-__all__ = ["NetworkWrapper", "soft_update", "ReplayMemory", "Batch", "n_step_returns", "distributed"]
+__all__ = ["NetworkWrapper", "soft_update", "ReplayMemory", "Batch", "n_step_returns", "true_next_obs", "distributed"]

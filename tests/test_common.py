@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from common import NetworkWrapper, ReplayMemory, n_step_returns, soft_update
+from common import NetworkWrapper, ReplayMemory, n_step_returns, soft_update, true_next_obs
 
 
 # ---- n-step returns -----------------------------------------------------------------------------
@@ -248,3 +248,22 @@ def test_replay_memory_is_preallocated_and_fixed():
         _fill_4 = np.full((7, 4), k, np.float32)
         memory.add(_fill_4, np.zeros(7, int), np.zeros(7), _fill_4, np.zeros(7, bool))
     assert memory.obs.data_ptr() == ptr and memory.obs.shape == (1000, 4)
+
+
+# ---- autoreset ------------------------------------------------------------------------------------
+def test_true_next_obs_takes_the_final_observation_where_an_episode_ended():
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode
+
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=3)] * 2,
+                                    autoreset_mode=AutoresetMode.SAME_STEP)
+    obs, _ = envs.reset(seed=0)
+    for _ in range(2):
+        obs, _, _, _, infos = envs.step(np.array([0, 1]))
+        assert true_next_obs(obs, infos) is obs  # no episode ended: nothing to replace
+    next_obs, _, _, truncated, infos = envs.step(np.array([0, 1]))  # both truncate at step 3
+    assert truncated.all()
+    real = true_next_obs(next_obs, infos)
+    np.testing.assert_array_equal(real, np.stack(infos["final_obs"]))
+    assert not np.array_equal(real, next_obs)  # next_obs already holds the reset observations
+    assert real is not next_obs
