@@ -32,6 +32,8 @@ COMPARISONS = {
             ["--total-timesteps", "3000", "--out", "{dir}/speed_dqn_raw.json"]),
     "a2c": ("speed_a2c.py", ["--total-timesteps", "100000", "--repeats", "2"], ["--total-timesteps", "2000", "--repeats", "1"]),
     "ddpg": ("speed_ddpg.py", ["--repeats", "1"], None),  # its budget is fixed (20k steps, CleanRL's settings)
+    # torch's default thread count (all cores), as CleanRL's recorded figures ran
+    "ddpg-threads2": ("speed_ddpg.py", ["--repeats", "1", "--threads", "2", "--no-naf"], None),
 }
 RATIO_LINE = re.compile(r"ratio|ours/", re.IGNORECASE)
 RATIO = re.compile(r"(?<![>=\d.])(?<!>= )(\d+(?:\.\d+)?)x\b")  # not a target such as ">= 2x"

@@ -3,7 +3,9 @@
 Settings (both sides): Pendulum-v1, 20k env steps, uniform random actions and no learning for the
 first 5k, batch 256, [256, 256] MLPs, Adam 3e-4, tau 0.005, gamma 0.99, Gaussian noise 0.1,
 one critic update per env step, actor every 2 critic updates (SB3: `policy_delay = 2` set on its
-DDPG object, which is TD3 with one critic and no target smoothing), 1 torch thread, CPU.
+DDPG object, which is TD3 with one critic and no target smoothing), CPU, `--threads` torch threads
+for both (default 1; CleanRL's script does not set a thread count, so its recorded 249 steps/s ran
+on torch's default, all cores: compare it with `--threads 2` on a 2-core machine).
 Also times algos/naf.py with the same batch, network widths and schedule.
 
 The machine is shared and noisy: runs are interleaved (ours, SB3, ours, SB3, ...) and the ratio is
@@ -13,6 +15,7 @@ evaluation of 10 short episodes included), which other processes on the machine 
 
 Run:
     python benchmarks/speed_ddpg.py --repeats 2
+    python benchmarks/speed_ddpg.py --repeats 2 --threads 2   # torch's default on 2 cores, as CleanRL ran
 """
 
 from __future__ import annotations
@@ -35,13 +38,13 @@ CLEANRL_SPS = 249.0  # REFERENCES.md: CleanRL DDPG, these settings, this kind of
 STEPS, LEARNING_STARTS = 20_000, 5_000
 
 
-def run_ours(seed: int, run_dir: str) -> tuple[float, float, float]:
+def run_ours(seed: int, run_dir: str, threads: int) -> tuple[float, float, float]:
     import ddpg
 
     args = ddpg.Args(
         env_id="Pendulum-v1", seed=seed, total_timesteps=STEPS, learning_starts=LEARNING_STARTS, batch_size=256,
         hidden_sizes=(256, 256), actor_learning_rate=3e-4, critic_learning_rate=3e-4, target_rate=0.005, gamma=0.99,
-        noise="gaussian", noise_std=0.1, policy_every=2, buffer_size=1_000_000, device="cpu", torch_threads=1,
+        noise="gaussian", noise_std=0.1, policy_every=2, buffer_size=1_000_000, device="cpu", torch_threads=threads,
         run_dir=run_dir, progress=False,
     )
     cpu = time.process_time()
@@ -49,25 +52,25 @@ def run_ours(seed: int, run_dir: str) -> tuple[float, float, float]:
     return summary["sps"], STEPS / (time.process_time() - cpu), summary["eval_return_mean"]
 
 
-def run_naf(seed: int, run_dir: str) -> tuple[float, float, float]:
+def run_naf(seed: int, run_dir: str, threads: int) -> tuple[float, float, float]:
     import naf
 
     args = naf.Args(
         env_id="Pendulum-v1", seed=seed, total_timesteps=STEPS, learning_starts=LEARNING_STARTS, batch_size=256,
-        hidden_sizes=(256, 256), device="cpu", torch_threads=1, run_dir=run_dir, progress=False,
+        hidden_sizes=(256, 256), device="cpu", torch_threads=threads, run_dir=run_dir, progress=False,
     )
     cpu = time.process_time()
     summary = naf.train(args)
     return summary["sps"], STEPS / (time.process_time() - cpu), summary["eval_return_mean"]
 
 
-def run_sb3(seed: int) -> tuple[float, float, float]:
+def run_sb3(seed: int, threads: int) -> tuple[float, float, float]:
     import gymnasium as gym
     from stable_baselines3 import DDPG
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.noise import NormalActionNoise
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     env = gym.make("Pendulum-v1")
     high = env.action_space.high
     model = DDPG(
@@ -88,26 +91,27 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="interleaved (ours, SB3) pairs")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-naf", action="store_true", help="skip the NAF timing")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, for both sides")
     opts = parser.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(opts.threads)
     ours, sb3, ratios, cpu_ratios = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(opts.repeats):
             seed = opts.seed + k
-            sps, cpu_sps, ret = run_ours(seed, tmp)
+            sps, cpu_sps, ret = run_ours(seed, tmp, opts.threads)
             ours.append((sps, cpu_sps))
             print(f"ours  DDPG seed {seed}: {sps:7.1f} steps/s wall  {cpu_sps:7.1f} steps/s cpu  eval {ret:8.1f}", flush=True)
-            sps, cpu_sps, ret = run_sb3(seed)
+            sps, cpu_sps, ret = run_sb3(seed, opts.threads)
             sb3.append((sps, cpu_sps))
             ratios.append(ours[-1][0] / sps)
             cpu_ratios.append(ours[-1][1] / cpu_sps)
             print(f"SB3   DDPG seed {seed}: {sps:7.1f} steps/s wall  {cpu_sps:7.1f} steps/s cpu  eval {ret:8.1f}   "
                   f"ours/SB3 {ratios[-1]:.2f}x wall, {cpu_ratios[-1]:.2f}x cpu", flush=True)
         if not opts.no_naf:
-            sps, cpu_sps, ret = run_naf(opts.seed, tmp)
+            sps, cpu_sps, ret = run_naf(opts.seed, tmp, opts.threads)
             print(f"ours  NAF  seed {opts.seed}: {sps:7.1f} steps/s wall  {cpu_sps:7.1f} steps/s cpu  eval {ret:8.1f}", flush=True)
     wall, cpu = statistics.median(s for s, _ in ours), statistics.median(c for _, c in ours)
-    print(f"\nDDPG, Pendulum-v1, {STEPS:,} steps, learning from {LEARNING_STARTS:,}, batch 256, [256, 256], actor every 2:")
+    print(f"\nDDPG, Pendulum-v1, {STEPS:,} steps, learning from {LEARNING_STARTS:,}, batch 256, [256, 256], actor every 2, {opts.threads} torch thread(s):")
     print(f"  ours   median {wall:7.1f} steps/s wall, {cpu:7.1f} cpu: {wall / CLEANRL_SPS:.2f}x (wall), {cpu / CLEANRL_SPS:.2f}x (cpu) "
           f"CleanRL's recorded {CLEANRL_SPS:.0f} (target >= 1.5x)")
     print(f"  SB3    median {statistics.median(s for s, _ in sb3):7.1f} steps/s wall, {statistics.median(c for _, c in sb3):7.1f} cpu")

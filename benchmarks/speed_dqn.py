@@ -4,7 +4,8 @@
 
 Settings are CleanRL's DQN defaults on CartPole-v1 (lr 2.5e-4, buffer 10k, batch 128, learning
 starts 10k, train every 10 env steps, hard target copy every 500, epsilon 1 -> 0.05 over half
-the run, [120, 84] MLP, gamma 0.99, 1 env), CPU, one torch thread for both. Differences that
+the run, [120, 84] MLP, gamma 0.99, 1 env), CPU, `--threads` torch threads for both (default 1;
+CleanRL's script sets none, so its recorded ~4,900 steps/s ran on torch's default, all cores). Differences that
 cannot be matched: SB3's loss is Huber (ours MSE, as CleanRL's) and SB3 always clips the
 gradient norm (set to 10 here, the default; ours computes the norm but does not clip).
 Prints steps/s of each and the ratio. Runs alternate (ours, SB3, ours, SB3, ...) with --repeats.
@@ -33,6 +34,8 @@ class SpeedArgs:
     seed: int = 1
     repeats: int = 1
     """runs of each, alternating"""
+    threads: int = 1
+    """torch threads, for both"""
     out: str = "benchmarks/results/speed_dqn.json"
     """where to write the figures"""
 
@@ -40,7 +43,8 @@ class SpeedArgs:
 def ours(a: SpeedArgs) -> dict:
     import dqn
 
-    s = dqn.train(dqn.Args(seed=a.seed, total_timesteps=a.total_timesteps, run_dir="/tmp/speed_runs", progress=False))
+    s = dqn.train(dqn.Args(seed=a.seed, total_timesteps=a.total_timesteps, torch_threads=a.threads,
+                             run_dir="/tmp/speed_runs", progress=False))
     return {"sps": s["sps"], "wall_seconds": s["wall_seconds"], "eval_return_mean": s["eval_return_mean"]}
 
 
@@ -50,7 +54,7 @@ def sb3(a: SpeedArgs) -> dict:
     from stable_baselines3 import DQN
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(a.threads)
     env = gym.make("CartPole-v1")
     model = DQN(
         "MlpPolicy", env, learning_rate=2.5e-4, buffer_size=10_000, learning_starts=10_000, batch_size=128,
@@ -74,7 +78,7 @@ def main(a: SpeedArgs) -> None:
             print(f"run {r + 1}/{a.repeats} {name:>4}: {res['sps']:>8,.0f} steps/s  {res['wall_seconds']:7.1f} s  eval {res['eval_return_mean']:.1f}", flush=True)
     mean = {k: sum(x["sps"] for x in v) / len(v) for k, v in results.items()}
     ratio = mean["ours"] / mean["sb3"]
-    print(f"DQN CartPole-v1 {a.total_timesteps:,} steps: ours {mean['ours']:,.0f} steps/s, SB3 {mean['sb3']:,.0f} steps/s, ratio {ratio:.2f}x")
+    print(f"DQN CartPole-v1 {a.total_timesteps:,} steps, {a.threads} torch thread(s): ours {mean['ours']:,.0f} steps/s, SB3 {mean['sb3']:,.0f} steps/s, ratio {ratio:.2f}x")
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"settings": vars(a), "results": results, "mean_sps": mean, "ratio": ratio,
