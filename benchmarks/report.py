@@ -306,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             est_missing.append((cell, missing_seeds))
         thr = "-" if cell.threshold is None else f"{cell.threshold:g} ({cell.pass_rule})"
         verdict_txt = f"**{v}**" + (f": {reason}" if v != "PASS" or reason else "")
+        if v == "FAIL" and cell.note:
+            verdict_txt += f". Why: {cell.note}"
         table.append(
             f"| {cell.algo} | {cell.env} | {fmt_steps(cell.steps)} | {len(ok)}/{len(cell.seeds)} | "
             f"{fmt_ms([s['eval_return_mean'] for s in summaries])} | "

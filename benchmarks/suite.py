@@ -42,6 +42,7 @@ class Cell:
     threshold_source: str = ""
     settings_source: str = ""
     references: list[str] = field(default_factory=list)
+    note: str = ""  # why the cell falls short, once known (shown beside a FAIL; not part of the run identity)
 
     @property
     def digest(self) -> str:
@@ -86,7 +87,7 @@ def _build(name: str, raw: dict) -> Suite:
         envs, algos = include.get("envs"), include.get("algos")
         cells += [c for c in other.cells if (envs is None or c.env in envs) and (algos is None or c.algo in algos)]
     for c in s.get("cells", []):
-        unknown = set(c) - {"algo", "env", "steps", "settings", "seeds", "threshold", "pass_rule", "threshold_source", "settings_source", "references"}
+        unknown = set(c) - {"algo", "env", "steps", "settings", "seeds", "threshold", "pass_rule", "threshold_source", "settings_source", "references", "note"}
         if unknown:
             raise SystemExit(f"suite {name}: cell {c.get('algo')}/{c.get('env')} has unknown keys {sorted(unknown)}")
         if c.get("pass_rule", "mean") not in ("mean", "all"):
@@ -98,7 +99,7 @@ def _build(name: str, raw: dict) -> Suite:
             eval_every=max(1, steps // int(s.get("eval_points", 20))) if s.get("eval_points", 20) else 0,
             threshold=c.get("threshold"), pass_rule=c.get("pass_rule", "mean"),
             threshold_source=c.get("threshold_source", ""), settings_source=c.get("settings_source", ""),
-            references=list(c.get("references", [])),
+            references=list(c.get("references", [])), note=c.get("note", ""),
         ))
     return Suite(name, s.get("description", ""), cells, s.get("runnable", True), s.get("not_runnable_reason", ""))
 

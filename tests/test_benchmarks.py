@@ -40,6 +40,7 @@ steps = 300
 seeds = [1]
 settings = { batch_size = 0 }
 threshold = -100.0
+note = "the batch size is zero on purpose"
 
 [[suites.tiny.cells]]
 algo = "no_such_algo"
@@ -99,6 +100,7 @@ def test_report_has_table_verdicts_and_plot(tiny):
     assert "| 2/2 |" in row and "488.69 ± 16.11" in row and ("**PASS**" in row or "below threshold" in row)
     bad = next(x for x in text.splitlines() if x.startswith("| dqn | Acrobot-v1 |"))
     assert "**FAIL**" in bad and "crashed" in bad and "batch-size must be positive" in bad
+    assert "Why: the batch size is zero on purpose" in bad, "a cell's note is shown beside its FAIL"
     missing = next(x for x in text.splitlines() if x.startswith("| no_such_algo |"))
     assert "**FAIL**" in missing and "script missing" in missing
     assert "## Failures" in text and "## Machine and versions" in text and "torch 2" in text
@@ -144,7 +146,7 @@ def test_settings_hash_identifies_the_run():
     assert _cell().digest == _cell().digest
     assert _cell().digest != _cell(settings={"learning_rate": 1e-3}).digest
     assert _cell().digest != _cell(steps=2000).digest
-    assert _cell().digest == _cell(threshold=5.0, seeds=[7]).digest, "verdict fields do not change what runs"
+    assert _cell().digest == _cell(threshold=5.0, seeds=[7], note="why").digest, "verdict fields do not change what runs"
 
 
 def test_suites_declare_every_algorithm_on_its_canonical_tasks():
