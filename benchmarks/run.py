@@ -250,7 +250,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  would run: {job.label} ({job.cell.steps:,} steps, settings {job.cell.settings or 'defaults'}) -> {job.dir}")
         return 0
 
-    commit = git_commit()
     pending, running, finished = list(todo), [], []
     start, last_status = time.time(), 0.0
     total = len(todo)
@@ -270,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         while pending or running:
             while pending and len(running) < a.workers:
                 job = pending.pop(0)
-                job.start(commit)
+                job.start(git_commit())  # per run: the code may change while a long sweep runs
                 running.append(job)
                 print(f"[{time.strftime('%H:%M:%S')}] start  {job.label} ({job.cell.steps:,} steps) -> {job.dir}", flush=True)
             time.sleep(0.2)
