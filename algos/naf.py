@@ -415,10 +415,6 @@ def train(args: Args) -> dict:
     validate(args)
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
     torch.set_num_threads(args.torch_threads)
-    # values below ~1e-38 (e.g. Adam's second moments of near-zero gradients) become 0 instead of
-    # subnormals, which x86 computes ~100x slower: 19% more steps/s on MountainCarContinuous,
-    # same final policy in that check (benchmarks/results_issue5.md). Switched off when train() ends.
-    torch.set_flush_denormal(True)
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -450,6 +446,10 @@ def train(args: Args) -> dict:
     global_step, error, completed = 0, None, False
     eval_returns = np.array([])
     train_seconds = 0.0
+    # values below ~1e-38 (e.g. Adam's second moments of near-zero gradients) become 0 instead of
+    # subnormals, which x86 computes ~100x slower: 19% more steps/s on MountainCarContinuous,
+    # same final policy in that check (benchmarks/results_issue5.md). Switched off in `finally`.
+    torch.set_flush_denormal(True)
     try:
         obs, _ = envs.reset(seed=args.seed)
         obs = obs.reshape(B, obs_dim)

@@ -44,7 +44,7 @@ def parse(output: str) -> tuple[list[str], list[float]]:
     lines = [x.rstrip() for x in output.splitlines() if x.strip() and "warn" not in x.lower()]
     closing = []
     for x in reversed(lines):  # the summary block: trailing lines after the per-run lines
-        if x.lower().startswith(("run ", "repeat ", "ours  ", "sb3   ", "[")) or "Warning" in x:
+        if x.lower().startswith(("run ", "repeat ", "ours  ", "sb3   ", "[")):
             break
         closing.insert(0, x)
     closing = closing[-8:] or lines[-3:]
