@@ -1,0 +1,125 @@
+"""The arithmetic floor of one DDPG env step with CleanRL's settings: how fast *any* implementation can be.
+
+    python benchmarks/floor_ddpg.py
+
+One env step of DDPG on Pendulum-v1 with CleanRL's settings (batch 256, [256, 256] MLPs, one
+critic update per env step, an actor update every 2) has to do these matrix products, whatever
+the framework: the critic target (target actor and target critic forwards on s'), the critic's
+forward and backward (weight and input gradients), and every other step the actor's forward, a
+critic forward, the critic's input gradient and the actor's backward. This script times exactly
+those products (torch.mm / addmm on the same shapes, 1 thread, hot caches, no autograd, no
+optimizer, no env, no Python bookkeeping) and nothing else. Every faithful implementation does at
+least this work per env step on the same CPU, so 1 / (this time) bounds its steps/s from above.
+It also times our whole update (autograd, fused Adam, soft target updates) on the same inputs, to
+show how close to the floor it runs. Compare with `python benchmarks/speed_ddpg.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "algos"))
+sys.path.insert(0, str(ROOT))
+
+
+def products(batch: int, obs_dim: int, act_dim: int, hidden: int):
+    """The matrix products of one env step, as a list of (a, b) pairs to multiply."""
+    B, H, O, A = batch, hidden, obs_dim, act_dim
+    r = lambda *s: torch.randn(*s)  # noqa: E731
+    fwd = lambda i: [(r(B, i), r(i, H)), (r(B, H), r(H, H)), (r(B, H), r(H, 1))]  # noqa: E731  3 layers
+    w_grads = lambda i: [(r(1, B), r(B, H)), (r(H, B), r(B, H)), (r(H, B), r(B, i))]  # noqa: E731  dW of each layer
+    x_grads = lambda i: [(r(B, 1), r(1, H)), (r(B, H), r(H, H)), (r(B, H), r(H, i))]  # noqa: E731  dX of each layer
+    critic_in, actor_in = O + A, O
+    critic_step = (
+        fwd(actor_in) + fwd(critic_in)  # target: mu'(s') then Q'(s', mu'(s'))
+        + fwd(critic_in) + w_grads(critic_in) + x_grads(critic_in)[:2]  # Q(s, a) and its backward (no dX at the input)
+    )
+    actor_step = (
+        fwd(actor_in) + fwd(critic_in)  # Q(s, mu(s))
+        + x_grads(critic_in)  # back through the critic to the action (critic weights frozen)
+        + w_grads(actor_in) + x_grads(actor_in)[:2]  # the actor's backward
+    )
+    return critic_step, actor_step
+
+
+def time_products(critic_step, actor_step, policy_every: int, reps: int) -> float:
+    def one_env_step(k: int) -> None:
+        for a, b in critic_step:
+            torch.mm(a, b)
+        if k % policy_every == 0:
+            for a, b in actor_step:
+                torch.mm(a, b)
+
+    for k in range(50):
+        one_env_step(k)
+    start = time.perf_counter()
+    for k in range(reps):
+        one_env_step(k)
+    return (time.perf_counter() - start) / reps
+
+
+def time_our_update(batch: int, hidden: int, reps: int) -> float:
+    import gymnasium as gym
+
+    import ddpg
+    from common import NetworkWrapper
+
+    space = gym.spaces.Box(-2.0, 2.0, (1,))
+    actor = NetworkWrapper(ddpg.Actor(3, space, (hidden, hidden)), lr=3e-4, target=True)
+    critic = NetworkWrapper(ddpg.Critic(3, 1, (hidden, hidden)), lr=3e-4, target=True)
+    obs, next_obs, actions = torch.randn(batch, 3), torch.randn(batch, 3), torch.rand(batch, 1) * 4 - 2
+    rewards, terminated = torch.randn(batch), torch.zeros(batch)
+
+    def update() -> None:
+        targets = ddpg.ddpg_targets(critic.target, actor.target, rewards, next_obs, terminated, 0.99)
+        critic.train_step(F.mse_loss(critic.online(obs, actions), targets))
+        if critic.updates % 2 == 0:
+            critic.online.requires_grad_(False)
+            actor.train_step(ddpg.actor_loss(actor.online, critic.online, obs))
+            critic.online.requires_grad_(True)
+        critic.sync(0.005)
+        actor.sync(0.005)
+
+    torch.set_flush_denormal(True)
+    for _ in range(50):
+        update()
+    start = time.perf_counter()
+    for _ in range(reps):
+        update()
+    seconds = (time.perf_counter() - start) / reps
+    torch.set_flush_denormal(False)
+    return seconds
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--reps", type=int, default=1000)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--sb3-sps", type=float, default=None, help="SB3's steps/s from speed_ddpg.py, to print the 2x target against the floor")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    critic_step, actor_step = products(a.batch, 3, 1, a.hidden)
+    flops = 2 * (sum(x.shape[0] * x.shape[1] * y.shape[1] for x, y in critic_step)
+                 + sum(x.shape[0] * x.shape[1] * y.shape[1] for x, y in actor_step) / 2)
+    floor = min(time_products(critic_step, actor_step, 2, a.reps) for _ in range(3))
+    ours = min(time_our_update(a.batch, a.hidden, a.reps) for _ in range(3))
+    print(f"matrix products of one env step: {flops / 1e6:.0f} MFLOP, {floor * 1e3:.3f} ms ({flops / floor / 1e9:.0f} GFLOP/s), "
+          f"so at most {1 / floor:,.0f} steps/s for any implementation ({a.threads} thread(s), batch {a.batch}, [{a.hidden}, {a.hidden}])")
+    print(f"our whole update (autograd, Adam, soft target updates), hot: {ours * 1e3:.3f} ms = {floor / ours:.0%} of it in the products")
+    if a.sb3_sps:
+        need = 2 * a.sb3_sps
+        print(f"2x SB3 ({a.sb3_sps:g} steps/s) needs {need:,.0f} steps/s = {1e3 / need:.3f} ms per env step, env included: "
+              f"{'below' if 1 / need < floor else 'above'} the products' floor of {floor * 1e3:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
