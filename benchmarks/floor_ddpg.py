@@ -7,9 +7,11 @@ critic update per env step, an actor update every 2) has to do these matrix prod
 the framework: the critic target (target actor and target critic forwards on s'), the critic's
 forward and backward (weight and input gradients), and every other step the actor's forward, a
 critic forward, the critic's input gradient and the actor's backward. This script times exactly
-those products (torch.mm / addmm on the same shapes, 1 thread, hot caches, no autograd, no
-optimizer, no env, no Python bookkeeping) and nothing else. Every faithful implementation does at
-least this work per env step on the same CPU, so 1 / (this time) bounds its steps/s from above.
+those products (torch.mm on the same shapes, 1 thread, hot caches, no autograd, no Python
+bookkeeping) and nothing else; then, separately, the other unavoidable passes over memory as bare
+kernels: the ReLUs and their backward, one Adam step of each network that updates, and the soft
+target updates of the four networks. Every faithful implementation does at least this work per
+env step on the same CPU (in fp32), so 1 / (products + the rest) bounds its steps/s from above.
 It also times our whole update (autograd, fused Adam, soft target updates) on the same inputs, to
 show how close to the floor it runs. Compare with `python benchmarks/speed_ddpg.py`.
 """
@@ -65,6 +67,44 @@ def time_products(critic_step, actor_step, policy_every: int, reps: int) -> floa
     return (time.perf_counter() - start) / reps
 
 
+def time_elementwise(batch: int, hidden: int, n_critic: int, n_actor: int, policy_every: int, reps: int) -> float:
+    """Bare kernels of one env step besides the products: ReLU forward and backward on every hidden
+    layer that a forward or backward pass goes through, Adam on the critic (every step) and the actor
+    (every `policy_every`), soft updates of the four networks."""
+    h, g = torch.randn(batch, hidden), torch.randn(batch, hidden)
+    nets = {"critic": n_critic, "actor": n_actor}
+    p = {k: torch.randn(n) for k, n in nets.items()}
+    grads = {k: torch.randn(n) * 1e-3 for k, n in nets.items()}
+    m = {k: torch.zeros(n) for k, n in nets.items()}
+    v = {k: torch.zeros(n) for k, n in nets.items()}
+    step = {k: torch.zeros(()) for k in nets}
+    targets = {k: torch.randn(n) for k, n in nets.items()}
+
+    def adam(k: str) -> None:
+        torch._fused_adam_([p[k]], [grads[k]], [m[k]], [v[k]], [], [step[k]], amsgrad=False, lr=3e-4, beta1=0.9,
+                           beta2=0.999, weight_decay=0.0, eps=1e-8, maximize=False)
+
+    def one_env_step(k: int) -> None:
+        actor_step = k % policy_every == 0
+        # critic step: 2 hidden layers in each of target actor, target critic, critic forward; critic backward
+        # actor step: actor and critic forwards; backward through the critic and the actor
+        for _ in range(6 + (4 if actor_step else 0)):
+            torch.relu(h)
+        for _ in range(2 + (4 if actor_step else 0)):
+            torch.ops.aten.threshold_backward(g, h, 0.0)
+        adam("critic")
+        if actor_step:
+            adam("actor")
+        torch._foreach_lerp_(list(targets.values()), list(p.values()), 0.005)
+
+    for k in range(50):
+        one_env_step(k)
+    start = time.perf_counter()
+    for k in range(reps):
+        one_env_step(k)
+    return (time.perf_counter() - start) / reps
+
+
 def time_our_update(batch: int, hidden: int, reps: int) -> float:
     import gymnasium as gym
 
@@ -110,15 +150,21 @@ def main() -> None:
     critic_step, actor_step = products(a.batch, 3, 1, a.hidden)
     flops = 2 * (sum(x.shape[0] * x.shape[1] * y.shape[1] for x, y in critic_step)
                  + sum(x.shape[0] * x.shape[1] * y.shape[1] for x, y in actor_step) / 2)
-    floor = min(time_products(critic_step, actor_step, 2, a.reps) for _ in range(3))
+    n_critic = (3 + 1 + 1) * a.hidden + (a.hidden + 1) * a.hidden + a.hidden + 1
+    n_actor = (3 + 1) * a.hidden + (a.hidden + 1) * a.hidden + a.hidden + 1
+    products_s = min(time_products(critic_step, actor_step, 2, a.reps) for _ in range(3))
+    rest_s = min(time_elementwise(a.batch, a.hidden, n_critic, n_actor, 2, a.reps) for _ in range(3))
+    floor = products_s + rest_s
     ours = min(time_our_update(a.batch, a.hidden, a.reps) for _ in range(3))
-    print(f"matrix products of one env step: {flops / 1e6:.0f} MFLOP, {floor * 1e3:.3f} ms ({flops / floor / 1e9:.0f} GFLOP/s), "
-          f"so at most {1 / floor:,.0f} steps/s for any implementation ({a.threads} thread(s), batch {a.batch}, [{a.hidden}, {a.hidden}])")
-    print(f"our whole update (autograd, Adam, soft target updates), hot: {ours * 1e3:.3f} ms = {floor / ours:.0%} of it in the products")
+    print(f"{a.threads} thread(s), batch {a.batch}, [{a.hidden}, {a.hidden}], per env step, hot caches:")
+    print(f"  matrix products: {flops / 1e6:.0f} MFLOP in {products_s * 1e3:.3f} ms ({flops / products_s / 1e9:.0f} GFLOP/s)")
+    print(f"  ReLUs, Adam, soft target updates as bare kernels: {rest_s * 1e3:.3f} ms")
+    print(f"  floor: {floor * 1e3:.3f} ms, so at most {1 / floor:,.0f} steps/s for any fp32 implementation, before the env and replay")
+    print(f"  our whole update (autograd, fused Adam, soft updates): {ours * 1e3:.3f} ms = {floor / ours:.0%} of it is the floor's work")
     if a.sb3_sps:
         need = 2 * a.sb3_sps
         print(f"2x SB3 ({a.sb3_sps:g} steps/s) needs {need:,.0f} steps/s = {1e3 / need:.3f} ms per env step, env included: "
-              f"{'below' if 1 / need < floor else 'above'} the products' floor of {floor * 1e3:.3f} ms")
+              f"{'less' if 1 / need < floor else 'more'} than the floor of {floor * 1e3:.3f} ms")
 
 
 if __name__ == "__main__":
