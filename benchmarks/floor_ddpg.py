@@ -105,7 +105,8 @@ def time_elementwise(batch: int, hidden: int, n_critic: int, n_actor: int, polic
     return (time.perf_counter() - start) / reps
 
 
-def time_our_update(batch: int, hidden: int, reps: int) -> float:
+def our_update(batch: int, hidden: int):
+    """One env step's worth of our DDPG update (ddpg.py's functions and NetworkWrapper) on fixed random data."""
     import gymnasium as gym
 
     import ddpg
@@ -117,7 +118,7 @@ def time_our_update(batch: int, hidden: int, reps: int) -> float:
     obs, next_obs, actions = torch.randn(batch, 3), torch.randn(batch, 3), torch.rand(batch, 1) * 4 - 2
     rewards, terminated = torch.randn(batch), torch.zeros(batch)
 
-    def update() -> None:
+    def update() -> None:  # as in ddpg.py's training loop, with policy_every 2
         targets = ddpg.ddpg_targets(critic.target, actor.target, rewards, next_obs, terminated, 0.99)
         critic.train_step(F.mse_loss(critic.online(obs, actions), targets))
         if critic.updates % 2 == 0:
@@ -127,15 +128,21 @@ def time_our_update(batch: int, hidden: int, reps: int) -> float:
         critic.sync(0.005)
         actor.sync(0.005)
 
-    torch.set_flush_denormal(True)
-    for _ in range(50):
-        update()
-    start = time.perf_counter()
-    for _ in range(reps):
-        update()
-    seconds = (time.perf_counter() - start) / reps
-    torch.set_flush_denormal(False)
-    return seconds
+    return update
+
+
+def time_our_update(batch: int, hidden: int, reps: int) -> float:
+    update = our_update(batch, hidden)
+    torch.set_flush_denormal(True)  # as ddpg.py does
+    try:
+        for _ in range(50):
+            update()
+        start = time.perf_counter()
+        for _ in range(reps):
+            update()
+        return (time.perf_counter() - start) / reps
+    finally:
+        torch.set_flush_denormal(False)
 
 
 def main() -> None:
