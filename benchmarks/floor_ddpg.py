@@ -151,6 +151,8 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--reps", type=int, default=1000)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--steps", type=int, default=20_000, help="speed_ddpg.py's env steps")
+    p.add_argument("--learning-starts", type=int, default=5_000, help="speed_ddpg.py's heatup steps (no updates)")
     p.add_argument("--sb3-sps", type=float, default=None, help="SB3's steps/s from speed_ddpg.py, to print the 2x target against the floor")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -168,10 +170,15 @@ def main() -> None:
     print(f"  ReLUs, Adam, soft target updates as bare kernels: {rest_s * 1e3:.3f} ms")
     print(f"  floor: {floor * 1e3:.3f} ms, so at most {1 / floor:,.0f} steps/s for any fp32 implementation, before the env and replay")
     print(f"  our whole update (autograd, fused Adam, soft updates): {ours * 1e3:.3f} ms = {floor / ours:.0%} of it is the floor's work")
+    # speed_ddpg.py's schedule: `--steps` env steps, the first `--learning-starts` without updates
+    learning = a.steps - a.learning_starts
+    print(f"  on speed_ddpg.py's schedule ({a.steps:,} steps, updates from step {a.learning_starts:,}): at most "
+          f"{a.steps / (learning * floor):,.0f} steps/s for any implementation; ours hot would allow {a.steps / (learning * ours):,.0f}")
     if a.sb3_sps:
         need = 2 * a.sb3_sps
-        print(f"2x SB3 ({a.sb3_sps:g} steps/s) needs {need:,.0f} steps/s = {1e3 / need:.3f} ms per env step, env included: "
-              f"{'less' if 1 / need < floor else 'more'} than the floor of {floor * 1e3:.3f} ms")
+        per_step = a.steps / need / learning  # seconds per learning step, counting the heatup steps as free
+        print(f"2x SB3 ({a.sb3_sps:g} steps/s) = {need:,.0f} steps/s on that schedule: at most {per_step * 1e3:.3f} ms per learning step "
+              f"for everything (update, env, replay), against the floor's {floor * 1e3:.3f} ms and our update's {ours * 1e3:.3f} ms (hot)")
 
 
 if __name__ == "__main__":
