@@ -8,12 +8,15 @@ the framework: the critic target (target actor and target critic forwards on s')
 forward and backward (weight and input gradients), and every other step the actor's forward, a
 critic forward, the critic's input gradient and the actor's backward. This script times exactly
 those products (torch.mm on the same shapes, 1 thread, hot caches, no autograd, no Python
-bookkeeping) and nothing else; then, separately, the other unavoidable passes over memory as bare
-kernels: the ReLUs and their backward, one Adam step of each network that updates, and the soft
-target updates of the four networks. Every faithful implementation does at least this work per
-env step on the same CPU (in fp32), so 1 / (products + the rest) bounds its steps/s from above.
-It also times our whole update (autograd, fused Adam, soft target updates) on the same inputs, to
-show how close to the floor it runs. Compare with `python benchmarks/speed_ddpg.py`.
+bookkeeping); then, separately, the other unavoidable passes over memory as bare kernels: the
+ReLUs and their backward, one Adam step of each network that updates, and the soft updates of the
+two target networks (every env step, as ddpg.py does; CleanRL and SB3 move them every 2, ~12 us
+less per step). Every faithful fp32 implementation does this work per env step, so
+1 / (products + the rest) bounds its steps/s from above; one that fused the small kernels (a ReLU
+into its product, Adam and the soft update into one pass) could go a little under the ~0.25 ms
+they take here, never under the products. It also times our whole update (autograd, fused Adam,
+soft target updates) on the same inputs, to show how close to the floor it runs. Compare with
+`python benchmarks/speed_ddpg.py`.
 """
 
 from __future__ import annotations
@@ -35,18 +38,20 @@ def products(batch: int, obs_dim: int, act_dim: int, hidden: int):
     """The matrix products of one env step, as a list of (a, b) pairs to multiply."""
     B, H, O, A = batch, hidden, obs_dim, act_dim
     r = lambda *s: torch.randn(*s)  # noqa: E731
-    fwd = lambda i: [(r(B, i), r(i, H)), (r(B, H), r(H, H)), (r(B, H), r(H, 1))]  # noqa: E731  3 layers
-    w_grads = lambda i: [(r(1, B), r(B, H)), (r(H, B), r(B, H)), (r(H, B), r(B, i))]  # noqa: E731  dW of each layer
-    x_grads = lambda i: [(r(B, 1), r(1, H)), (r(B, H), r(H, H)), (r(B, H), r(H, i))]  # noqa: E731  dX of each layer
-    critic_in, actor_in = O + A, O
+    # an MLP i -> H -> H -> o: its 3 forward products, the 3 weight gradients (output layer first)
+    # and the 3 input gradients (output layer first; the last is the gradient at the MLP's input)
+    fwd = lambda i, o: [(r(B, i), r(i, H)), (r(B, H), r(H, H)), (r(B, H), r(H, o))]  # noqa: E731
+    w_grads = lambda i, o: [(r(o, B), r(B, H)), (r(H, B), r(B, H)), (r(H, B), r(B, i))]  # noqa: E731
+    x_grads = lambda i, o: [(r(B, o), r(o, H)), (r(B, H), r(H, H)), (r(B, H), r(H, i))]  # noqa: E731
+    critic, actor = (O + A, 1), (O, A)  # (input width, output width)
     critic_step = (
-        fwd(actor_in) + fwd(critic_in)  # target: mu'(s') then Q'(s', mu'(s'))
-        + fwd(critic_in) + w_grads(critic_in) + x_grads(critic_in)[:2]  # Q(s, a) and its backward (no dX at the input)
+        fwd(*actor) + fwd(*critic)  # target: mu'(s') then Q'(s', mu'(s'))
+        + fwd(*critic) + w_grads(*critic) + x_grads(*critic)[:2]  # Q(s, a) and its backward (no dX at the input)
     )
     actor_step = (
-        fwd(actor_in) + fwd(critic_in)  # Q(s, mu(s))
-        + x_grads(critic_in)  # back through the critic to the action (critic weights frozen)
-        + w_grads(actor_in) + x_grads(actor_in)[:2]  # the actor's backward
+        fwd(*actor) + fwd(*critic)  # Q(s, mu(s))
+        + x_grads(*critic)  # back through the critic to the action (critic weights frozen)
+        + w_grads(*actor) + x_grads(*actor)[:2]  # the actor's backward
     )
     return critic_step, actor_step
 
@@ -70,7 +75,7 @@ def time_products(critic_step, actor_step, policy_every: int, reps: int) -> floa
 def time_elementwise(batch: int, hidden: int, n_critic: int, n_actor: int, policy_every: int, reps: int) -> float:
     """Bare kernels of one env step besides the products: ReLU forward and backward on every hidden
     layer that a forward or backward pass goes through, Adam on the critic (every step) and the actor
-    (every `policy_every`), soft updates of the four networks."""
+    (every `policy_every`), soft updates of both target networks (every step, as ddpg.py)."""
     h, g = torch.randn(batch, hidden), torch.randn(batch, hidden)
     nets = {"critic": n_critic, "actor": n_actor}
     p = {k: torch.randn(n) for k, n in nets.items()}
@@ -81,6 +86,7 @@ def time_elementwise(batch: int, hidden: int, n_critic: int, n_actor: int, polic
     targets = {k: torch.randn(n) for k, n in nets.items()}
 
     def adam(k: str) -> None:
+        step[k] += 1  # as torch.optim does before the fused kernel (at step 0 the bias correction divides by 0)
         torch._fused_adam_([p[k]], [grads[k]], [m[k]], [v[k]], [], [step[k]], amsgrad=False, lr=3e-4, beta1=0.9,
                            beta2=0.999, weight_decay=0.0, eps=1e-8, maximize=False)
 
@@ -105,17 +111,18 @@ def time_elementwise(batch: int, hidden: int, n_critic: int, n_actor: int, polic
     return (time.perf_counter() - start) / reps
 
 
-def our_update(batch: int, hidden: int):
-    """One env step's worth of our DDPG update (ddpg.py's functions and NetworkWrapper) on fixed random data."""
+def our_update(batch: int, hidden: int, act_dim: int = 1):
+    """One env step's worth of our DDPG update (ddpg.py's functions and NetworkWrapper) on fixed random data
+    (3-dimensional observations, as Pendulum's)."""
     import gymnasium as gym
 
     import ddpg
     from common import NetworkWrapper
 
-    space = gym.spaces.Box(-2.0, 2.0, (1,))
+    space = gym.spaces.Box(-2.0, 2.0, (act_dim,))
     actor = NetworkWrapper(ddpg.Actor(3, space, (hidden, hidden)), lr=3e-4, target=True)
-    critic = NetworkWrapper(ddpg.Critic(3, 1, (hidden, hidden)), lr=3e-4, target=True)
-    obs, next_obs, actions = torch.randn(batch, 3), torch.randn(batch, 3), torch.rand(batch, 1) * 4 - 2
+    critic = NetworkWrapper(ddpg.Critic(3, act_dim, (hidden, hidden)), lr=3e-4, target=True)
+    obs, next_obs, actions = torch.randn(batch, 3), torch.randn(batch, 3), torch.rand(batch, act_dim) * 4 - 2
     rewards, terminated = torch.randn(batch), torch.zeros(batch)
 
     def update() -> None:  # as in ddpg.py's training loop, with policy_every 2

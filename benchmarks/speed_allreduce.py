@@ -7,9 +7,9 @@ median and 90th percentile time per all_reduce and the mean cycle. With --work-m
 back-to-back latency; with the ~2 ms an A2C update takes here, it is what one update pays. N
 workers reach the ideal N x speed-up only if this stays small against the work.
 
-`--socket-baseline` (2 workers) also times the same exchange done with a plain TCP socket between
-the two ranks (each sends its buffer and receives the other's, TCP_NODELAY, same cadence): the
-cost of moving the bytes on this machine, without gloo.
+`--socket-baseline` (2 workers on one machine, buffers up to 64 KiB) also times the same exchange
+done with a plain TCP socket between the two ranks (each sends its buffer and receives the
+other's, TCP_NODELAY, same cadence): the cost of moving the bytes on this machine, without gloo.
 
 Run (one machine, 2 workers):
     torchrun --standalone --nproc-per-node 2 benchmarks/speed_allreduce.py
@@ -69,11 +69,17 @@ def socket_pair(rank: int) -> socket.socket:
     return conn
 
 
+SOCKET_MAX_BYTES = 64 * 1024  # both ranks send before either reads: safe only while it fits the socket buffers
+
+
 def exchange(conn: socket.socket, out: bytes, into: memoryview) -> None:
-    conn.sendall(out)  # both sides send first: the buffers are far below the socket's send buffer
+    conn.sendall(out)
     got = 0
     while got < len(into):
-        got += conn.recv_into(into[got:])
+        n = conn.recv_into(into[got:])
+        if n == 0:
+            raise ConnectionError("the other rank closed the baseline socket")
+        got += n
 
 
 def main() -> None:
@@ -85,18 +91,23 @@ def main() -> None:
     opts = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    if opts.socket_baseline and world != 2 and rank == 0:
+        print(f"--socket-baseline needs exactly 2 workers, not {world}: skipped", flush=True)
     conn = socket_pair(rank) if opts.socket_baseline and world == 2 else None
     for numel in opts.numel:
         t = torch.ones(numel)
         out, into = t.numpy().tobytes(), memoryview(bytearray(4 * numel))
+        if conn is not None and 4 * numel > SOCKET_MAX_BYTES and rank == 0:
+            print(f"socket baseline skipped for {numel:,} floats (over {SOCKET_MAX_BYTES // 1024} KiB)", flush=True)
         for work_ms in opts.work_ms:
+            t.fill_(1.0)  # the in-place sums double it every call
             for _ in range(50):  # warm-up
                 dist.all_reduce(t)
             dist.barrier()
             per_call, cycle_ms = timed(lambda: dist.all_reduce(t), work_ms, opts.calls)
             if rank == 0:
                 report("gloo all_reduce", numel, work_ms, per_call, cycle_ms, world)
-            if conn is not None:
+            if conn is not None and 4 * numel <= SOCKET_MAX_BYTES:
                 dist.barrier()
                 per_call, cycle_ms = timed(lambda: exchange(conn, out, into), work_ms, opts.calls)
                 if rank == 0:

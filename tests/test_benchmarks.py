@@ -187,7 +187,8 @@ def test_speed_parses_ratios_from_the_scripts_output():
     assert speed.parse(out)[1] == [2.5]
 
 
-def test_ddpg_floor_counts_exactly_the_matrix_products_our_update_runs():
+@pytest.mark.parametrize("act_dim", [1, 2])
+def test_ddpg_floor_counts_exactly_the_matrix_products_our_update_runs(act_dim):
     """floor_ddpg.py's list of products (its lower bound on any implementation's time) must be
     the products autograd really runs in one critic step and one actor step of ddpg.py's update:
     not fewer (the floor would be too low) and not more (too high)."""
@@ -197,20 +198,21 @@ def test_ddpg_floor_counts_exactly_the_matrix_products_our_update_runs():
     import torch
 
     B, H = 8, 16
-    update = floor_ddpg.our_update(B, H)
+    update = floor_ddpg.our_update(B, H, act_dim)
 
     def shapes_of_one_update() -> collections.Counter:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
             update()
         found = collections.Counter()
         for e in prof.events():
+            assert e.name not in ("aten::mv", "aten::addmv", "aten::bmm", "aten::baddbmm", "aten::dot"), e.name
             if e.name in ("aten::mm", "aten::addmm"):
                 a, b = [x for x in e.input_shapes if len(x) == 2][-2:]  # addmm also gets the bias and two scalars
                 found[(a[0], a[1], b[1])] += 1
         return found
 
     critic_only, with_actor = shapes_of_one_update(), shapes_of_one_update()  # updates 1 (critic) and 2 (critic + actor)
-    critic_step, actor_step = floor_ddpg.products(B, 3, 1, H)
+    critic_step, actor_step = floor_ddpg.products(B, 3, act_dim, H)
     expect = lambda pairs: collections.Counter((a.shape[0], a.shape[1], b.shape[1]) for a, b in pairs)  # noqa: E731
     assert critic_only == expect(critic_step)
     assert with_actor == expect(critic_step) + expect(actor_step)
