@@ -56,6 +56,16 @@ def products(batch: int, obs_dim: int, act_dim: int, hidden: int):
     return critic_step, actor_step
 
 
+def seconds_per_call(one_env_step, reps: int) -> float:
+    """Mean seconds of `one_env_step(k)` over `reps` calls, after 50 warm-up calls (k counts env steps)."""
+    for k in range(50):
+        one_env_step(k)
+    start = time.perf_counter()
+    for k in range(reps):
+        one_env_step(k)
+    return (time.perf_counter() - start) / reps
+
+
 def time_products(critic_step, actor_step, policy_every: int, reps: int) -> float:
     def one_env_step(k: int) -> None:
         for a, b in critic_step:
@@ -64,12 +74,7 @@ def time_products(critic_step, actor_step, policy_every: int, reps: int) -> floa
             for a, b in actor_step:
                 torch.mm(a, b)
 
-    for k in range(50):
-        one_env_step(k)
-    start = time.perf_counter()
-    for k in range(reps):
-        one_env_step(k)
-    return (time.perf_counter() - start) / reps
+    return seconds_per_call(one_env_step, reps)
 
 
 def time_elementwise(batch: int, hidden: int, n_critic: int, n_actor: int, policy_every: int, reps: int) -> float:
@@ -103,12 +108,7 @@ def time_elementwise(batch: int, hidden: int, n_critic: int, n_actor: int, polic
             adam("actor")
         torch._foreach_lerp_(list(targets.values()), list(p.values()), 0.005)
 
-    for k in range(50):
-        one_env_step(k)
-    start = time.perf_counter()
-    for k in range(reps):
-        one_env_step(k)
-    return (time.perf_counter() - start) / reps
+    return seconds_per_call(one_env_step, reps)
 
 
 def our_update(batch: int, hidden: int, act_dim: int = 1):
@@ -142,12 +142,7 @@ def time_our_update(batch: int, hidden: int, reps: int) -> float:
     update = our_update(batch, hidden)
     torch.set_flush_denormal(True)  # as ddpg.py does
     try:
-        for _ in range(50):
-            update()
-        start = time.perf_counter()
-        for _ in range(reps):
-            update()
-        return (time.perf_counter() - start) / reps
+        return seconds_per_call(lambda k: update(), reps)
     finally:
         torch.set_flush_denormal(False)
 
