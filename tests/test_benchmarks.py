@@ -216,3 +216,18 @@ def test_ddpg_floor_counts_exactly_the_matrix_products_our_update_runs(act_dim):
     expect = lambda pairs: collections.Counter((a.shape[0], a.shape[1], b.shape[1]) for a, b in pairs)  # noqa: E731
     assert critic_only == expect(critic_step)
     assert with_actor == expect(critic_step) + expect(actor_step)
+
+
+def test_dqn_budget_compares_a_run_with_updates_against_the_same_run_without(capsys):
+    """budget_dqn.py's estimate of an update's cost inside the loop is the difference of two dqn.py
+    runs; that only holds if the second really skips every update and the first does one per 10
+    env steps after the heatup, with everything else the same."""
+    import budget_dqn
+
+    steps = 10_400  # CleanRL's heatup is 10,000 steps
+    _, with_updates = budget_dqn.run_seconds(steps, 1, updates=True)
+    _, without = budget_dqn.run_seconds(steps, 1, updates=False)
+    assert (with_updates, without) == (40, 0)
+    budget_dqn.main(["--steps", str(steps), "--reps", "20", "--sb3-sps", "3000"])
+    out = capsys.readouterr().out
+    assert "(2) one update inside the loop" in out and "3x SB3 (3,000 steps/s) = 9,000 steps/s: 111.1 us per env step" in out
