@@ -111,9 +111,9 @@ def time_elementwise(batch: int, hidden: int, n_critic: int, n_actor: int, polic
     return seconds_per_call(one_env_step, reps)
 
 
-def our_update(batch: int, hidden: int, act_dim: int = 1):
+def our_update(batch: int, hidden: int, act_dim: int = 1, mark=None):
     """One env step's worth of our DDPG update (ddpg.py's functions and NetworkWrapper) on fixed random data
-    (3-dimensional observations, as Pendulum's)."""
+    (3-dimensional observations, as Pendulum's). `mark(stage)`, if given, is called at the end of each stage."""
     import gymnasium as gym
 
     import ddpg
@@ -125,15 +125,21 @@ def our_update(batch: int, hidden: int, act_dim: int = 1):
     obs, next_obs, actions = torch.randn(batch, 3), torch.randn(batch, 3), torch.rand(batch, act_dim) * 4 - 2
     rewards, terminated = torch.randn(batch), torch.zeros(batch)
 
+    mark = mark or (lambda stage: None)
+
     def update() -> None:  # as in ddpg.py's training loop, with policy_every 2
         targets = ddpg.ddpg_targets(critic.target, actor.target, rewards, next_obs, terminated, 0.99)
+        mark("critic target (target actor and critic forwards)")
         critic.train_step(F.mse_loss(critic.online(obs, actions), targets))
+        mark("critic forward, backward, Adam")
         if critic.updates % 2 == 0:
             critic.online.requires_grad_(False)
             actor.train_step(ddpg.actor_loss(actor.online, critic.online, obs))
             critic.online.requires_grad_(True)
+        mark("actor forward, backward, Adam (every 2nd step)")
         critic.sync(0.005)
         actor.sync(0.005)
+        mark("soft target updates")
 
     return update
 
@@ -145,6 +151,29 @@ def time_our_update(batch: int, hidden: int, reps: int) -> float:
         return seconds_per_call(lambda k: update(), reps)
     finally:
         torch.set_flush_denormal(False)
+
+
+def time_our_update_stages(batch: int, hidden: int, reps: int) -> dict[str, float]:
+    """Seconds per env step of each stage of our update (the `mark`s in `our_update`)."""
+    spent: dict[str, float] = {}
+    last = [0.0]
+
+    def mark(stage: str) -> None:
+        now = time.perf_counter()
+        spent[stage] = spent.get(stage, 0.0) + now - last[0]
+        last[0] = now
+
+    update = our_update(batch, hidden, mark=mark)
+    torch.set_flush_denormal(True)  # as ddpg.py does
+    try:
+        for k in range(50 + reps):
+            if k == 50:  # after the warm-up
+                spent.clear()
+            last[0] = time.perf_counter()
+            update()
+    finally:
+        torch.set_flush_denormal(False)
+    return {stage: s / reps for stage, s in spent.items()}
 
 
 def main() -> None:
@@ -172,6 +201,8 @@ def main() -> None:
     print(f"  ReLUs, Adam, soft target updates as bare kernels: {rest_s * 1e3:.3f} ms")
     print(f"  floor: {floor * 1e3:.3f} ms, so at most {1 / floor:,.0f} steps/s for any fp32 implementation, before the env and replay")
     print(f"  our whole update (autograd, fused Adam, soft updates): {ours * 1e3:.3f} ms = {floor / ours:.0%} of it is the floor's work")
+    for stage, s in time_our_update_stages(a.batch, a.hidden, a.reps).items():
+        print(f"    {stage}: {s * 1e3:.3f} ms")
     # speed_ddpg.py's schedule: `--steps` env steps, the first `--learning-starts` without updates
     learning = a.steps - a.learning_starts
     print(f"  on speed_ddpg.py's schedule ({a.steps:,} steps, updates from step {a.learning_starts:,}): at most "
