@@ -11,13 +11,14 @@ budget in microseconds per env step. This script measures, with algos/dqn.py its
    episode bookkeeping and logging all run and only the gradient steps are skipped. Its policy
    never learns, so its episodes are short and it resets more often than a learning run: this
    *over*-states the loop's cost per step, which makes (2) an *under*-estimate;
-2. the update as it costs inside the loop: (wall time of the full run - wall time of the run
+2. the update as it costs inside the loop: (training seconds of the full run - those of the run
    without updates) / number of updates;
 3. the same update hot: sample, target, forward, `train_step`, called back to back;
 4. the cold-cache effect behind the difference of (2) and (3): one env step with its action
    right after an update, against one right after another env step.
 
-and prints how many microseconds per update the targets leave once the loop's own cost is paid.
+and prints how many microseconds per update the targets leave once the loop's own cost is paid:
+(1 / target steps/s - (1)) * steps / updates.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
+import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -49,27 +52,30 @@ def run_seconds(steps: int, seed: int, updates: bool) -> tuple[float, int]:
     return steps / s["sps"], s["updates"]
 
 
-def update_and_step(batch_size: int = 128, hidden=(120, 84)):
-    """dqn.py's update and one env step with its epsilon-greedy action, on CartPole-v1 and a full replay memory."""
+def update_and_step() -> tuple[Callable[[], None], Callable[[], None], gym.vector.VectorEnv]:
+    """dqn.py's update and one env step with its epsilon-greedy action, with dqn.py's default
+    (CleanRL's) settings on CartPole-v1 and a full replay memory."""
+    args = dqn.Args()
     torch.manual_seed(0)
-    envs = dqn.make_env("CartPole-v1", 1)
+    envs = dqn.make_env(args.env_id, 1)
     obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
-    q_net = NetworkWrapper(dqn.QNetwork(obs_dim, n_actions, hidden), lr=2.5e-4, target=True)
-    memory = ReplayMemory(10_000, (obs_dim,), (), discrete=True, seed=0)
+    q_net = NetworkWrapper(dqn.QNetwork(obs_dim, n_actions, args.hidden_sizes), lr=args.learning_rate, target=True)
+    memory = ReplayMemory(args.buffer_size, (obs_dim,), (), discrete=True, seed=0)
     rng = np.random.default_rng(0)
-    memory.add(rng.normal(size=(10_000, obs_dim)), rng.integers(n_actions, size=10_000), np.ones(10_000),
-               rng.normal(size=(10_000, obs_dim)), np.zeros(10_000))
+    n = args.buffer_size
+    memory.add(rng.normal(size=(n, obs_dim)), rng.integers(n_actions, size=n), np.ones(n), rng.normal(size=(n, obs_dim)), np.zeros(n))
     greedy = dqn.greedy_policy(q_net.online, torch.device("cpu"))
+    loss_fn = F.mse_loss if args.loss == "mse" else F.smooth_l1_loss
     state = {"obs": envs.reset(seed=0)[0]}
 
     def update() -> None:  # as in dqn.py's training loop
-        batch = memory.sample(batch_size)
-        targets = dqn.dqn_targets(q_net.target, q_net.online, batch.rewards, batch.next_obs, batch.terminated, 0.99, False)
+        batch = memory.sample(args.batch_size)
+        targets = dqn.dqn_targets(q_net.target, q_net.online, batch.rewards, batch.next_obs, batch.terminated, args.gamma, args.double_dqn)
         q = q_net.online(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
-        q_net.train_step(F.mse_loss(q, targets))
+        q_net.train_step(loss_fn(q, targets))
 
     def env_step() -> None:
-        actions = dqn.select_actions(greedy, state["obs"], 0.05, n_actions, rng)
+        actions = dqn.select_actions(greedy, state["obs"], args.end_epsilon, n_actions, rng)
         state["obs"] = envs.step(actions)[0]
 
     return update, env_step, envs
@@ -104,26 +110,36 @@ def env_step_seconds(reps: int) -> tuple[float, float]:
     return after_update / reps, after_step / reps
 
 
+def budgets(per_step_loop: float, steps: int, n_updates: int, targets: list[tuple[str, float]]) -> list[tuple[str, float, float]]:
+    """(name, seconds per env step, seconds left per update) for each (name, steps/s) target, once
+    the loop without updates has taken its `per_step_loop` seconds per env step."""
+    return [(name, 1 / sps, (1 / sps - per_step_loop) * steps / n_updates) for name, sps in targets]
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=200_000, help="env steps of each of the two dqn.py runs")
+    p.add_argument("--steps", type=int, default=500_000, help="env steps of each of the two dqn.py runs (speed_dqn.py's 500k)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--reps", type=int, default=2000, help="calls timed for (3) and (4)")
     p.add_argument("--sb3-sps", type=float, default=None, help="SB3's steps/s from speed_dqn.py (target: 3x)")
     p.add_argument("--cleanrl-sps", type=float, default=None, help="CleanRL's steps/s from REFERENCES.md (target: 2x)")
     a = p.parse_args(argv)
+    heatup = dqn.Args().learning_starts
+    if a.steps <= heatup + 10:
+        p.error(f"--steps must exceed dqn.py's {heatup:,} heatup steps, got {a.steps:,}")
     torch.set_num_threads(1)  # as dqn.py's default
     full_s, n_updates = run_seconds(a.steps, a.seed, updates=True)
     loop_s, _ = run_seconds(a.steps, a.seed, updates=False)
     hot = hot_update_seconds(a.reps)
     after_update, after_step = env_step_seconds(a.reps)
     per_step_full, per_step_loop = full_s / a.steps, loop_s / a.steps
-    in_loop = (full_s - loop_s) / max(n_updates, 1)
+    in_loop = (full_s - loop_s) / n_updates
     us = 1e6
     print(f"dqn.py, CartPole-v1, CleanRL's settings, {a.steps:,} steps, 1 torch thread:")
-    print(f"  full run: {a.steps / full_s:,.0f} steps/s = {per_step_full * us:.1f} us per env step, {n_updates:,} updates")
+    print(f"  full run: {a.steps / full_s:,.0f} steps/s = {per_step_full * us:.1f} us per env step, {n_updates:,} updates "
+          f"(one per {a.steps / n_updates:.2f} env steps, counting the heatup)")
     print(f"  (1) the loop without updates: {a.steps / loop_s:,.0f} steps/s = {per_step_loop * us:.1f} us per env step")
-    print(f"  (2) one update inside the loop: {in_loop * us:.0f} us (at least; one per 10 env steps)")
+    print(f"  (2) one update inside the loop: {in_loop * us:.0f} us (at least)")
     print(f"  (3) one update hot, back to back: {hot * us:.0f} us")
     print(f"  (4) one env step + action: {after_update * us:.1f} us right after an update, {after_step * us:.1f} us after another env step")
     targets = []
@@ -131,9 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         targets.append((f"3x SB3 ({a.sb3_sps:,.0f} steps/s)", 3 * a.sb3_sps))
     if a.cleanrl_sps:
         targets.append((f"2x CleanRL ({a.cleanrl_sps:,.0f} steps/s)", 2 * a.cleanrl_sps))
-    for name, sps in targets:
-        budget = 1 / sps
-        left = (budget - per_step_loop) * 10  # per update, after the loop's own cost
+    for (name, sps), (_, budget, left) in zip(targets, budgets(per_step_loop, a.steps, n_updates, targets)):
         print(f"{name} = {sps:,.0f} steps/s: {budget * us:.1f} us per env step; after the loop's {per_step_loop * us:.1f} us, "
               f"{left * us:.0f} us per update (cold caches included) against {in_loop * us:.0f} us in the loop and {hot * us:.0f} us hot")
 

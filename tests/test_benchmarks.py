@@ -220,8 +220,11 @@ def test_ddpg_floor_counts_exactly_the_matrix_products_our_update_runs(act_dim):
 
 def test_dqn_budget_compares_a_run_with_updates_against_the_same_run_without(capsys):
     """budget_dqn.py's estimate of an update's cost inside the loop is the difference of two dqn.py
-    runs; that only holds if the second really skips every update and the first does one per 10
-    env steps after the heatup, with everything else the same."""
+    runs; that only holds if the second skips every update and the first does one per 10 env
+    steps after the heatup. The budget it prints per update must be the target's time per env
+    step less the loop's, spread over the updates actually done."""
+    import re
+
     import budget_dqn
 
     steps = 10_400  # CleanRL's heatup is 10,000 steps
@@ -230,4 +233,10 @@ def test_dqn_budget_compares_a_run_with_updates_against_the_same_run_without(cap
     assert (with_updates, without) == (40, 0)
     budget_dqn.main(["--steps", str(steps), "--reps", "20", "--sb3-sps", "3000"])
     out = capsys.readouterr().out
-    assert "(2) one update inside the loop" in out and "3x SB3 (3,000 steps/s) = 9,000 steps/s: 111.1 us per env step" in out
+    loop_us = float(re.search(r"\(1\) the loop without updates: [\d,]+ steps/s = ([\d.]+) us per env step", out).group(1))
+    updates = int(re.search(r"([\d,]+) updates", out).group(1).replace(",", ""))
+    left_us = float(re.search(r"3x SB3 \(3,000 steps/s\) = 9,000 steps/s: 111\.1 us per env step; .* ([\d.]+) us per update", out).group(1))
+    assert updates == 40
+    assert left_us == pytest.approx((1e6 / 9000 - loop_us) * steps / updates, abs=0.05 * steps / updates + 0.5)  # both printed figures are rounded
+    with pytest.raises(SystemExit):  # no update at all: nothing to measure
+        budget_dqn.main(["--steps", "10000"])
