@@ -24,6 +24,7 @@ training starts.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import hashlib
 import json
 import os
@@ -119,7 +120,16 @@ def shutdown(wait: bool | None = None) -> None:
         wait = sys.exc_info()[0] is None and not _broken
     if wait:
         try:
-            dist.barrier()
+            work = dist.barrier(async_op=True)
+            work.wait()
+            # gloo's barrier keeps weak references to the collectives before it, and whoever frees
+            # the barrier last frees their tensors. If that is gloo's worker thread while Python is
+            # already finalizing (once torch._dynamo, which torch.optim imports, holds the process
+            # group, destroy_process_group leaves those threads running), freeing a tensor needs the
+            # GIL, the thread is told to exit inside a noexcept destructor and the process aborts
+            # ("terminate called without an active exception", ~1 exit in 10 with a busy CPU). So
+            # this process keeps the barrier for good: nothing of it is freed before the OS does.
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(work))
         except Exception:  # a peer is gone; leaving is all that is left to do
             pass
     dist.destroy_process_group()
