@@ -47,7 +47,7 @@ def run_seconds(steps: int, seed: int, updates: bool) -> tuple[float, int]:
     """Training seconds and number of updates of dqn.py with CleanRL's settings (its defaults)."""
     with tempfile.TemporaryDirectory() as run_dir:
         args = dqn.Args(seed=seed, total_timesteps=steps, run_dir=run_dir, progress=False,
-                        train_every=10 if updates else 10 * steps)
+                        train_every=dqn.Args().train_every if updates else 10 * steps)
         s = dqn.train(args)
     return steps / s["sps"], s["updates"]
 
@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sb3-sps", type=float, default=None, help="SB3's steps/s from speed_dqn.py (target: 3x)")
     p.add_argument("--cleanrl-sps", type=float, default=None, help="CleanRL's steps/s from REFERENCES.md (target: 2x)")
     a = p.parse_args(argv)
-    heatup = dqn.Args().learning_starts
-    if a.steps <= heatup + 10:
+    heatup, train_every = dqn.Args().learning_starts, dqn.Args().train_every
+    if a.steps <= heatup + train_every:
         p.error(f"--steps must exceed dqn.py's {heatup:,} heatup steps, got {a.steps:,}")
     torch.set_num_threads(1)  # as dqn.py's default
     full_s, n_updates = run_seconds(a.steps, a.seed, updates=True)

@@ -121,15 +121,16 @@ def shutdown(wait: bool | None = None) -> None:
     if wait:
         try:
             work = dist.barrier(async_op=True)
-            work.wait()
             # gloo's barrier keeps weak references to the collectives before it, and whoever frees
             # the barrier last frees their tensors. If that is gloo's worker thread while Python is
-            # already finalizing (once torch._dynamo, which torch.optim imports, holds the process
-            # group, destroy_process_group leaves those threads running), freeing a tensor needs the
-            # GIL, the thread is told to exit inside a noexcept destructor and the process aborts
-            # ("terminate called without an active exception", ~1 exit in 10 with a busy CPU). So
-            # this process keeps the barrier for good: nothing of it is freed before the OS does.
+            # already finalizing, freeing a tensor needs the GIL, the thread is told to exit inside a
+            # noexcept destructor and the process aborts ("terminate called without an active
+            # exception", ~1 exit in 10 with a busy CPU). destroy_process_group does not stop those
+            # threads once torch._dynamo, imported when the first optimizer is built (NetworkWrapper
+            # builds it after init), holds the process group. So this process keeps the barrier
+            # for good, from before it completes or fails: nothing of it is freed before the OS does.
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(work))
+            work.wait()
         except Exception:  # a peer is gone; leaving is all that is left to do
             pass
     dist.destroy_process_group()
