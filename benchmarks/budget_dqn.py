@@ -47,7 +47,7 @@ def run_seconds(steps: int, seed: int, updates: bool) -> tuple[float, int]:
     """Training seconds and number of updates of dqn.py with CleanRL's settings (its defaults)."""
     with tempfile.TemporaryDirectory() as run_dir:
         args = dqn.Args(seed=seed, total_timesteps=steps, run_dir=run_dir, progress=False,
-                        train_every=dqn.Args().train_every if updates else 10 * steps)
+                        train_every=dqn.Args.train_every if updates else 10 * steps)
         s = dqn.train(args)
     return steps / s["sps"], s["updates"]
 
@@ -110,12 +110,6 @@ def env_step_seconds(reps: int) -> tuple[float, float]:
     return after_update / reps, after_step / reps
 
 
-def budgets(per_step_loop: float, steps: int, n_updates: int, targets: list[tuple[str, float]]) -> list[tuple[str, float, float]]:
-    """(name, seconds per env step, seconds left per update) for each (name, steps/s) target, once
-    the loop without updates has taken its `per_step_loop` seconds per env step."""
-    return [(name, 1 / sps, (1 / sps - per_step_loop) * steps / n_updates) for name, sps in targets]
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=500_000, help="env steps of each of the two dqn.py runs (speed_dqn.py's 500k)")
@@ -124,9 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sb3-sps", type=float, default=None, help="SB3's steps/s from speed_dqn.py (target: 3x)")
     p.add_argument("--cleanrl-sps", type=float, default=None, help="CleanRL's steps/s from REFERENCES.md (target: 2x)")
     a = p.parse_args(argv)
-    heatup, train_every = dqn.Args().learning_starts, dqn.Args().train_every
-    if a.steps <= heatup + train_every:
-        p.error(f"--steps must exceed dqn.py's {heatup:,} heatup steps, got {a.steps:,}")
+    if a.steps <= dqn.Args.learning_starts + dqn.Args.train_every:
+        p.error(f"--steps must exceed dqn.py's {dqn.Args.learning_starts:,} heatup steps, got {a.steps:,}")
     torch.set_num_threads(1)  # as dqn.py's default
     full_s, n_updates = run_seconds(a.steps, a.seed, updates=True)
     loop_s, _ = run_seconds(a.steps, a.seed, updates=False)
@@ -147,7 +140,9 @@ def main(argv: list[str] | None = None) -> None:
         targets.append((f"3x SB3 ({a.sb3_sps:,.0f} steps/s)", 3 * a.sb3_sps))
     if a.cleanrl_sps:
         targets.append((f"2x CleanRL ({a.cleanrl_sps:,.0f} steps/s)", 2 * a.cleanrl_sps))
-    for (name, sps), (_, budget, left) in zip(targets, budgets(per_step_loop, a.steps, n_updates, targets)):
+    for name, sps in targets:
+        budget = 1 / sps  # seconds per env step
+        left = (budget - per_step_loop) * a.steps / n_updates  # seconds per update, once the loop's own cost is paid
         print(f"{name} = {sps:,.0f} steps/s: {budget * us:.1f} us per env step; after the loop's {per_step_loop * us:.1f} us, "
               f"{left * us:.0f} us per update (cold caches included) against {in_loop * us:.0f} us in the loop and {hot * us:.0f} us hot")
 
