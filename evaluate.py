@@ -5,11 +5,13 @@
 Reads the run folder's config.json to rebuild the algorithm's network, loads model.pt (written
 by `--save-model`, a state dict loaded with weights_only=True) and runs the deterministic policy
 (greedy / mean action) for --episodes episodes. --capture-video writes MP4s of the first episode
-into <run folder>/eval_videos.
+into <run folder>/eval_videos
+(one per episode).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import sys
@@ -54,7 +56,9 @@ def main(a: EvalArgs) -> int:
     args = module.Args(**{k: v for k, v in config.items() if k in known})
     act = module.load_policy(args, str(model_path), a.device)
     video_dir = str(a.run / "eval_videos") if a.capture_video else None
-    returns = module.evaluate(act, args.env_id, a.episodes, a.seed, video_dir)
+    from common.run import evaluate
+
+    returns = evaluate(act, functools.partial(module.make_env, args.env_id), a.episodes, a.seed, video_dir)
     print(f"{algo} on {args.env_id}: return {returns.mean():.2f} +- {returns.std():.2f} over {a.episodes} episodes")
     return 0
 

@@ -18,21 +18,18 @@ Deviations from the paper:
 Run:
     python algos/dqn.py --env CartPole-v1 --seed 1
 
-Uses from common: NetworkWrapper (online/target network, Adam, clipping), ReplayMemory, true_next_obs (the final observation at episode ends).
+Uses from common: NetworkWrapper (online/target network, Adam, clipping), ReplayMemory, true_next_obs
+(the final observation at episode ends), run (run folder, logging, evaluation, signals, checkpoints).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
 from __future__ import annotations
 
-import csv
-import json
+import functools
 import math
-import os
 import random
-import signal
 import sys
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Callable, Literal, Optional
 
@@ -46,6 +43,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/dqn.py` finds common/
 from common import NetworkWrapper, ReplayMemory, true_next_obs  # noqa: E402
+from common.run import Run, Stopped, parse_args, record_first_episode, refuse_workers  # noqa: E402
+from common.run import main as run_main  # noqa: E402
 
 ALGO = "dqn"
 
@@ -83,6 +82,12 @@ class Args:
     """parent folder of the run folder"""
     progress: bool = True
     """print a progress line while training"""
+    checkpoint_every: int = 0
+    """env steps between checkpoints in the run folder (0: none; SIGTERM/SIGUSR1 write one anyway)"""
+    checkpoint_memory: bool = True
+    """include the replay memory in checkpoints (without it a resumed run refills the memory for learning_starts steps before learning again: not an exact resume)"""
+    resume: Optional[str] = None
+    """run folder to continue from its last checkpoint, with its stored arguments (only the run length, evaluation and logging flags may change)"""
 
     learning_rate: float = 2.5e-4
     """Adam step size"""
@@ -134,6 +139,8 @@ def validate(args: Args) -> None:
         (args.train_every > 0, f"--train-every must be positive, got {args.train_every}"),
         (args.gradient_steps > 0, f"--gradient-steps must be positive, got {args.gradient_steps}"),
         (args.learning_starts >= 0, f"--learning-starts must be >= 0, got {args.learning_starts}"),
+        (args.learning_starts < args.total_timesteps, f"--learning-starts {args.learning_starts} leaves no step to learn in --total-timesteps {args.total_timesteps}"),
+        (args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {args.checkpoint_every}"),
         (args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}"),
         (0.0 <= args.gamma <= 1.0, f"--gamma must be in [0, 1], got {args.gamma}"),
         (args.eval_every >= 0, f"--eval-every must be >= 0, got {args.eval_every}"),
@@ -146,6 +153,7 @@ def validate(args: Args) -> None:
     for ok, message in checks:
         if not ok:
             raise ValueError(message)
+    refuse_workers(ALGO)
 
 
 # 3. Environment ---------------------------------------------------------------------------------
@@ -158,9 +166,8 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
 
     def thunk(i: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
-            if video_dir is not None and i == 0:
-                env = gym.make(env_id, render_mode="rgb_array")
-                return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda ep: True, disable_logger=True)
+            if video_dir is not None:
+                return record_first_episode(gym.make(env_id, render_mode="rgb_array"), video_dir, i)
             return gym.make(env_id)
 
         return make
@@ -236,22 +243,6 @@ def dqn_targets(
         return rewards + gamma * (1.0 - terminated) * next_value
 
 
-def evaluate(
-    act: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: int, seed: int, video_dir: str | None = None
-) -> np.ndarray:
-    """Return of `episodes` episodes [episodes] of the policy `act`, one episode per env, run in parallel."""
-    envs = make_env(env_id, episodes, video_dir)
-    obs, _ = envs.reset(seed=seed)
-    returns = np.zeros(episodes)
-    finished = np.zeros(episodes, dtype=bool)
-    while not finished.all():
-        obs, rewards, terminated, truncated, _ = envs.step(act(obs))
-        returns += np.where(finished, 0.0, rewards)  # envs past their first episode are ignored
-        finished |= terminated | truncated
-    envs.close()
-    return returns
-
-
 def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
     """obs [B, obs_dim] -> argmax_a Q(obs, a) [B], as a numpy function.
 
@@ -294,86 +285,6 @@ def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[n
 
 
 # 6. Training ------------------------------------------------------------------------------------
-class RunLog:
-    """Run folder, config.json, metrics.csv (one row per event), progress line, wandb, summary.json."""
-
-    def __init__(self, args: Args, fields: list[str]):
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = Path(args.run_dir) / f"{args.env_id}__{ALGO}__{args.seed}__{stamp}"
-        path, k = base, 1
-        while path.exists():  # two runs started in the same second
-            path, k = Path(f"{base}-{k}"), k + 1
-        path.mkdir(parents=True)
-        self.path = path
-        self.start = time.perf_counter()
-        self.fields = ["global_step", "wall_seconds", *fields]
-        (path / "config.json").write_text(json.dumps({"algo": ALGO, **asdict(args)}, indent=2))
-        self.file = open(path / "metrics.csv", "w", newline="")
-        self.csv = csv.DictWriter(self.file, self.fields)
-        self.csv.writeheader()
-        self.total, self.show = args.total_timesteps, args.progress
-        self.tty = sys.stdout.isatty()
-        self.last_print, self.last_flush, self.next_mark = self.start, self.start, 0.1
-        self.next_check, self.printed_step = 0, -1
-        self.wandb = None
-        if args.track:
-            import wandb
-
-            self.wandb = wandb.init(
-                project=args.wandb_project, entity=args.wandb_entity, config=asdict(args),
-                name=path.name, dir=str(path), save_code=True,
-            )
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start
-
-    def log(self, global_step: int, **metrics: float) -> None:
-        self.csv.writerow({"global_step": global_step, "wall_seconds": round(self.elapsed(), 3), **metrics})
-        if self.wandb is not None:
-            self.wandb.log(metrics, step=global_step)
-
-    def progress(self, global_step: int, recent_returns: list[float], force: bool = False) -> None:
-        """A line with steps, steps/s, ETA and recent return: redrawn on a terminal, every 10% in a log."""
-        self.next_check = global_step + 1000
-        now = time.perf_counter()
-        if now - self.last_flush > 5.0:
-            self.file.flush()
-            self.last_flush = now
-        if not self.show:
-            return
-        frac = global_step / self.total
-        if not force and (now - self.last_print < 0.5 if self.tty else frac < self.next_mark):
-            return
-        if force and self.printed_step == global_step:
-            return
-        self.printed_step = global_step
-        recent_return = float(np.mean(recent_returns)) if recent_returns else float("nan")
-        elapsed = now - self.start
-        sps = global_step / max(elapsed, 1e-9)
-        eta = (self.total - global_step) / max(sps, 1e-9)
-        line = (
-            f"{ALGO} {global_step:>10,}/{self.total:,} steps ({100 * frac:5.1f}%)  {sps:>7,.0f} steps/s  "
-            f"elapsed {elapsed:6.0f}s  ETA {eta:6.0f}s  return(last 10) {recent_return:8.2f}"
-        )
-        print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", flush=True)
-        self.last_print = now
-        while self.next_mark <= frac:
-            self.next_mark += 0.1
-
-    def close(self, summary: dict) -> None:
-        if self.show and self.tty:
-            print()
-        self.file.close()
-        (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
-        if self.wandb is not None:
-            self.wandb.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))})
-            self.wandb.finish(exit_code=0 if summary["completed"] else 1)
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def train(args: Args) -> dict:
     validate(args)
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
@@ -396,19 +307,27 @@ def train(args: Args) -> dict:
     )
     greedy = greedy_policy(q_net.online, device)
     memory = ReplayMemory(args.buffer_size, (obs_dim,), (), discrete=True, device=device, seed=args.seed)
-    log = RunLog(args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"])
-    print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {log.path}", flush=True)
-    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
+    eval_envs = functools.partial(make_env, args.env_id)
+    run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"])
+    print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {run.path}", flush=True)
 
     recent_returns: list[float] = []
     ep_return, ep_length = np.zeros(B), np.zeros(B, dtype=np.int64)
-    global_step, error, completed = 0, None, False
-    eval_returns = np.array([])
-    train_seconds = 0.0
-    try:
+    global_step = 0
+    state = run.restore(envs)  # None for a new run; generators and envs are already restored
+    if state is None:
         obs, _ = envs.reset(seed=args.seed)
-        obs = obs.reshape(B, obs_dim)
-        for _ in range(math.ceil(args.total_timesteps / B)):
+    else:
+        q_net.load_state_dict(state["q_net"])
+        if state["memory"] is not None:
+            memory.load_state_dict(state["memory"])
+        rng.bit_generator.state = state["rng"]
+        obs, ep_return, ep_length, recent_returns, global_step = (
+            state["obs"], state["ep_return"], state["ep_length"], state["recent_returns"], state["global_step"])
+    obs = obs.reshape(B, obs_dim)
+    error, completed, eval_returns, train_seconds = None, False, np.array([]), 0.0
+    try:
+        while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B
             # act: uniform during heatup, then epsilon-greedy on the online network
             epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, args.exploration_fraction * args.total_timesteps, global_step)
@@ -429,11 +348,12 @@ def train(args: Args) -> dict:
             ep_length += 1
             for i in np.flatnonzero(terminated | truncated):
                 recent_returns = (recent_returns + [float(ep_return[i])])[-10:]
-                log.log(global_step, episodic_return=float(ep_return[i]), episodic_length=int(ep_length[i]))
+                run.log(global_step, episodic_return=float(ep_return[i]), episodic_length=int(ep_length[i]))
                 ep_return[i], ep_length[i] = 0.0, 0
 
-            # learn: gradient_steps per `train_every` env steps crossed in this iteration
-            if global_step > args.learning_starts:
+            # learn: gradient_steps per `train_every` env steps crossed in this iteration (once the
+            # memory holds learning_starts transitions: a run resumed without its memory refills it)
+            if global_step > args.learning_starts and len(memory) >= min(args.learning_starts, args.buffer_size):
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
                     batch = memory.sample(args.batch_size)
@@ -444,72 +364,42 @@ def train(args: Args) -> dict:
                     if q_net.updates % 100 == 0:
                         if not math.isfinite(loss.item()):
                             raise FloatingPointError(f"loss became {loss.item()} at step {global_step}; lower --learning-rate or clip gradients")
-                        log.log(global_step, loss=loss.item(), q_values=q.mean().item(), grad_norm=grad_norm.item(),
-                                epsilon=epsilon, sps=round(global_step / log.elapsed()))
+                        run.log(global_step, loss=loss.item(), q_values=q.mean().item(), grad_norm=grad_norm.item(),
+                                epsilon=epsilon, sps=round(global_step / run.elapsed()))
                 # sync: every `target_every` env steps crossed
                 if global_step // args.target_every > prev_step // args.target_every:
                     q_net.sync(args.target_rate)
 
             if args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
-                r = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000)
-                log.log(global_step, eval_return=float(r.mean()), eval_return_std=float(r.std()))
-            if global_step >= log.next_check:
-                log.progress(global_step, recent_returns)
-        train_seconds = log.elapsed()
-        video_dir = str(log.path / "videos") if args.capture_video else None
-        eval_returns = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000, video_dir)
-        log.log(global_step, eval_return=float(eval_returns.mean()), eval_return_std=float(eval_returns.std()))
+                run.evaluate(greedy, eval_envs, global_step)
+            if run.checkpoint_due(prev_step, global_step):  # everything the next step depends on
+                run.save_checkpoint(global_step, envs, {
+                    "q_net": q_net.state_dict(), "memory": memory.state_dict() if args.checkpoint_memory else None,
+                    "rng": rng.bit_generator.state, "obs": obs, "ep_return": ep_return, "ep_length": ep_length,
+                    "recent_returns": recent_returns, "global_step": global_step,
+                })
+            if global_step >= run.next_check:
+                run.progress(global_step, recent_returns)
+        train_seconds = run.elapsed()
+        eval_returns, error = run.final_evaluation(greedy, eval_envs, global_step)
         completed = True
-    except KeyboardInterrupt:
-        error = "interrupted"
-        print(f"\n{ALGO}: interrupted at step {global_step:,}; writing logs", file=sys.stderr)
-    except FloatingPointError as e:
-        error = str(e)
-        print(f"\n{ALGO}: stopped: {e}", file=sys.stderr)
+    except (KeyboardInterrupt, Stopped, FloatingPointError) as e:
+        error = run.stopped(e, global_step)
     finally:
         envs.close()
-        if previous_handler is not None:
-            signal.signal(signal.SIGTERM, previous_handler)
-    if args.save_model and (completed or error == "interrupted"):  # a NaN model is not worth keeping
-        torch.save(q_net.online.state_dict(), log.path / "model.pt")
-    train_seconds = train_seconds or log.elapsed()
-    summary = {
-        "algo": ALGO, "env": args.env_id, "seed": args.seed, "total_timesteps": global_step,
-        "num_envs": B, "device": str(device), "wall_seconds": round(log.elapsed(), 2),
-        "sps": round(global_step / max(train_seconds, 1e-9), 1),
-        "eval_return_mean": float(eval_returns.mean()) if len(eval_returns) else None,
-        "eval_return_std": float(eval_returns.std()) if len(eval_returns) else None,
-        "eval_episodes": len(eval_returns),
-        "train_return_last10": float(np.mean(recent_returns)) if recent_returns else None,
-        "completed": completed, "error": error, "updates": q_net.updates, "run_dir": str(log.path),
-        "versions": {"torch": torch.__version__, "gymnasium": gym.__version__, "numpy": np.__version__},
-    }
-    log.progress(global_step, recent_returns, force=True)
-    log.close(summary)
-    if completed:
-        print(f"{ALGO}: done in {summary['wall_seconds']:.1f}s ({summary['sps']:,.0f} steps/s); "
-              f"eval return {summary['eval_return_mean']:.2f} +- {summary['eval_return_std']:.2f} over {len(eval_returns)} episodes", flush=True)
-    return summary
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
+    if args.save_model and (completed or error in ("interrupted", "preempted")):  # a NaN model is not worth keeping
+        torch.save(q_net.online.state_dict(), run.path / "model.pt")
+    summary = run.summary(global_step, train_seconds or run.elapsed(), eval_returns, recent_returns,
+                          device=str(device), completed=completed, error=error, updates=q_net.updates)
+    return run.finish(summary, global_step, recent_returns)
 
 
 def main(args: Args) -> int:
-    """Exit status: 0 done, 1 stopped by a NaN loss, 2 bad input, 130 interrupted."""
-    try:
-        summary = train(args)
-    except ValueError as e:
-        print(f"{ALGO}: error: {e}", file=sys.stderr)
-        return 2
-    if summary["completed"]:
-        return 0
-    return 130 if summary["error"] == "interrupted" else 1
+    """Exit status: 0 done, 1 stopped by a NaN loss or a failed final evaluation, 2 bad input,
+    75 stopped by SIGTERM/SIGUSR1 after a checkpoint, 130 interrupted."""
+    return run_main(ALGO, train, args)
 
 
 # 7. Entry point ---------------------------------------------------------------------------------
 if __name__ == "__main__":
-    sys.exit(main(tyro.cli(Args)))
+    sys.exit(main(parse_args(Args, __doc__)))

@@ -31,14 +31,10 @@ n_step_returns, distributed (torchrun workers), true_next_obs (the final observa
 # 1. Imports -------------------------------------------------------------------------------------
 from __future__ import annotations
 
-import csv
-import json
+import functools
 import math
-import os
 import random
-import signal
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Callable, Literal, Optional
@@ -53,6 +49,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/sarsa.py` finds common/
 from common import NetworkWrapper, distributed, n_step_returns, true_next_obs  # noqa: E402
+from common.run import Run, Stopped, parse_args, record_first_episode  # noqa: E402
+from common.run import main as run_main  # noqa: E402
 
 ALGO = "sarsa"
 
@@ -90,6 +88,10 @@ class Args:
     """parent folder of the run folder"""
     progress: bool = True
     """print a progress line while training"""
+    checkpoint_every: int = 0
+    """env steps between checkpoints in the run folder (0: none; SIGTERM/SIGUSR1 write one anyway)"""
+    resume: Optional[str] = None
+    """run folder to continue from its last checkpoint, with its stored arguments (only the run length, evaluation and logging flags may change)"""
 
     n_steps: int = 5
     """env steps per env in a rollout; the first step's return looks n_steps ahead (1: one-step SARSA)"""
@@ -131,6 +133,7 @@ def validate(args: Args) -> None:
         (args.target_every > 0, f"--target-every must be positive, got {args.target_every}"),
         (args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}"),
         (0.0 <= args.gamma <= 1.0, f"--gamma must be in [0, 1], got {args.gamma}"),
+        (args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {args.checkpoint_every}"),
         (args.eval_every >= 0, f"--eval-every must be >= 0, got {args.eval_every}"),
         (args.eval_episodes > 0, f"--eval-episodes must be positive, got {args.eval_episodes}"),
         (args.torch_threads > 0, f"--torch-threads must be positive, got {args.torch_threads}"),
@@ -153,9 +156,8 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
 
     def thunk(i: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
-            if video_dir is not None and i == 0:
-                env = gym.make(env_id, render_mode="rgb_array")
-                return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda ep: True, disable_logger=True)
+            if video_dir is not None:
+                return record_first_episode(gym.make(env_id, render_mode="rgb_array"), video_dir, i)
             return gym.make(env_id)
 
         return make
@@ -268,22 +270,6 @@ def sarsa_targets(
     return n_step_returns(rewards, next_values, terminated, truncated, gamma, n=None)
 
 
-def evaluate(
-    act: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: int, seed: int, video_dir: str | None = None
-) -> np.ndarray:
-    """Return of `episodes` episodes [episodes] of the policy `act`, one episode per env, run in parallel."""
-    envs = make_env(env_id, episodes, video_dir)
-    obs, _ = envs.reset(seed=seed)
-    returns = np.zeros(episodes)
-    finished = np.zeros(episodes, dtype=bool)
-    while not finished.all():
-        obs, rewards, terminated, truncated, _ = envs.step(act(obs))
-        returns += np.where(finished, 0.0, rewards)  # envs past their first episode are ignored
-        finished |= terminated | truncated
-    envs.close()
-    return returns
-
-
 def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
     """obs [B, obs_dim] -> argmax_a Q(obs, a) [B], as a numpy function.
 
@@ -326,95 +312,6 @@ def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[n
 
 
 # 6. Training ------------------------------------------------------------------------------------
-class RunLog:
-    """Run folder, config.json, metrics.csv (one row per event), progress line, wandb, summary.json."""
-
-    def __init__(self, args: Args, fields: list[str], write: bool = True):
-        self.write, self.path, self.start, self.next_check = write, None, time.perf_counter(), 0
-        if not write:  # torchrun workers other than rank 0: the same calls, nothing written or printed
-            return
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = Path(args.run_dir) / f"{args.env_id}__{ALGO}__{args.seed}__{stamp}"
-        path, k = base, 1
-        while path.exists():  # two runs started in the same second
-            path, k = Path(f"{base}-{k}"), k + 1
-        path.mkdir(parents=True)
-        self.path = path
-        self.start = time.perf_counter()
-        self.fields = ["global_step", "wall_seconds", *fields]
-        (path / "config.json").write_text(json.dumps({"algo": ALGO, **asdict(args)}, indent=2))
-        self.file = open(path / "metrics.csv", "w", newline="")
-        self.csv = csv.DictWriter(self.file, self.fields)
-        self.csv.writeheader()
-        self.total, self.show = args.total_timesteps, args.progress
-        self.tty = sys.stdout.isatty()
-        self.last_print, self.last_flush, self.next_mark = self.start, self.start, 0.1
-        self.next_check, self.printed_step = 0, -1
-        self.wandb = None
-        if args.track:
-            import wandb
-
-            self.wandb = wandb.init(
-                project=args.wandb_project, entity=args.wandb_entity, config=asdict(args),
-                name=path.name, dir=str(path), save_code=True,
-            )
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start
-
-    def log(self, global_step: int, **metrics: float) -> None:
-        if not self.write:
-            return
-        self.csv.writerow({"global_step": global_step, "wall_seconds": round(self.elapsed(), 3), **metrics})
-        if self.wandb is not None:
-            self.wandb.log(metrics, step=global_step)
-
-    def progress(self, global_step: int, recent_returns: list[float], force: bool = False) -> None:
-        """A line with steps, steps/s, ETA and recent return: redrawn on a terminal, every 10% in a log."""
-        self.next_check = global_step + 1000
-        if not self.write:
-            return
-        now = time.perf_counter()
-        if now - self.last_flush > 5.0:
-            self.file.flush()
-            self.last_flush = now
-        if not self.show:
-            return
-        frac = global_step / self.total
-        if not force and (now - self.last_print < 0.5 if self.tty else frac < self.next_mark):
-            return
-        if force and self.printed_step == global_step:
-            return
-        self.printed_step = global_step
-        recent_return = float(np.mean(recent_returns)) if recent_returns else float("nan")
-        elapsed = now - self.start
-        sps = global_step / max(elapsed, 1e-9)
-        eta = (self.total - global_step) / max(sps, 1e-9)
-        line = (
-            f"{ALGO} {global_step:>10,}/{self.total:,} steps ({100 * frac:5.1f}%)  {sps:>7,.0f} steps/s  "
-            f"elapsed {elapsed:6.0f}s  ETA {eta:6.0f}s  return(last 10) {recent_return:8.2f}"
-        )
-        print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", flush=True)
-        self.last_print = now
-        while self.next_mark <= frac:
-            self.next_mark += 0.1
-
-    def close(self, summary: dict) -> None:
-        if not self.write:
-            return
-        if self.show and self.tty:
-            print()
-        self.file.close()
-        (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
-        if self.wandb is not None:
-            self.wandb.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))})
-            self.wandb.finish(exit_code=0 if summary["completed"] else 1)
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def train(args: Args) -> dict:
     validate(args)
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
@@ -453,26 +350,35 @@ def train(args: Args) -> dict:
     rollout_truncated = np.zeros((T, B), dtype=bool)
     rollout_next_actions = np.zeros((T, B), dtype=np.int64)  # behaviour actions at the true next observations
     rollout_epsilon = np.zeros((T, 1), dtype=np.float32)
-    log = RunLog(args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"], write=distributed.is_main())
-    if log.write:
+    eval_envs = functools.partial(make_env, args.env_id)
+    run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"], write=distributed.is_main())
+    if run.write:
         workers = f" x {world} workers" if world > 1 else ""
-        print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}{workers}; run folder {log.path}", flush=True)
-    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
+        print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}{workers}; run folder {run.path}", flush=True)
 
     def to_device(x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(x).to(device)  # zero-copy on CPU
 
     recent_returns: list[float] = []
     ep_return, ep_length = np.zeros(B), np.zeros(B, dtype=np.int64)
-    global_step, error, completed = 0, None, False
-    eval_returns = np.array([])
-    train_seconds = 0.0
-    try:
+    global_step = 0
+    state = run.restore(envs)  # None for a new run; generators and envs are already restored
+    if state is None:
         obs, _ = envs.reset(seed=seed)
-        obs = obs.reshape(B, obs_dim)
         epsilon = args.start_epsilon
-        actions = select_actions(greedy, obs, epsilon, n_actions, rng)
-        for _ in range(num_updates):
+        actions = select_actions(greedy, obs.reshape(B, obs_dim), epsilon, n_actions, rng)
+    else:
+        q_net.load_state_dict(state["q_net"])
+        rng.bit_generator.state = state["rng"]
+        actions, epsilon = state["actions"], state["epsilon"]
+        obs, ep_return, ep_length, recent_returns, global_step = (
+            state["obs"], state["ep_return"], state["ep_length"], state["recent_returns"], state["global_step"])
+        if run.env_note != "restored":  # the envs started new episodes: choose their first actions
+            actions = select_actions(greedy, obs.reshape(B, obs_dim), epsilon, n_actions, rng)
+    obs = obs.reshape(B, obs_dim)
+    error, completed, eval_returns, train_seconds = None, False, np.array([]), 0.0
+    try:
+        while global_step < args.total_timesteps:
             rollout_start = global_step
             for t in range(T):
                 global_step += B * world  # all workers step in lockstep
@@ -499,7 +405,7 @@ def train(args: Args) -> dict:
                 ep_length += 1
                 for i in np.flatnonzero(terminated | truncated):
                     recent_returns = (recent_returns + [float(ep_return[i])])[-10:]
-                    log.log(global_step, episodic_return=float(ep_return[i]), episodic_length=int(ep_length[i]))
+                    run.log(global_step, episodic_return=float(ep_return[i]), episodic_length=int(ep_length[i]))
                     ep_return[i], ep_length[i] = 0.0, 0
 
             # learn: one gradient step on the whole rollout [T, B]
@@ -514,75 +420,41 @@ def train(args: Args) -> dict:
             if q_net.updates % 25 == 0:  # every 1,000 env steps at the defaults, as often as DQN
                 if not math.isfinite(loss.item()):
                     raise FloatingPointError(f"loss became {loss.item()} at step {global_step}; lower --learning-rate or clip gradients")
-                log.log(global_step, loss=loss.item(), q_values=q.mean().item(), grad_norm=grad_norm.item(),
-                        epsilon=epsilon, sps=round(global_step / log.elapsed()))
+                run.log(global_step, loss=loss.item(), q_values=q.mean().item(), grad_norm=grad_norm.item(),
+                        epsilon=epsilon, sps=round(global_step / run.elapsed()))
             # sync: every `target_every` env steps crossed
             if args.target_network and global_step // args.target_every > rollout_start // args.target_every:
                 q_net.sync()
 
-            if log.write and args.eval_every and global_step // args.eval_every > rollout_start // args.eval_every and global_step < args.total_timesteps:
-                r = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000)
-                log.log(global_step, eval_return=float(r.mean()), eval_return_std=float(r.std()))
-            if global_step >= log.next_check:
-                log.progress(global_step, recent_returns)
-        train_seconds = log.elapsed()
-        if log.write:  # rank 0 evaluates for all workers
-            video_dir = str(log.path / "videos") if args.capture_video else None
-            eval_returns = evaluate(greedy, args.env_id, args.eval_episodes, args.seed + 100_000, video_dir)
-            log.log(global_step, eval_return=float(eval_returns.mean()), eval_return_std=float(eval_returns.std()))
+            if args.eval_every and global_step // args.eval_every > rollout_start // args.eval_every and global_step < args.total_timesteps:
+                run.evaluate(greedy, eval_envs, global_step)
+            if run.checkpoint_due(rollout_start, global_step):  # at a rollout's end: everything the next rollout depends on
+                run.save_checkpoint(global_step, envs, {
+                    "q_net": q_net.state_dict(), "rng": rng.bit_generator.state, "actions": actions, "epsilon": epsilon, 
+                    "obs": obs, "ep_return": ep_return, "ep_length": ep_length, "recent_returns": recent_returns, "global_step": global_step,
+                })
+            if global_step >= run.next_check:
+                run.progress(global_step, recent_returns)
+        train_seconds = run.elapsed()
+        eval_returns, error = run.final_evaluation(greedy, eval_envs, global_step)  # rank 0 evaluates for all workers
         completed = True
-    except KeyboardInterrupt:
-        error = "interrupted"
-        print(f"\n{ALGO}: interrupted at step {global_step:,}; writing logs", file=sys.stderr)
-    except (FloatingPointError, distributed.WorkerError) as e:
-        error = str(e)
-        print(f"\n{ALGO}: stopped: {e}", file=sys.stderr)
+    except (KeyboardInterrupt, Stopped, FloatingPointError, distributed.WorkerError) as e:
+        error = run.stopped(e, global_step)
     finally:
         envs.close()
-        if previous_handler is not None:
-            signal.signal(signal.SIGTERM, previous_handler)
-    if args.save_model and log.write and (completed or error == "interrupted"):  # a NaN model is not worth keeping
-        torch.save(q_net.online.state_dict(), log.path / "model.pt")
-    train_seconds = train_seconds or log.elapsed()
-    summary = {
-        "algo": ALGO, "env": args.env_id, "seed": args.seed, "total_timesteps": global_step,
-        "num_envs": B, "world_size": world, "device": str(device), "wall_seconds": round(log.elapsed(), 2),
-        "sps": round(global_step / max(train_seconds, 1e-9), 1),
-        "eval_return_mean": float(eval_returns.mean()) if len(eval_returns) else None,
-        "eval_return_std": float(eval_returns.std()) if len(eval_returns) else None,
-        "eval_episodes": len(eval_returns),
-        "train_return_last10": float(np.mean(recent_returns)) if recent_returns else None,
-        "completed": completed, "error": error, "updates": q_net.updates, "run_dir": str(log.path),
-        "versions": {"torch": torch.__version__, "gymnasium": gym.__version__, "numpy": np.__version__},
-    }
-    log.progress(global_step, recent_returns, force=True)
-    log.close(summary)
-    if completed and log.write:
-        print(f"{ALGO}: done in {summary['wall_seconds']:.1f}s ({summary['sps']:,.0f} steps/s); "
-              f"eval return {summary['eval_return_mean']:.2f} +- {summary['eval_return_std']:.2f} over {len(eval_returns)} episodes", flush=True)
-    return summary
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
+    if args.save_model and run.write and (completed or error in ("interrupted", "preempted")):  # a NaN model is not worth keeping
+        torch.save(q_net.online.state_dict(), run.path / "model.pt")
+    summary = run.summary(global_step, train_seconds or run.elapsed(), eval_returns, recent_returns, world_size=world,
+                          device=str(device), completed=completed, error=error, updates=q_net.updates)
+    return run.finish(summary, global_step, recent_returns)
 
 
 def main(args: Args) -> int:
-    """Exit status: 0 done, 1 stopped by a NaN loss or a lost worker, 2 bad input or set-up, 130 interrupted."""
-    try:
-        summary = train(args)
-    except (ValueError, distributed.WorkerError) as e:
-        print(f"{ALGO}: error: {e}", file=sys.stderr)
-        return 2
-    finally:
-        distributed.shutdown()
-    if summary["completed"]:
-        return 0
-    return 130 if summary["error"] == "interrupted" else 1
+    """Exit status: 0 done, 1 stopped by a NaN loss, a lost worker or a failed final evaluation, 2 bad input,
+    75 stopped by SIGTERM/SIGUSR1 after a checkpoint, 130 interrupted."""
+    return run_main(ALGO, train, args)
 
 
 # 7. Entry point ---------------------------------------------------------------------------------
 if __name__ == "__main__":
-    sys.exit(main(tyro.cli(Args)))
+    sys.exit(main(parse_args(Args, __doc__)))

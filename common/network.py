@@ -205,6 +205,26 @@ class NetworkWrapper:
             raise RuntimeError("this NetworkWrapper has no target network (target=False)")
         soft_update(self.target, self.online, rate)
 
+    def state_dict(self) -> dict:
+        """Online and target weights, optimizer and schedule state, update count: all a resumed run needs."""
+        return {
+            "online": self.online.state_dict(),
+            "target": self.target.state_dict() if self.target is not None else None,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Inverse of `state_dict`; weights are copied in place, so the flat parameter and any views stay valid."""
+        self.online.load_state_dict(state["online"])
+        if self.target is not None:
+            self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.updates = state["updates"]
+
     @property
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"]

@@ -42,7 +42,7 @@ class ReplayMemory:
         action_shape: tuple[int, ...] = (),
         discrete: bool = True,
         device: torch.device | str = "cpu",
-        seed: int | None = None,
+        seed: int | np.random.SeedSequence | None = None,
     ):
         if capacity <= 0:
             raise ValueError(f"capacity must be positive, got {capacity}")
@@ -103,3 +103,22 @@ class ReplayMemory:
         return Batch(
             self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.terminated[idx]
         )
+
+    def state_dict(self) -> dict:
+        """The filled rows, the write position and the sampler's state (for a checkpoint)."""
+        n = self.size
+        return {
+            "obs": self.obs[:n].cpu(), "actions": self.actions[:n].cpu(), "rewards": self.rewards[:n].cpu(),
+            "next_obs": self.next_obs[:n].cpu(), "terminated": self.terminated[:n].cpu(),
+            "pos": self.pos, "size": self.size, "capacity": self.capacity, "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Inverse of `state_dict`, into a memory of the same capacity and shapes (written in place)."""
+        if state["capacity"] != self.capacity:
+            raise ValueError(f"the checkpoint's replay memory holds {state['capacity']} rows, this one {self.capacity}")
+        n = state["size"]
+        for store, name in zip(self._stores, ("obs", "actions", "rewards", "next_obs", "terminated")):
+            store[:n] = state[name].to(self.device)
+        self.pos, self.size = state["pos"], n
+        self.rng.bit_generator.state = state["rng"]

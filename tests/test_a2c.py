@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import csv
 import json
-import math
 import signal
 import subprocess
 import sys
@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT / "algos"))
 sys.path.insert(0, str(ROOT))
 
 import a2c  # noqa: E402
+from common.run import evaluate as run_evaluate  # noqa: E402
 from a2c import (  # noqa: E402
     ActorCritic, Args, a2c_targets, greedy_policy, load_policy, log_prob_entropy, main, numpy_head,
     sample_actions, train, true_next_obs,
@@ -210,7 +211,7 @@ def test_smoke_continuous_with_normalisation_saves_and_reloads(tmp_path):
     state = torch.load(model, weights_only=True)
     assert state["obs_norm.count"] > 400 - 20 and not torch.allclose(state["obs_norm.mean"], torch.zeros(3, dtype=torch.float64))
     policy = load_policy(args, str(model))
-    returns = a2c.evaluate(policy, "Pendulum-v1", 1, args.seed + 100_000)
+    returns = run_evaluate(policy, functools.partial(a2c.make_env, "Pendulum-v1"), 1, args.seed + 100_000)
     assert returns[0] == pytest.approx(summary["eval_return_mean"])  # the saved statistics reproduce the eval
 
 
@@ -269,7 +270,7 @@ def test_bad_input_in_process_gives_one_line_and_exit_2(tmp_path, capsys, kw, ne
     assert len(err) == 1 and err[0].startswith("a2c: error: ") and needle in err[0]
 
 
-def test_sigterm_writes_an_incomplete_summary_and_exits_130(tmp_path):
+def test_sigterm_writes_a_checkpoint_and_an_incomplete_summary(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "algos" / "a2c.py"), "--run-dir", str(tmp_path), "--no-progress", "--total-timesteps", "10000000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -280,9 +281,9 @@ def test_sigterm_writes_an_incomplete_summary_and_exits_130(tmp_path):
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == 75, stderr
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
-    assert summary["completed"] is False and summary["error"] == "interrupted" and summary["total_timesteps"] > 0
+    assert summary["completed"] is False and summary["error"] == "preempted" and summary["total_timesteps"] > 0
     assert "Traceback" not in stderr
 
 

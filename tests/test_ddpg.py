@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SUMMARY_KEYS = {
     "algo", "env", "seed", "total_timesteps", "num_envs", "device", "wall_seconds", "sps", "eval_return_mean",
     "eval_return_std", "eval_episodes", "train_return_last10", "completed", "error", "updates", "run_dir", "versions",
+    "resumed_at", "envs_on_resume", "checkpoint_seconds", "checkpoint_bytes",
 }
 
 
@@ -192,7 +193,7 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, argv, message):
     assert not any(tmp_path.iterdir())  # no run folder for a run that never started
 
 
-def test_sigterm_writes_logs_and_exits_130(tmp_path):
+def test_sigterm_writes_a_checkpoint_and_logs(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "algos" / "ddpg.py"), "--total-timesteps", "1000000", "--learning-starts", "100",
          "--hidden-sizes", "32", "32", "--run-dir", str(tmp_path), "--no-progress"],
@@ -204,10 +205,10 @@ def test_sigterm_writes_logs_and_exits_130(tmp_path):
     time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == 75, stderr
     assert "Traceback" not in stderr
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
-    assert summary["completed"] is False and summary["error"] == "interrupted"
+    assert summary["completed"] is False and summary["error"] == "preempted"
     assert 0 < summary["total_timesteps"] < 1_000_000
 
 

@@ -1,5 +1,6 @@
 """n_step_q.py: targets against a hand-computed rollout, smoke, determinism, bad input, learning."""
 
+import functools
 import csv
 import json
 import subprocess
@@ -13,6 +14,8 @@ import torch
 from torch import nn
 
 import n_step_q
+import common.run
+from common.run import evaluate as run_evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -140,7 +143,7 @@ def test_smoke(tmp_path):
         assert key in summary
     # the saved model reloads as the same greedy policy (what evaluate.py does)
     act = n_step_q.load_policy(n_step_q.Args(), str(run / "model.pt"))
-    assert n_step_q.evaluate(act, "CartPole-v1", 2, n_step_q.Args().seed + 100_000).mean() == summary["eval_return_mean"]
+    assert run_evaluate(act, functools.partial(n_step_q.make_env, "CartPole-v1"), 2, n_step_q.Args().seed + 100_000).mean() == summary["eval_return_mean"]
 
 
 def test_determinism(tmp_path):
@@ -165,7 +168,7 @@ def test_interrupt_writes_logs(tmp_path, monkeypatch):
     def interrupt(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(n_step_q, "evaluate", interrupt)  # Ctrl-C during the final evaluation
+    monkeypatch.setattr(common.run, "evaluate", interrupt)  # Ctrl-C during the final evaluation
     assert n_step_q.main(small_args(tmp_path)) == 130
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
     assert summary["completed"] is False and summary["error"] == "interrupted" and summary["total_timesteps"] == 600

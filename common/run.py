@@ -1,0 +1,441 @@
+"""Run plumbing shared by every script: nothing here knows about an algorithm.
+
+- `parse_args(Args, doc)`: the command line (tyro); with `--resume RUN` the stored arguments
+  become the defaults, so only the flags given again override them.
+- `Run`: the run folder (config.json, metrics.csv, summary.json, model and videos), the
+  progress line, wandb, signals, and checkpoints (what a checkpoint holds is the script's dict;
+  writing it atomically, loading it without code, generators and env state are
+  common/checkpoint.py's).
+- `evaluate(act, make_envs, episodes, seed, video_dir)`: greedy episodes, one per env.
+- `main(algo, train, args)`: runs `train` and turns its outcome into the exit status.
+
+Exit status: 0 done; 1 stopped by a NaN loss, a lost worker or a failed final evaluation
+(summary and model kept); 2 bad input, one line; 75 stopped by SIGTERM or SIGUSR1 after writing
+a checkpoint (resume with `--resume`); 130 interrupted (Ctrl-C).
+
+Signals: SIGTERM and SIGUSR1 (SLURM sends one before a job's time limit) ask for a stop at the
+next step boundary (for rollout-based scripts, the end of a rollout and its update): the script
+writes a checkpoint there and exits with 75. Ctrl-C stops at once as before (logs, summary,
+model kept); with `--checkpoint-every` on it also waits for the step boundary and writes a
+checkpoint first (a second Ctrl-C stops at once).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import netrc
+import os
+import re
+import signal
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Callable
+from urllib.parse import urlparse
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from common import checkpoint, distributed
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PREEMPTED, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
+CHECKPOINT_FORMAT = 1
+# flags that may change when a run is resumed: its length, evaluation, logging and output
+RESUMABLE_CHANGES = {
+    "total_timesteps", "eval_every", "eval_episodes", "progress", "track", "wandb_project", "wandb_entity",
+    "capture_video", "save_model", "checkpoint_every", "checkpoint_memory", "resume", "run_dir", "torch_threads",
+}
+
+
+class Stopped(Exception):
+    """A signal asked the run to stop; raised at a step boundary, after the checkpoint is written."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+# command line ----------------------------------------------------------------------------------
+def parse_args(args_class, doc: str):
+    """tyro's parser with the script's one-line description; `--resume RUN` takes RUN's arguments as defaults."""
+    import tyro
+
+    description = doc.strip().splitlines()[0]
+    args = tyro.cli(args_class, description=description)
+    if not getattr(args, "resume", None):
+        return args
+    try:
+        stored = _stored_config(Path(args.resume))
+    except ValueError as e:
+        print(f"{Path(sys.argv[0]).stem}: error: {e}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    defaults = {}
+    for f in dataclasses.fields(args_class):
+        if f.name in stored:
+            value = stored[f.name]
+            defaults[f.name] = tuple(value) if isinstance(value, list) else value
+    defaults["resume"] = args.resume
+    return tyro.cli(args_class, description=description, default=args_class(**defaults))
+
+
+def _stored_config(folder: Path) -> dict:
+    config = folder / "config.json"
+    if not config.is_file():
+        raise ValueError(f"--resume {folder}: no config.json there (not a run folder)")
+    try:
+        return json.loads(config.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"--resume {folder}: config.json cannot be read ({e})") from None
+
+
+def refuse_workers(algo: str) -> None:
+    """One line instead of N independent copies writing N run folders under torchrun."""
+    if distributed.launched():
+        raise ValueError(
+            f"{algo} runs in one process; torchrun started {os.environ['WORLD_SIZE']} workers that would train "
+            f"independent copies (several workers: a2c, n_step_q, sarsa). Run `python algos/{algo}.py` instead"
+        )
+
+
+# evaluation ------------------------------------------------------------------------------------
+def evaluate(
+    act: Callable[[np.ndarray], np.ndarray],
+    make_envs: Callable[[int, str | None], gym.vector.VectorEnv],
+    episodes: int,
+    seed: int,
+    video_dir: str | None = None,
+) -> np.ndarray:
+    """Returns [episodes] of the policy `act`, one episode per env, run in parallel.
+
+    `make_envs(n, video_dir)` builds the vector env; with a video folder each env records its
+    first (evaluation) episode whole, and nothing of the episodes that follow while the
+    other envs finish. The envs are closed on every path.
+    """
+    envs = make_envs(episodes, video_dir)
+    try:
+        obs, _ = envs.reset(seed=seed)
+        returns = np.zeros(episodes)
+        finished = np.zeros(episodes, dtype=bool)
+        while not finished.all():
+            obs, rewards, terminated, truncated, _ = envs.step(act(obs))
+            returns += np.where(finished, 0.0, rewards)  # envs past their first episode are ignored
+            finished |= terminated | truncated
+    finally:
+        envs.close()
+    return returns
+
+
+def record_first_episode(env: gym.Env, video_dir: str, index: int) -> gym.Env:
+    """`env` (made with render_mode="rgb_array") writing its first episode to video_dir/episode-<index>-*.mp4."""
+    with warnings.catch_warnings():  # every env of the evaluation writes into the same folder
+        warnings.filterwarnings("ignore", message=".*Overwriting existing videos")
+        return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda episode: episode == 0,
+                                        name_prefix=f"episode-{index}", disable_logger=True)
+
+
+# the run ---------------------------------------------------------------------------------------
+class Run:
+    """Run folder, config.json, metrics.csv (one row per event), progress line, wandb, summary.json,
+    signals and checkpoints.
+
+    A new run creates `<run_dir>/<env>__<algo>__<seed>__<time>/`; `args.resume` reopens that
+    folder instead: its last checkpoint is read and checked before anything is written, and
+    metrics.csv is cut back to the rows the checkpoint had written. `write=False` (torchrun
+    workers other than rank 0) makes every call a no-op except the timers.
+    """
+
+    def __init__(self, algo: str, args, fields: list[str], write: bool = True):
+        self.algo, self.args, self.write = algo, args, write
+        self.fields = ["global_step", "wall_seconds", *fields]
+        self.path: Path | None = None
+        self.start = time.perf_counter()
+        self.next_check, self.stop_reason = 0, None
+        self.checkpoint_every = getattr(args, "checkpoint_every", 0)
+        self.saved: dict | None = None  # the checkpoint being resumed
+        self.resumes: list[int] = []
+        self.env_note = None
+        self.checkpoint_seconds, self.checkpoint_bytes = None, None
+        self.wandb = None
+        self._handlers: dict = {}
+        if (self.checkpoint_every or args.resume) and distributed.launched():
+            raise ValueError("--checkpoint-every and --resume work in one process; under torchrun leave them out")
+        if not write:
+            return
+        config = {"algo": algo, **json.loads(json.dumps(dataclasses.asdict(args)))}
+        wandb_mode = _wandb_mode() if args.track else None
+        if args.resume:
+            self.path = Path(args.resume)
+            self._check_resume(config)
+            self.start = time.perf_counter() - self.saved["wall_seconds"]
+            self.resumes = [*self.saved["resumes"], self.saved["global_step"]]
+            self.file = self._reopen_metrics(self.saved["metrics_bytes"])
+            self.csv = csv.DictWriter(self.file, self.fields)
+            (self.path / "config.json").write_text(json.dumps(config, indent=2))  # the new length or logging flags
+        else:
+            self.path = self._new_folder(config)
+            self.file = open(self.path / "metrics.csv", "w", newline="")
+            self.csv = csv.DictWriter(self.file, self.fields)
+            self.csv.writeheader()
+        self.total, self.show = args.total_timesteps, args.progress
+        self.tty = sys.stdout.isatty()
+        self.last_print, self.last_flush, self.next_mark = time.perf_counter(), time.perf_counter(), 0.1
+        self.printed_step = -1
+        if args.track:
+            import wandb
+
+            self.wandb = wandb.init(
+                project=args.wandb_project, entity=args.wandb_entity, config=config, name=self.path.name,
+                id=re.sub(r"[^A-Za-z0-9_-]", "-", self.path.name), resume="allow", dir=str(self.path),
+                save_code=True, mode=wandb_mode,
+            )
+        self._catch_signals()
+
+    # folder and files
+    def _new_folder(self, config: dict) -> Path:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        base = Path(self.args.run_dir) / f"{self.args.env_id}__{self.algo}__{self.args.seed}__{stamp}"
+        path, k = base, 1
+        try:
+            while path.exists():  # two runs started in the same second
+                path, k = Path(f"{base}-{k}"), k + 1
+            path.mkdir(parents=True)
+            (path / "config.json").write_text(json.dumps(config, indent=2))
+        except OSError as e:
+            raise ValueError(f"cannot write the run folder {path} ({e.strerror or e}); choose another --run-dir") from None
+        return path
+
+    def _check_resume(self, config: dict) -> None:
+        stored = _stored_config(self.path)
+        if stored.get("algo") != self.algo:
+            raise ValueError(f"--resume {self.path}: that run is {stored.get('algo')!r}, not {self.algo}")
+        for key in sorted(set(stored) | set(config)):
+            if key not in RESUMABLE_CHANGES and stored.get(key) != config.get(key):
+                flag = "--" + key.replace("_", "-")
+                raise ValueError(
+                    f"--resume {self.path}: {flag} was {stored.get(key)!r} in that run, {config.get(key)!r} now; "
+                    "only the run length, evaluation and logging flags may change"
+                )
+        saved = checkpoint.load(self.path / "checkpoint.pt")
+        if saved.get("format") != CHECKPOINT_FORMAT or saved.get("algo") != self.algo:
+            raise ValueError(f"{self.path / 'checkpoint.pt'} is a {saved.get('algo')!r} checkpoint (format {saved.get('format')}), not {self.algo}'s")
+        self.saved = saved
+
+    def _reopen_metrics(self, size: int):
+        path = self.path / "metrics.csv"
+        with open(path, newline="") as f:
+            header = f.readline().strip().split(",")
+        if header != self.fields:
+            raise ValueError(f"{path} has columns {header}, expected {self.fields}")
+        os.truncate(path, size)  # rows written after the checkpoint are not part of this history
+        return open(path, "a", newline="")
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def video_dir(self, global_step: int) -> str | None:
+        if not (self.write and self.args.capture_video):
+            return None
+        return str(self.path / "videos" / f"step-{global_step:09d}")
+
+    # logging
+    def log(self, global_step: int, **metrics: float) -> None:
+        if not self.write:
+            return
+        self.csv.writerow({"global_step": global_step, "wall_seconds": round(self.elapsed(), 3), **metrics})
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=global_step)
+
+    def progress(self, global_step: int, recent_returns: list[float], force: bool = False) -> None:
+        """A line with steps, steps/s, ETA and recent return: redrawn on a terminal, every 10% in a log."""
+        self.next_check = global_step + 1000
+        if not self.write:
+            return
+        now = time.perf_counter()
+        if now - self.last_flush > 5.0:
+            self.file.flush()
+            self.last_flush = now
+        if not self.show:
+            return
+        frac = global_step / self.total
+        if not force and (now - self.last_print < 0.5 if self.tty else frac < self.next_mark):
+            return
+        if force and self.printed_step == global_step:
+            return
+        self.printed_step = global_step
+        recent_return = float(np.mean(recent_returns)) if recent_returns else float("nan")
+        elapsed = now - self.start
+        sps = global_step / max(elapsed, 1e-9)
+        eta = (self.total - global_step) / max(sps, 1e-9)
+        line = (
+            f"{self.algo} {global_step:>10,}/{self.total:,} steps ({100 * frac:5.1f}%)  {sps:>7,.0f} steps/s  "
+            f"elapsed {elapsed:6.0f}s  ETA {eta:6.0f}s  return(last 10) {recent_return:8.2f}"
+        )
+        print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", flush=True)
+        self.last_print = now
+        while self.next_mark <= frac:
+            self.next_mark += 0.1
+
+    def evaluate(self, act, make_envs, global_step: int) -> np.ndarray:
+        """A greedy evaluation (rank 0 only), logged as eval_return; videos named by step."""
+        if not self.write:
+            return np.array([])
+        returns = evaluate(act, make_envs, self.args.eval_episodes, self.args.seed + 100_000, self.video_dir(global_step))
+        self.log(global_step, eval_return=float(returns.mean()), eval_return_std=float(returns.std()))
+        return returns
+
+    # signals and checkpoints
+    def _catch_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread() or distributed.launched():
+            return  # torchrun workers keep the default: all must stop at the same update
+
+        def preempt(signum, frame):
+            self.stop_reason = "preempted"
+
+        def interrupt(signum, frame):
+            if self.stop_reason is not None or not self.checkpoint_every:
+                raise KeyboardInterrupt(f"signal {signum}")
+            self.stop_reason = "interrupted"
+            print(f"\n{self.algo}: interrupt: writing a checkpoint at the next step boundary (Ctrl-C again to stop now)", file=sys.stderr)
+
+        for sig, handler in ((signal.SIGTERM, preempt), (signal.SIGUSR1, preempt), (signal.SIGINT, interrupt)):
+            self._handlers[sig] = signal.signal(sig, handler)
+
+    def checkpoint_due(self, prev_step: int, global_step: int) -> bool:
+        """True every `--checkpoint-every` env steps, and at the step after a stop was asked for."""
+        if self.stop_reason is not None:
+            return True
+        return bool(self.checkpoint_every) and global_step // self.checkpoint_every > prev_step // self.checkpoint_every
+
+    def save_checkpoint(self, global_step: int, envs: gym.vector.VectorEnv, state: dict) -> None:
+        """Write the script's `state` with the generators, the envs and the metrics written so far; then
+        raise Stopped if a signal asked for a stop."""
+        if self.write:
+            t0 = time.perf_counter()
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            env, note = checkpoint.env_state(envs)
+            checkpoint.save(self.path / "checkpoint.pt", {
+                "format": CHECKPOINT_FORMAT, "algo": self.algo, "global_step": global_step,
+                "metrics_bytes": self.file.tell(), "wall_seconds": self.elapsed(), "resumes": self.resumes,
+                "rng": checkpoint.rng_state(), "envs": env, "envs_note": note, "state": checkpoint.pack(state),
+            })
+            self.checkpoint_seconds = round(time.perf_counter() - t0, 3)
+            self.checkpoint_bytes = (self.path / "checkpoint.pt").stat().st_size
+        if self.stop_reason is not None:
+            raise Stopped(self.stop_reason)
+
+    def restore(self, envs: gym.vector.VectorEnv) -> dict | None:
+        """The script's state from the checkpoint being resumed (None for a new run), with the
+        generators and the envs put back. Where the envs' state was not captured, the envs are
+        reset and `obs`, `ep_return` and `ep_length` in the returned state start new episodes."""
+        if self.saved is None:
+            return None
+        saved, self.saved = self.saved, None
+        checkpoint.set_rng_state(saved["rng"])
+        state = checkpoint.unpack(saved["state"])
+        if saved["envs"] is not None:
+            checkpoint.set_env_state(envs, saved["envs"])
+            self.env_note = "restored"
+        else:
+            obs, _ = envs.reset(seed=self.args.seed + saved["global_step"])
+            state["obs"] = obs.reshape(state["obs"].shape)
+            state["ep_return"][:] = 0
+            state["ep_length"][:] = 0
+            self.env_note = f"episodes restarted on resume: {saved['envs_note']}"
+        print(f"{self.algo}: resumed {self.path} at step {saved['global_step']:,} (envs: {self.env_note})", flush=True)
+        return state
+
+    def stopped(self, e: BaseException, global_step: int) -> str:
+        """The summary's `error` for an exception that ended training, with one line on stderr."""
+        if isinstance(e, Stopped):
+            where = f"; resume with --resume {self.path}" if self.write else ""
+            print(f"\n{self.algo}: {e.reason} at step {global_step:,}: checkpoint written{where}", file=sys.stderr)
+            return e.reason
+        if isinstance(e, KeyboardInterrupt):
+            print(f"\n{self.algo}: interrupted at step {global_step:,}; writing logs", file=sys.stderr)
+            return "interrupted"
+        print(f"\n{self.algo}: stopped: {e}", file=sys.stderr)
+        return str(e)
+
+    def final_evaluation(self, act, make_envs, global_step: int) -> tuple[np.ndarray, str | None]:
+        """The last evaluation; a failure (e.g. no renderer for the video) costs the evaluation, not the run."""
+        try:
+            return self.evaluate(act, make_envs, global_step), None
+        except Exception as e:  # the run's model and summary are written whatever happens here
+            message = f"final evaluation failed: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            print(f"{self.algo}: {message}", file=sys.stderr)
+            return np.array([]), message
+
+    def summary(self, global_step: int, train_seconds: float, eval_returns: np.ndarray, recent_returns: list[float], **fields) -> dict:
+        """The common fields of summary.json; the script adds its own."""
+        summary = {
+            "algo": self.algo, "env": self.args.env_id, "seed": self.args.seed, "total_timesteps": global_step,
+            "num_envs": self.args.num_envs, "wall_seconds": round(self.elapsed(), 2),
+            "sps": round(global_step / max(train_seconds, 1e-9), 1),
+            "eval_return_mean": float(eval_returns.mean()) if len(eval_returns) else None,
+            "eval_return_std": float(eval_returns.std()) if len(eval_returns) else None,
+            "eval_episodes": len(eval_returns),
+            "train_return_last10": float(np.mean(recent_returns)) if recent_returns else None,
+            **fields,
+            "run_dir": str(self.path),
+            "resumed_at": self.resumes, "envs_on_resume": self.env_note,
+            "checkpoint_seconds": self.checkpoint_seconds, "checkpoint_bytes": self.checkpoint_bytes,
+            "versions": {"torch": torch.__version__, "gymnasium": gym.__version__, "numpy": np.__version__},
+        }
+        return summary
+
+    def finish(self, summary: dict, global_step: int, recent_returns: list[float]) -> dict:
+        """Final progress line, summary.json, wandb closed, signal handlers given back."""
+        for sig, handler in self._handlers.items():
+            signal.signal(sig, handler)
+        self._handlers = {}
+        if not self.write:
+            return summary
+        self.progress(global_step, recent_returns, force=True)
+        if self.show and self.tty:
+            print()
+        self.file.close()
+        (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
+        if self.wandb is not None:
+            self.wandb.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))})
+            self.wandb.finish(exit_code=0 if summary["completed"] and not summary["error"] else 1)
+        if summary["completed"] and summary["eval_return_mean"] is not None:
+            print(f"{self.algo}: done in {summary['wall_seconds']:.1f}s ({summary['sps']:,.0f} steps/s); eval return "
+                  f"{summary['eval_return_mean']:.2f} +- {summary['eval_return_std']:.2f} over {summary['eval_episodes']} episodes", flush=True)
+        return summary
+
+
+def _wandb_mode() -> str | None:
+    """None (wandb decides) when a key or an offline mode is set; "offline", with a warning, when not logged in."""
+    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+        return None
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        if netrc.netrc().authenticators(host):
+            return None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        pass
+    print("wandb: not logged in (run `wandb login` or set WANDB_API_KEY); logging offline into the run folder, "
+          "upload later with `wandb sync`", file=sys.stderr)
+    return "offline"
+
+
+def main(algo: str, train: Callable, args) -> int:
+    """Run `train(args)`; the exit status (module docstring) from its summary; bad input is one line."""
+    try:
+        summary = train(args)
+    except (ValueError, distributed.WorkerError) as e:
+        print(f"{algo}: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    finally:
+        distributed.shutdown()
+    if summary["error"] == "interrupted":
+        return EXIT_INTERRUPTED
+    if summary["error"] == "preempted":
+        return EXIT_PREEMPTED
+    return EXIT_OK if summary["completed"] and summary["error"] is None else EXIT_FAILED
