@@ -33,6 +33,8 @@ import torch
 def save(path: str | Path, state: dict) -> None:
     """Write `state` to `path` atomically: a reader sees the old file or the new one, never half."""
     path = Path(path)
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a process killed while writing
+        stale.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
@@ -125,6 +127,8 @@ def _decode(value, current=None):
     if not isinstance(value, dict):
         return value
     if "__generator__" in value:
+        if current is None:  # an env that was never reset creates its generator lazily
+            current = np.random.Generator(getattr(np.random, value["__generator__"]["bit_generator"])())
         current.bit_generator.state = value["__generator__"]  # same object: whoever holds it sees the state
         return current
     if "__ndarray__" in value:

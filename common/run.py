@@ -160,6 +160,7 @@ class Run:
         self.resumes: list[int] = []
         self.env_note = None
         self.checkpoint_seconds, self.checkpoint_bytes = None, None
+        self._final_checkpoint: dict | None = None
         self.wandb = None
         self._handlers: dict = {}
         if (self.checkpoint_every or args.resume) and distributed.launched():
@@ -306,28 +307,39 @@ class Run:
             self._handlers[sig] = signal.signal(sig, handler)
 
     def checkpoint_due(self, prev_step: int, global_step: int) -> bool:
-        """True every `--checkpoint-every` env steps, and at the step after a stop was asked for."""
+        """True every `--checkpoint-every` env steps, at the end of training (so a finished run can be
+        extended), and at the step after a stop was asked for."""
         if self.stop_reason is not None:
+            return True
+        if self.checkpoint_every and global_step >= self.args.total_timesteps:
             return True
         return bool(self.checkpoint_every) and global_step // self.checkpoint_every > prev_step // self.checkpoint_every
 
     def save_checkpoint(self, global_step: int, envs: gym.vector.VectorEnv, state: dict) -> None:
         """Write the script's `state` with the generators, the envs and the metrics written so far; then
-        raise Stopped if a signal asked for a stop."""
+        raise Stopped if a signal asked for a stop. At the end of training the file is written after the
+        final evaluation, so that a run extended from it keeps that evaluation in its history."""
         if self.write:
-            t0 = time.perf_counter()
-            self.file.flush()
-            os.fsync(self.file.fileno())
             env, note = checkpoint.env_state(envs)
-            checkpoint.save(self.path / "checkpoint.pt", {
-                "format": CHECKPOINT_FORMAT, "algo": self.algo, "global_step": global_step,
-                "metrics_bytes": self.file.tell(), "wall_seconds": self.elapsed(), "resumes": self.resumes,
+            content = {
+                "format": CHECKPOINT_FORMAT, "algo": self.algo, "global_step": global_step, "resumes": self.resumes,
                 "rng": checkpoint.rng_state(), "envs": env, "envs_note": note, "state": checkpoint.pack(state),
-            })
-            self.checkpoint_seconds = round(time.perf_counter() - t0, 3)
-            self.checkpoint_bytes = (self.path / "checkpoint.pt").stat().st_size
+            }
+            if self.stop_reason is None and global_step >= self.args.total_timesteps:
+                self._final_checkpoint = content  # nothing it holds changes during the evaluation
+            else:
+                self._write_checkpoint(content)
         if self.stop_reason is not None:
             raise Stopped(self.stop_reason)
+
+    def _write_checkpoint(self, content: dict) -> None:
+        t0 = time.perf_counter()
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        content = {**content, "metrics_bytes": self.file.tell(), "wall_seconds": self.elapsed()}
+        checkpoint.save(self.path / "checkpoint.pt", content)
+        self.checkpoint_seconds = round(time.perf_counter() - t0, 3)
+        self.checkpoint_bytes = (self.path / "checkpoint.pt").stat().st_size
 
     def restore(self, envs: gym.vector.VectorEnv) -> dict | None:
         """The script's state from the checkpoint being resumed (None for a new run), with the
@@ -365,11 +377,15 @@ class Run:
     def final_evaluation(self, act, make_envs, global_step: int) -> tuple[np.ndarray, str | None]:
         """The last evaluation; a failure (e.g. no renderer for the video) costs the evaluation, not the run."""
         try:
-            return self.evaluate(act, make_envs, global_step), None
+            returns, message = self.evaluate(act, make_envs, global_step), None
         except Exception as e:  # the run's model and summary are written whatever happens here
+            returns = np.array([])
             message = f"final evaluation failed: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
             print(f"{self.algo}: {message}", file=sys.stderr)
-            return np.array([]), message
+        if self._final_checkpoint is not None:
+            self._write_checkpoint(self._final_checkpoint)
+            self._final_checkpoint = None
+        return returns, message
 
     def summary(self, global_step: int, train_seconds: float, eval_returns: np.ndarray, recent_returns: list[float], **fields) -> dict:
         """The common fields of summary.json; the script adds its own."""
