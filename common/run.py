@@ -43,6 +43,10 @@ import torch
 
 from common import checkpoint, distributed
 
+if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
+    # MuJoCo renders (--capture-video) through EGL without a screen; must be set before mujoco is imported
+    os.environ.setdefault("MUJOCO_GL", "egl")
+
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PREEMPTED, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
 CHECKPOINT_FORMAT = 1
 # flags that may change when a run is resumed: its length, evaluation, logging and output

@@ -1,0 +1,127 @@
+"""The run plumbing as a user meets it: videos, interrupts, failures that must not lose a run, bad set-ups."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import common.run
+import ddpg
+import dqn
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(algo: str, *flags: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "algos" / f"{algo}.py"), *flags], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def one_error_line(r: subprocess.CompletedProcess, algo: str) -> str:
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"{algo}: error: "), r.stderr
+    return lines[0]
+
+
+def test_videos_hold_every_evaluation_episode_named_by_step(tmp_path):
+    summary = dqn.train(dqn.Args(total_timesteps=600, learning_starts=100, eval_every=300, eval_episodes=2, capture_video=True,
+                                 run_dir=str(tmp_path), progress=False))
+    videos = Path(summary["run_dir"]) / "videos"
+    assert sorted(p.name for p in videos.iterdir()) == ["step-000000300", "step-000000600"]
+    for folder in videos.iterdir():  # one whole episode per evaluation env, no fragment of a next one
+        assert sorted(p.name for p in folder.glob("*.mp4")) == ["episode-0-episode-0.mp4", "episode-1-episode-0.mp4"]
+
+
+def test_capture_video_on_a_headless_mujoco_env(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MUJOCO_GL")}
+    r = cli("ddpg", "--env", "InvertedPendulum-v5", "--total-timesteps", "300", "--learning-starts", "100", "--capture-video",
+            "--eval-episodes", "2", "--save-model", "--no-progress", "--run-dir", str(tmp_path), env=env)
+    assert r.returncode == 0, r.stderr
+    run = next(tmp_path.iterdir())
+    assert len(list((run / "videos").rglob("*.mp4"))) == 2 and (run / "model.pt").exists()
+
+
+def test_a_failed_final_evaluation_keeps_the_model_and_summary(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("an OpenGL platform library has not been loaded")
+
+    monkeypatch.setattr(common.run, "evaluate", broken)
+    args = ddpg.Args(env_id="Pendulum-v1", total_timesteps=300, learning_starts=100, hidden_sizes=(32, 32), save_model=True,
+                     checkpoint_every=150, run_dir=str(tmp_path), progress=False)
+    assert ddpg.main(args) == 1
+    run = next(tmp_path.iterdir())
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["completed"] and summary["total_timesteps"] == 300
+    assert summary["error"].startswith("final evaluation failed: RuntimeError") and summary["eval_return_mean"] is None
+    assert (run / "model.pt").exists() and (run / "checkpoint.pt").exists()
+
+
+@pytest.mark.parametrize("make_bad", [lambda tmp: tmp / "a_file", lambda tmp: Path("/proc/no_such_dir")])
+def test_a_run_dir_that_cannot_be_written_is_one_line(tmp_path, make_bad):
+    bad = make_bad(tmp_path)
+    if bad.parent == tmp_path:
+        bad.write_text("not a folder")
+    r = cli("dqn", "--total-timesteps", "200", "--learning-starts", "100", "--run-dir", str(bad))
+    assert "--run-dir" in one_error_line(r, "dqn")
+
+
+def test_track_without_a_wandb_login_falls_back_to_offline(tmp_path):
+    pytest.importorskip("wandb")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path / "home"), WANDB_SILENT="true", WANDB_CONFIG_DIR=str(tmp_path / "wandb_config"))
+    (tmp_path / "home").mkdir()
+    r = cli("dqn", "--total-timesteps", "300", "--learning-starts", "100", "--track", "--no-progress",
+            "--run-dir", str(tmp_path / "runs"), env=env)
+    assert r.returncode == 0, r.stderr
+    assert "not logged in" in r.stderr and "Traceback" not in r.stderr
+    assert list((tmp_path / "runs").glob("*/wandb/offline-run-*"))
+
+
+@pytest.mark.parametrize("algo", ["dqn", "ddpg", "naf"])
+def test_single_process_scripts_refuse_torchrun(tmp_path, algo):
+    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}
+    r = cli(algo, "--total-timesteps", "300", "--learning-starts", "100", "--run-dir", str(tmp_path), env=env)
+    assert "torchrun" in one_error_line(r, algo)
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("algo", ["dqn", "ddpg", "naf"])
+def test_learning_starts_beyond_the_run_is_refused(tmp_path, algo):
+    r = cli(algo, "--total-timesteps", "500", "--learning-starts", "500", "--run-dir", str(tmp_path))
+    assert "--learning-starts" in one_error_line(r, algo)
+
+
+@pytest.mark.parametrize("algo", ["dqn", "n_step_q", "sarsa", "a2c", "ddpg", "naf"])
+def test_help_says_what_the_script_is(algo):
+    r = cli(algo, "--help")
+    assert r.returncode == 0
+    first_line = Path(ROOT / "algos" / f"{algo}.py").read_text().split('"""')[1].strip().splitlines()[0]
+    assert first_line in r.stdout.split("╭")[0]  # before the first box of flags
+    assert "--checkpoint-every" in r.stdout and "--resume" in r.stdout
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_ctrl_c_stops_with_130_and_a_checkpoint_only_when_checkpointing(tmp_path, checkpointing):
+    flags = ["--total-timesteps", "10000000", "--learning-starts", "500", "--no-progress", "--run-dir", str(tmp_path)]
+    if checkpointing:
+        flags += ["--checkpoint-every", "100000000"]
+    proc = subprocess.Popen([sys.executable, str(ROOT / "algos" / "dqn.py"), *flags], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list(tmp_path.glob("*/metrics.csv")):
+        time.sleep(0.2)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    run = next(tmp_path.iterdir())
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["error"] == "interrupted" and summary["total_timesteps"] > 0
+    assert (run / "checkpoint.pt").exists() == checkpointing
