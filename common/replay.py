@@ -107,9 +107,13 @@ class ReplayMemory:
     def state_dict(self) -> dict:
         """The filled rows, the write position and the sampler's state (for a checkpoint)."""
         n = self.size
+
+        def rows(x: torch.Tensor) -> torch.Tensor:  # a view would save the whole preallocated storage
+            return x[:n].clone().cpu() if n < self.capacity else x.cpu()
+
         return {
-            "obs": self.obs[:n].cpu(), "actions": self.actions[:n].cpu(), "rewards": self.rewards[:n].cpu(),
-            "next_obs": self.next_obs[:n].cpu(), "terminated": self.terminated[:n].cpu(),
+            "obs": rows(self.obs), "actions": rows(self.actions), "rewards": rows(self.rewards),
+            "next_obs": rows(self.next_obs), "terminated": rows(self.terminated),
             "pos": self.pos, "size": self.size, "capacity": self.capacity, "rng": self.rng.bit_generator.state,
         }
 
