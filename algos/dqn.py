@@ -292,7 +292,10 @@ def train(args: Args) -> dict:
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    rng = np.random.default_rng(args.seed)  # exploration
+    # exploration and replay sampling: two independent streams spawned from the seed; generators seeded
+    # with the int itself would both draw env 0's stream (reset(seed=seed) seeds env 0 that way)
+    explore_seed, replay_seed = np.random.SeedSequence(args.seed).spawn(2)
+    rng = np.random.default_rng(explore_seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs)
     envs.action_space.seed(args.seed)
@@ -306,7 +309,7 @@ def train(args: Args) -> dict:
         clip_grad_norm=args.clip_grad_norm, target=True, device=device,
     )
     greedy = greedy_policy(q_net.online, device)
-    memory = ReplayMemory(args.buffer_size, (obs_dim,), (), discrete=True, device=device, seed=args.seed)
+    memory = ReplayMemory(args.buffer_size, (obs_dim,), (), discrete=True, device=device, seed=replay_seed)
     eval_envs = functools.partial(make_env, args.env_id)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"])
     print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {run.path}", flush=True)

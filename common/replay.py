@@ -32,7 +32,9 @@ class ReplayMemory:
         action_shape: () for a discrete action, the action's shape otherwise.
         discrete: store actions as int64 (True) or float32 (False).
         device: where the storage lives and where sampled tensors are returned.
-        seed: seed of the sampler; the same seed and the same additions give the same batches.
+        seed: seed of the sampler, an int or a SeedSequence (e.g. one spawned from the run's seed,
+            so that sampling and exploration draw independent streams); the same seed and the
+            same additions give the same batches.
     """
 
     def __init__(

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import dqn
-from common import ReplayMemory
+from common import NetworkWrapper, ReplayMemory
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "algos" / "dqn.py")
@@ -39,6 +39,59 @@ class CountEnv(gym.Env):
 
 
 gym.register("CountEnv-v0", entry_point=CountEnv, max_episode_steps=6)
+
+
+class ChainEnv(gym.Env):
+    """obs = [steps since reset, episode id in [0, 1)]; the reward is the action taken (0 or 1);
+    terminates at a random step, truncated by the time limit at 6. `ChainEnv.steps` counts the env
+    steps of all instances."""
+
+    observation_space = gym.spaces.Box(0.0, 100.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+    steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.episode = 0, self.np_random.random()
+        self.end = self.np_random.integers(2, 12)  # sometimes beyond the time limit (truncation)
+        return np.array([self.t, self.episode], np.float32), {}
+
+    def step(self, action):
+        ChainEnv.steps += 1
+        self.t += 1
+        return np.array([self.t, self.episode], np.float32), float(action), bool(self.t == self.end), False, {}
+
+
+gym.register("DQNChain-v0", entry_point=ChainEnv, max_episode_steps=6)
+
+
+def flat(net: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in net.parameters()])
+
+
+class RecordingWrapper(NetworkWrapper):
+    """Records the env step and both networks' weights around every gradient step and target sync."""
+
+    made: list = []
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.events = []
+        RecordingWrapper.made.append(self)
+
+    def record(self, kind: str):
+        self.events.append(dict(kind=kind, step=ChainEnv.steps, online=flat(self.online), target=flat(self.target)))
+
+    def train_step(self, loss, *a, **kw):
+        self.record("before update")
+        out = super().train_step(loss, *a, **kw)
+        self.record("after update")
+        return out
+
+    def sync(self, *a, **kw):
+        self.record("before sync")
+        super().sync(*a, **kw)
+        self.record("after sync")
 
 
 def small_args(tmp_path, **kw):
@@ -104,7 +157,105 @@ def test_same_seed_same_metrics(tmp_path):
     rows_a, rows_b = read_metrics(a["run_dir"]), read_metrics(b["run_dir"])
     assert any(r["loss"] for r in rows_a)
     assert rows_a == rows_b
-    assert read_metrics(c["run_dir"]) != rows_a
+
+    def training(rows):  # without the final evaluation's row, whose seed follows --seed in any case
+        return [r for r in rows if not r["eval_return"]]
+
+    assert training(read_metrics(c["run_dir"])) != training(rows_a)
+
+
+def test_exploration_and_replay_draw_independent_streams(tmp_path, monkeypatch):
+    """Generators seeded with the same int draw the same numbers: exploration, replay sampling and
+    env 0 (reset(seed=seed)) must each start from their own state."""
+    created = []  # (generator, its state when created)
+    default_rng = np.random.default_rng
+
+    def recording_default_rng(seed=None):
+        g = default_rng(seed)
+        created.append((g, g.bit_generator.state))
+        return g
+
+    explorers, memories = [], []
+    select_actions = dqn.select_actions
+
+    def recording_select_actions(greedy, obs, epsilon, n_actions, rng):
+        explorers.append(rng)
+        return select_actions(greedy, obs, epsilon, n_actions, rng)
+
+    class RecordingMemory(ReplayMemory):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            memories.append(self)
+
+    monkeypatch.setattr(np.random, "default_rng", recording_default_rng)
+    monkeypatch.setattr(dqn, "select_actions", recording_select_actions)
+    monkeypatch.setattr(dqn, "ReplayMemory", RecordingMemory)
+    dqn.train(small_args(tmp_path, total_timesteps=200))
+
+    def initial_state(g):
+        return next(state for h, state in created if h is g)
+
+    exploration, replay = initial_state(explorers[0]), initial_state(memories[0].rng)
+    env_0 = default_rng(1).bit_generator.state  # gymnasium seeds env 0 with PCG64(SeedSequence(seed)), as default_rng(seed)
+    assert exploration != replay, "exploration and replay sampling draw the same stream"
+    assert env_0 != exploration, "exploration draws env 0's stream"
+    assert env_0 != replay, "replay sampling draws env 0's stream"
+
+
+@pytest.mark.parametrize("target_rate, double_dqn", [(1.0, False), (0.25, True)])
+def test_target_network_in_train(tmp_path, monkeypatch, target_rate, double_dqn):
+    """Once learning has started, the target moves right after the gradient steps of the first env step
+    at or past each multiple of --target-every, by exactly --target-rate, and at no other time; the
+    regression targets bootstrap from the target network (valuing the online network's argmax with
+    --double-dqn)."""
+    bootstraps = []  # per gradient step: (targets used, targets from the target network, from the online network)
+    targets = dqn.dqn_targets
+
+    def recording_targets(q_target, q_online, rewards, next_obs, terminated, gamma, *a, **kw):
+        q_net = RecordingWrapper.made[-1]
+        with torch.no_grad():
+            next_q, online_next_q = q_net.target(next_obs), q_net.online(next_obs)  # [N, A]
+        best = (online_next_q if double_dqn else next_q).argmax(1, keepdim=True)  # [N, 1]
+        from_target = rewards + gamma * (1.0 - terminated) * next_q.gather(1, best).squeeze(1)
+        from_online = rewards + gamma * (1.0 - terminated) * online_next_q.max(1).values
+        used = targets(q_target, q_online, rewards, next_obs, terminated, gamma, *a, **kw)
+        bootstraps.append((used, from_target, from_online))
+        return used
+
+    monkeypatch.setattr(ChainEnv, "steps", 0)
+    monkeypatch.setattr(RecordingWrapper, "made", [])
+    monkeypatch.setattr(dqn, "NetworkWrapper", RecordingWrapper)
+    monkeypatch.setattr(dqn, "dqn_targets", recording_targets)
+    # 3 envs: env steps 3, 6, ..., 300; learning from step 93 on, 3 gradient steps per env step
+    summary = dqn.train(small_args(tmp_path, env_id="DQNChain-v0", num_envs=3, total_timesteps=300, learning_starts=90,
+                                   train_every=1, target_every=50, target_rate=target_rate, double_dqn=double_dqn,
+                                   hidden_sizes=(16,)))
+    (q_net,) = RecordingWrapper.made
+    events = q_net.events
+    assert summary["updates"] == 70 * 3 == len(bootstraps)  # env steps 93, 96, ..., 300
+
+    assert [e["step"] for e in events if e["kind"] == "after sync"] == [102, 150, 201, 252, 300]
+    for before, after in zip(events, events[1:]):
+        if after["kind"] == "before sync":  # a sync follows the gradient steps of the same env step
+            assert before["kind"] == "after update" and before["step"] == after["step"]
+            assert not torch.equal(after["target"], after["online"])  # it had drifted since the last sync
+        if after["kind"] == "after sync":
+            # target <- rate * online + (1 - rate) * target: a copy at rate 1
+            torch.testing.assert_close(after["target"], target_rate * before["online"] + (1 - target_rate) * before["target"])
+            assert torch.equal(after["target"], after["online"]) == (target_rate == 1.0)
+        else:  # the target moves at syncs only, and never by a gradient step
+            assert torch.equal(after["target"], before["target"])
+    # at a gradient step the target equals the online network only at the start and right after a hard sync
+    for before, update in zip([None] + events, events):
+        if update["kind"] == "before update":
+            fresh = before is None or (before["kind"] == "after sync" and target_rate == 1.0)
+            assert torch.equal(update["target"], update["online"]) == fresh
+
+    apart = 0
+    for used, from_target, from_online in bootstraps:
+        torch.testing.assert_close(used, from_target)
+        apart += not torch.allclose(from_target, from_online)
+    assert apart >= len(bootstraps) // 2  # most gradient steps see a target that differs from the online network
 
 
 def test_numpy_policy_matches_torch_after_updates(tmp_path):

@@ -16,6 +16,7 @@ from torch import nn
 import n_step_q
 import common.run
 from common.run import evaluate as run_evaluate
+from common import NetworkWrapper
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,13 +148,143 @@ def test_smoke(tmp_path):
 
 
 def test_determinism(tmp_path):
-    def metrics(sub):
-        s = n_step_q.train(small_args(tmp_path / sub, total_timesteps=2_000))
+    def metrics(sub, **kw):
+        s = n_step_q.train(small_args(tmp_path / sub, total_timesteps=2_000, **kw))
         rows = list(csv.DictReader(open(Path(s["run_dir"]) / "metrics.csv")))
         return [{k: v for k, v in r.items() if k not in ("wall_seconds", "sps")} for r in rows]
 
+    def training(rows):  # without the final evaluation's row, whose seed follows --seed in any case
+        return [r for r in rows if not r["eval_return"]]
+
     first, second = metrics("a"), metrics("b")
     assert len(first) > 10 and first == second
+    assert training(metrics("c", seed=2)) != training(first)
+
+
+class ChainEnv(gym.Env):
+    """obs = [steps since reset, episode id in [0, 1)]; the reward is the action taken (0 or 1);
+    terminates at a random step, truncated by the time limit at 6. `ChainEnv.steps` counts the env
+    steps of all instances."""
+
+    observation_space = gym.spaces.Box(0.0, 100.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+    steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.episode = 0, self.np_random.random()
+        self.end = self.np_random.integers(2, 12)  # sometimes beyond the time limit (truncation)
+        return np.array([self.t, self.episode], np.float32), {}
+
+    def step(self, action):
+        ChainEnv.steps += 1
+        self.t += 1
+        return np.array([self.t, self.episode], np.float32), float(action), bool(self.t == self.end), False, {}
+
+
+gym.register("NStepQChain-v0", entry_point=ChainEnv, max_episode_steps=6)
+
+
+def flat(net: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in net.parameters()])
+
+
+class RecordingWrapper(NetworkWrapper):
+    """Records the env step and both networks' weights around every gradient step and target sync."""
+
+    made: list = []
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.events = []
+        RecordingWrapper.made.append(self)
+
+    def record(self, kind: str):
+        self.events.append(dict(kind=kind, step=ChainEnv.steps, online=flat(self.online), target=flat(self.target)))
+
+    def train_step(self, loss, *a, **kw):
+        self.record("before update")
+        out = super().train_step(loss, *a, **kw)
+        self.record("after update")
+        return out
+
+    def sync(self, *a, **kw):
+        self.record("before sync")
+        super().sync(*a, **kw)
+        self.record("after sync")
+
+
+def test_train_bootstraps_episode_ends_from_the_final_observation(tmp_path, monkeypatch):
+    seen = []
+    targets = n_step_q.n_step_q_targets
+
+    def recording_targets(q_target, rewards, next_obs, terminated, truncated, *a, **kw):
+        seen.append((next_obs.clone(), terminated.clone(), truncated.clone()))
+        return targets(q_target, rewards, next_obs, terminated, truncated, *a, **kw)
+
+    monkeypatch.setattr(n_step_q, "n_step_q_targets", recording_targets)
+    n_step_q.train(small_args(tmp_path, env_id="NStepQChain-v0", total_timesteps=400))
+    next_obs = torch.cat([x[0] for x in seen])  # [rollouts * T, B, 2], every env step of training in order
+    terminated, truncated = torch.cat([x[1] for x in seen]), torch.cat([x[2] for x in seen])
+    assert next_obs.shape == (400 // 4, 4, 2)
+    t, episode = next_obs[..., 0], next_obs[..., 1]
+    assert terminated.any() and truncated.any()
+    # a true next observation is at least one step into its episode: never a reset observation (t = 0)
+    assert (t >= 1).all()
+    assert (t[truncated] == 6).all()  # the time limit's final observation
+    # row k+1 of an env goes one step further in the same episode, or starts a new one where row k ended it
+    go_on, ended = ~(terminated | truncated)[:-1], (terminated | truncated)[:-1]
+    assert (t[1:][go_on] == t[:-1][go_on] + 1).all() and (episode[1:][go_on] == episode[:-1][go_on]).all()
+    assert (t[1:][ended] == 1).all() and (episode[1:][ended] != episode[:-1][ended]).all()
+
+
+def test_target_network_in_train(tmp_path, monkeypatch):
+    """Hard syncs right after the gradient step of the first rollout end at or past each multiple of
+    --target-every; the target is frozen in between; the bootstrap values come from the target."""
+    bootstraps = []  # per update: (next_values the targets used, max_a Q_target(s', a), max_a Q_online(s', a))
+    targets, returns = n_step_q.n_step_q_targets, n_step_q.n_step_returns
+
+    def recording_targets(q_target, rewards, next_obs, *a, **kw):
+        q_net = RecordingWrapper.made[-1]
+        with torch.no_grad():
+            bootstraps.append([None, q_net.target(next_obs).max(-1).values, q_net.online(next_obs).max(-1).values])
+        return targets(q_target, rewards, next_obs, *a, **kw)
+
+    def recording_returns(rewards, next_values, *a, **kw):
+        bootstraps[-1][0] = next_values.clone()
+        return returns(rewards, next_values, *a, **kw)
+
+    monkeypatch.setattr(ChainEnv, "steps", 0)
+    monkeypatch.setattr(RecordingWrapper, "made", [])
+    monkeypatch.setattr(n_step_q, "NetworkWrapper", RecordingWrapper)
+    monkeypatch.setattr(n_step_q, "n_step_q_targets", recording_targets)
+    monkeypatch.setattr(n_step_q, "n_step_returns", recording_returns)
+    # rollouts of 4 envs x 5 steps: rollout ends at env steps 20, 40, ..., 400
+    summary = n_step_q.train(small_args(tmp_path, env_id="NStepQChain-v0", total_timesteps=400, target_every=50, hidden_sizes=(16,)))
+    (q_net,) = RecordingWrapper.made
+    events = q_net.events
+    assert summary["updates"] == 20 and len(bootstraps) == 20
+
+    assert [e["step"] for e in events if e["kind"] == "after sync"] == [60, 100, 160, 200, 260, 300, 360, 400]
+    for before, after in zip(events, events[1:]):
+        if after["kind"] == "before sync":  # a sync follows the gradient step of the same rollout
+            assert before["kind"] == "after update" and before["step"] == after["step"]
+            assert not torch.equal(after["target"], after["online"])  # it had drifted since the last sync
+        if after["kind"] == "after sync":
+            assert torch.equal(after["target"], after["online"])
+        else:  # the target moves at syncs only, and never by a gradient step
+            assert torch.equal(after["target"], before["target"])
+    # at a gradient step the target equals the online network only at the start and right after a sync
+    for before, update in zip([None] + events, events):
+        if update["kind"] == "before update":
+            fresh = before is None or before["kind"] == "after sync"
+            assert torch.equal(update["target"], update["online"]) == fresh
+
+    apart = 0
+    for used, from_target, from_online in bootstraps:
+        torch.testing.assert_close(used, from_target)
+        apart += not torch.allclose(from_target, from_online)
+    assert apart >= 10  # most updates see a target that differs from the online network
 
 
 def test_nan_loss_stops_the_run(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """sarsa.py: targets against a hand-computed rollout, smoke, determinism, bad input, learning."""
 
 import functools
+import copy
 import csv
 import json
 import subprocess
@@ -16,6 +17,7 @@ from torch import nn
 import sarsa
 import common.run
 from common.run import evaluate as run_evaluate
+from common import NetworkWrapper
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -175,13 +177,189 @@ def test_smoke(tmp_path):
 
 
 def test_determinism(tmp_path):
-    def metrics(sub):
-        s = sarsa.train(small_args(tmp_path / sub, total_timesteps=2_000))
+    def metrics(sub, **kw):
+        s = sarsa.train(small_args(tmp_path / sub, total_timesteps=2_000, **kw))
         rows = list(csv.DictReader(open(Path(s["run_dir"]) / "metrics.csv")))
         return [{k: v for k, v in r.items() if k not in ("wall_seconds", "sps")} for r in rows]
 
+    def training(rows):  # without the final evaluation's row, whose seed follows --seed in any case
+        return [r for r in rows if not r["eval_return"]]
+
     first, second = metrics("a"), metrics("b")
     assert len(first) > 10 and first == second
+    assert training(metrics("c", seed=2)) != training(first)
+
+
+class ChainEnv(gym.Env):
+    """obs = [steps since reset, episode id in [0, 1)]; the reward is the action taken (0 or 1);
+    terminates at a random step, truncated by the time limit at 6. `ChainEnv.steps` counts the env
+    steps of all instances."""
+
+    observation_space = gym.spaces.Box(0.0, 100.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+    steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.episode = 0, self.np_random.random()
+        self.end = self.np_random.integers(2, 12)  # sometimes beyond the time limit (truncation)
+        return np.array([self.t, self.episode], np.float32), {}
+
+    def step(self, action):
+        ChainEnv.steps += 1
+        self.t += 1
+        return np.array([self.t, self.episode], np.float32), float(action), bool(self.t == self.end), False, {}
+
+
+gym.register("SarsaChain-v0", entry_point=ChainEnv, max_episode_steps=6)
+
+
+def flat(net: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in net.parameters()])
+
+
+class RecordingWrapper(NetworkWrapper):
+    """Records the env step and both networks' weights around every gradient step and target sync."""
+
+    made: list = []
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.events = []
+        RecordingWrapper.made.append(self)
+
+    def record(self, kind: str):
+        target = None if self.target is None else flat(self.target)
+        self.events.append(dict(kind=kind, step=ChainEnv.steps, online=flat(self.online), target=target))
+
+    def train_step(self, loss, *a, **kw):
+        self.record("before update")
+        out = super().train_step(loss, *a, **kw)
+        self.record("after update")
+        return out
+
+    def sync(self, *a, **kw):
+        self.record("before sync")
+        super().sync(*a, **kw)
+        self.record("after sync")
+
+
+def record_bootstraps(monkeypatch):
+    """Wrap sarsa_targets and n_step_returns: per update, what the targets were given, the bootstrap
+    values they used, Q(s', .) [T, B, A] of the online and (with --target-network) target networks,
+    and a copy of the online network (the one that acted during the rollout)."""
+    seen = []
+    targets, returns = sarsa.sarsa_targets, sarsa.n_step_returns
+
+    def recording_targets(q_values, rewards, next_obs, next_actions, terminated, truncated, *a, **kw):
+        q_net = RecordingWrapper.made[-1]
+        with torch.no_grad():
+            seen.append(dict(
+                rewards=rewards.clone(), next_obs=next_obs.clone(), next_actions=next_actions.clone(),
+                terminated=terminated.clone(), truncated=truncated.clone(), online_q=q_net.online(next_obs),
+                target_q=None if q_net.target is None else q_net.target(next_obs), online=copy.deepcopy(q_net.online),
+            ))
+        return targets(q_values, rewards, next_obs, next_actions, terminated, truncated, *a, **kw)
+
+    def recording_returns(rewards, next_values, *a, **kw):
+        seen[-1]["next_values"] = next_values.clone()
+        return returns(rewards, next_values, *a, **kw)
+
+    monkeypatch.setattr(RecordingWrapper, "made", [])
+    monkeypatch.setattr(sarsa, "NetworkWrapper", RecordingWrapper)
+    monkeypatch.setattr(sarsa, "sarsa_targets", recording_targets)
+    monkeypatch.setattr(sarsa, "n_step_returns", recording_returns)
+    return seen
+
+
+def test_train_bootstraps_episode_ends_from_the_final_observation(tmp_path, monkeypatch):
+    seen = record_bootstraps(monkeypatch)
+    sarsa.train(small_args(tmp_path, env_id="SarsaChain-v0", total_timesteps=400))
+    next_obs = torch.cat([x["next_obs"] for x in seen])  # [rollouts * T, B, 2], every env step of training in order
+    terminated, truncated = torch.cat([x["terminated"] for x in seen]), torch.cat([x["truncated"] for x in seen])
+    assert next_obs.shape == (400 // 4, 4, 2)
+    t, episode = next_obs[..., 0], next_obs[..., 1]
+    assert terminated.any() and truncated.any()
+    # a true next observation is at least one step into its episode: never a reset observation (t = 0)
+    assert (t >= 1).all()
+    assert (t[truncated] == 6).all()  # the time limit's final observation
+    # row k+1 of an env goes one step further in the same episode, or starts a new one where row k ended it
+    go_on, ended = ~(terminated | truncated)[:-1], (terminated | truncated)[:-1]
+    assert (t[1:][go_on] == t[:-1][go_on] + 1).all() and (episode[1:][go_on] == episode[:-1][go_on]).all()
+    assert (t[1:][ended] == 1).all() and (episode[1:][ended] != episode[:-1][ended]).all()
+
+
+@pytest.mark.parametrize("target_network", [False, True])
+def test_train_bootstraps_from_the_action_taken_next(tmp_path, monkeypatch, target_network):
+    """Row k bootstraps from Q(s_{k+1}, a_{k+1}) with a_{k+1} the action the behaviour policy then took
+    (the env's reward at row k+1), valued by the target network with --target-network, else the online one."""
+    seen = record_bootstraps(monkeypatch)
+    summary = sarsa.train(small_args(tmp_path, env_id="SarsaChain-v0", total_timesteps=400, end_epsilon=0.3,
+                                     exploration_fraction=1.0, target_network=target_network, target_every=50))
+    assert summary["updates"] == 20 and len(seen) == 20
+    keys = ["rewards", "next_actions", "terminated", "truncated", "next_values", "online_q"] + ["target_q"] * target_network
+    rows = {k: torch.cat([x[k] for x in seen]) for k in keys}
+    taken = rows["rewards"].long()  # [rollouts * T, B] the action taken at row k, read back from the env
+    bootstrap_q = rows["target_q" if target_network else "online_q"]  # [rollouts * T, B, A]
+    # where the episode goes on past row k (a truncation samples its bootstrap action at the final
+    # observation instead, a termination does not bootstrap); the last row's next action is never taken
+    goes_on = ~(rows["terminated"] | rows["truncated"])[:-1]
+    taken_next = taken[1:][goes_on]
+    assert torch.equal(rows["next_actions"][:-1][goes_on], taken_next)
+    want = bootstrap_q[:-1].gather(-1, taken[1:].unsqueeze(-1)).squeeze(-1)[goes_on]
+    torch.testing.assert_close(rows["next_values"][:-1][goes_on], want)
+    # not vacuous: the behaviour policy often took a non-greedy action, so a greedy bootstrap would differ
+    assert (taken_next != bootstrap_q[:-1][goes_on].argmax(-1)).sum() >= 20
+    if target_network:  # and the target network often differs from the online one
+        assert not torch.allclose(rows["target_q"], rows["online_q"])
+
+
+def test_train_samples_a_truncation_bootstrap_action_at_the_final_observation(tmp_path, monkeypatch):
+    """At a truncation the next action is taken at the reset observation, so the bootstrap action must
+    be drawn from the behaviour policy at the true final observation instead: greedy there at epsilon 0."""
+    seen = record_bootstraps(monkeypatch)
+    sarsa.train(small_args(tmp_path, env_id="SarsaChain-v0", total_timesteps=400, start_epsilon=0.0, end_epsilon=0.0))
+    T = seen[0]["next_obs"].shape[0]
+    next_obs = torch.cat([x["next_obs"] for x in seen])  # [rollouts * T, B, 2]
+    truncated, next_actions = torch.cat([x["truncated"] for x in seen]), torch.cat([x["next_actions"] for x in seen])
+    apart = 0
+    for k, b in truncated[:-1].nonzero().tolist():
+        policy = seen[k // T]["online"]  # the network that acted during row k's rollout
+        reset_obs = torch.tensor([[0.0, next_obs[k + 1, b, 1]]])  # where env b's next episode started
+        with torch.no_grad():
+            at_final, at_reset = policy(next_obs[k, b][None]).argmax(-1).item(), policy(reset_obs).argmax(-1).item()
+        assert next_actions[k, b] == at_final
+        apart += at_final != at_reset
+    assert apart >= 10  # not vacuous: the greedy action at the reset observation often differs
+
+
+def test_target_network_in_train(tmp_path, monkeypatch):
+    """With --target-network: hard syncs right after the gradient step of the first rollout end at or
+    past each multiple of --target-every; the target is frozen in between."""
+    monkeypatch.setattr(ChainEnv, "steps", 0)
+    monkeypatch.setattr(RecordingWrapper, "made", [])
+    monkeypatch.setattr(sarsa, "NetworkWrapper", RecordingWrapper)
+    # rollouts of 4 envs x 5 steps: rollout ends at env steps 20, 40, ..., 400
+    summary = sarsa.train(small_args(tmp_path, env_id="SarsaChain-v0", total_timesteps=400, target_network=True,
+                                     target_every=50, hidden_sizes=(16,)))
+    (q_net,) = RecordingWrapper.made
+    events = q_net.events
+    assert summary["updates"] == 20
+
+    assert [e["step"] for e in events if e["kind"] == "after sync"] == [60, 100, 160, 200, 260, 300, 360, 400]
+    for before, after in zip(events, events[1:]):
+        if after["kind"] == "before sync":  # a sync follows the gradient step of the same rollout
+            assert before["kind"] == "after update" and before["step"] == after["step"]
+            assert not torch.equal(after["target"], after["online"])  # it had drifted since the last sync
+        if after["kind"] == "after sync":
+            assert torch.equal(after["target"], after["online"])
+        else:  # the target moves at syncs only, and never by a gradient step
+            assert torch.equal(after["target"], before["target"])
+    # at a gradient step the target equals the online network only at the start and right after a sync
+    for before, update in zip([None] + events, events):
+        if update["kind"] == "before update":
+            fresh = before is None or before["kind"] == "after sync"
+            assert torch.equal(update["target"], update["online"]) == fresh
 
 
 def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
