@@ -4,9 +4,10 @@
 
 Reads the run folder's config.json to rebuild the algorithm's network, loads model.pt (written
 by `--save-model`, a state dict loaded with weights_only=True) and runs the deterministic policy
-(greedy / mean action) for --episodes episodes. --capture-video writes MP4s of the first episode
-into <run folder>/eval_videos
-(one per episode).
+(greedy / mean action) for --episodes episodes. By default it repeats the run's final evaluation
+(the run's --eval-episodes, on envs seeded with the run's seed + 100_000, as the scripts
+evaluate), so it prints summary.json's eval_return_mean; --seed and --episodes score other
+episodes. --capture-video writes an MP4 of every episode into <run folder>/eval_videos.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Optional
 
 import tyro
 
@@ -27,10 +29,10 @@ ROOT = Path(__file__).resolve().parent
 class EvalArgs:
     run: tyro.conf.Positional[Path]
     """run folder holding config.json and model.pt"""
-    episodes: int = 10
-    """episodes to evaluate"""
-    seed: int = 0
-    """seed of the evaluation envs"""
+    episodes: Optional[int] = None
+    """episodes to evaluate (default: the run's --eval-episodes)"""
+    seed: Optional[int] = None
+    """seed of the evaluation envs, env i gets seed + i (default: the run's seed + 100_000, the seed of its own evaluations)"""
     capture_video: bool = False
     """write videos into <run folder>/eval_videos"""
     device: str = "cpu"
@@ -42,7 +44,7 @@ def main(a: EvalArgs) -> int:
     if not config_path.exists() or not model_path.exists():
         print(f"evaluate: error: {a.run} has no config.json and model.pt (train with --save-model)", file=sys.stderr)
         return 2
-    if a.episodes <= 0:
+    if a.episodes is not None and a.episodes <= 0:
         print(f"evaluate: error: --episodes must be positive, got {a.episodes}", file=sys.stderr)
         return 2
     config = json.loads(config_path.read_text())
@@ -54,12 +56,14 @@ def main(a: EvalArgs) -> int:
     spec.loader.exec_module(module)
     known = {f.name for f in fields(module.Args)}
     args = module.Args(**{k: v for k, v in config.items() if k in known})
+    episodes = args.eval_episodes if a.episodes is None else a.episodes
+    seed = args.seed + 100_000 if a.seed is None else a.seed  # the scripts' evaluation seed, apart from the training envs'
     act = module.load_policy(args, str(model_path), a.device)
     video_dir = str(a.run / "eval_videos") if a.capture_video else None
     from common.run import evaluate
 
-    returns = evaluate(act, functools.partial(module.make_env, args.env_id), a.episodes, a.seed, video_dir)
-    print(f"{algo} on {args.env_id}: return {returns.mean():.2f} +- {returns.std():.2f} over {a.episodes} episodes")
+    returns = evaluate(act, functools.partial(module.make_env, args.env_id), episodes, seed, video_dir)
+    print(f"{algo} on {args.env_id}: return {returns.mean():.2f} +- {returns.std():.2f} over {episodes} episodes")
     return 0
 
 

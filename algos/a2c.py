@@ -22,7 +22,8 @@ Deviations from the paper:
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
 - Optional running observation and reward normalisation (OpenAI Baselines' VecNormalize); the
   observation statistics live in the network as buffers, so a saved model carries them, and they
-  are refreshed once per rollout, after its update, so acting and learning see one policy.
+  are refreshed once per rollout, after its update, so acting and learning see one policy. Under
+  torchrun both statistics pool every worker's data, so all workers normalise alike.
 - Optional tanh-bounded Gaussian mean (`--bounded-mean`): an unbounded mean can drift far past
   the action bounds, where every sample clips to the same action and exploration stops.
 
@@ -197,18 +198,32 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
 
 class RewardScaler:
     """Divides rewards by the running std of each env's discounted return (OpenAI Baselines'
-    VecNormalize): the scale of the value targets becomes ~1 whatever the task's reward scale."""
+    VecNormalize): the scale of the value targets becomes ~1 whatever the task's reward scale.
 
-    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8):
-        self.gamma, self.clip, self.eps = gamma, clip, eps
+    `gather` (common.distributed.gather under torchrun) gives the statistics every worker's
+    discounted returns, so all workers scale by the same statistics before their gradients are
+    averaged, as they normalise observations by the same statistics."""
+
+    def __init__(
+        self, num_envs: int, gamma: float, gather: Callable[[torch.Tensor], torch.Tensor] = lambda x: x,
+        clip: float = 10.0, eps: float = 1e-8,
+    ):
+        self.gamma, self.gather, self.clip, self.eps = gamma, gather, clip, eps
         self.discounted = np.zeros(num_envs)  # [B] running discounted return of each env
         self.mean, self.var, self.count = 0.0, 1.0, 1e-4
 
     def __call__(self, rewards: np.ndarray, done: np.ndarray) -> np.ndarray:
         self.discounted = self.discounted * self.gamma + rewards
-        self.mean, self.var, self.count = merge_moments(self.mean, self.var, self.count, self.discounted)
+        everyone = self.gather(torch.from_numpy(self.discounted)).numpy()  # [world * B]; one all_gather per env step
+        self.mean, self.var, self.count = merge_moments(self.mean, self.var, self.count, everyone)
         self.discounted[done] = 0.0
         return np.clip(rewards / math.sqrt(self.var + self.eps), -self.clip, self.clip)
+
+    def state_dict(self) -> dict:
+        return {"discounted": self.discounted, "mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.discounted, self.mean, self.var, self.count = state["discounted"], state["mean"], state["var"], state["count"]
 
 
 def merge_moments(mean, var, count, batch):
@@ -481,7 +496,7 @@ def train(args: Args) -> dict:
     policy_head = numpy_head(ac, device)
     std = None if discrete else ac.log_std.detach().exp().cpu().numpy()  # [A], refreshed after every update
     greedy = greedy_policy(ac, device, space)
-    reward_scaler = RewardScaler(B, args.gamma) if args.normalize_reward else None
+    reward_scaler = RewardScaler(B, args.gamma, distributed.gather) if args.normalize_reward else None  # equal statistics on all workers
     # the rollout, preallocated; time-major [T, B]; torch.from_numpy shares the memory on CPU
     action_shape = () if discrete else space.shape
     rollout_obs = np.zeros((T, B, obs_dim), dtype=np.float32)
@@ -506,7 +521,7 @@ def train(args: Args) -> dict:
         net.load_state_dict(state["net"])
         rng.bit_generator.state = state["rng"]
         if reward_scaler is not None:
-            vars(reward_scaler).update(state["reward_scaler"])
+            reward_scaler.load_state_dict(state["reward_scaler"])
         if std is not None:
             std = ac.log_std.detach().exp().cpu().numpy()
         obs, ep_return, ep_length, recent_returns, global_step = (
@@ -569,7 +584,8 @@ def train(args: Args) -> dict:
                 run.evaluate(greedy, eval_envs, global_step)
             if run.checkpoint_due(prev_step, global_step):  # at a rollout's end: everything the next rollout depends on
                 run.save_checkpoint(global_step, envs, {
-                    "net": net.state_dict(), "rng": rng.bit_generator.state, "reward_scaler": vars(reward_scaler) if reward_scaler is not None else None, 
+                    "net": net.state_dict(), "rng": rng.bit_generator.state,
+                    "reward_scaler": reward_scaler.state_dict() if reward_scaler is not None else None,
                     "obs": obs, "ep_return": ep_return, "ep_length": ep_length, "recent_returns": recent_returns, "global_step": global_step,
                 })
             if global_step >= run.next_check:

@@ -7,15 +7,18 @@ A deterministic actor mu(s) (tanh output scaled to the action bounds) acts with 
 noise; every transition goes into a replay memory. Every `train_every` env steps the critic
 Q(s, a) regresses on r + gamma * (1 - terminated) * Q_target(s', mu_target(s')) for a random
 minibatch, and every `policy_every` critic updates the actor climbs the deterministic policy
-gradient, i.e. maximises Q(s, mu(s)). Both target copies move towards their online networks by
-`target_rate` after every critic update. Before `learning_starts` the agent acts uniformly at
-random (heatup) and does not learn.
+gradient, i.e. maximises Q(s, mu(s)); both target copies then move towards their online
+networks by `target_rate`. Before `learning_starts` the agent acts uniformly at random (heatup)
+and does not learn.
 
 Deviations from the paper:
 - Defaults are CleanRL's (Adam 3e-4 for both networks, [256, 256] MLPs, batch 256, Gaussian
   noise 0.1, actor every 2 critic updates, no critic L2), not the paper's (actor 1e-4, critic
   1e-3 with L2 1e-2, [400, 300], batch 64, Ornstein-Uhlenbeck noise, batch norm); OU noise and
   the L2 penalty are flags, batch norm is left out.
+- The targets move after each actor update, as in CleanRL's ddpg_continuous_action.py (and
+  TD3's delayed updates), so every `policy_every` critic updates; the paper moves them after
+  every critic update, which `--policy-every 1` gives.
 - The action enters the critic's first layer (the paper feeds it to the second).
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
 
@@ -103,7 +106,7 @@ class Args:
     gamma: float = 0.99
     """discount"""
     target_rate: float = 0.005
-    """weight of the online networks in the soft target update after every critic update"""
+    """weight of the online networks in the soft target update after every actor update"""
     batch_size: int = 256
     """transitions per gradient step"""
     noise: Literal["gaussian", "ou"] = "gaussian"
@@ -119,7 +122,7 @@ class Args:
     gradient_steps: int = 1
     """critic updates per training round"""
     policy_every: int = 2
-    """critic updates between actor updates"""
+    """critic updates between actor updates (and target updates)"""
     clip_grad_norm: Optional[float] = None
     """clip the global gradient norm of each network to this value (None: no clipping)"""
     hidden_sizes: tuple[int, ...] = (256, 256)
@@ -329,7 +332,8 @@ def train(args: Args) -> dict:
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    rng = np.random.default_rng(args.seed)  # exploration
+    noise_seed, replay_seed = np.random.SeedSequence(args.seed).spawn(2)  # independent streams from one seed
+    rng = np.random.default_rng(noise_seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs)
     envs.action_space.seed(args.seed)
@@ -351,7 +355,7 @@ def train(args: Args) -> dict:
     )
     policy = deterministic_policy(actor.online, device)
     noise = ExplorationNoise(args.noise, args.noise_std, args.ou_theta, (high - low) / 2, B, rng)
-    memory = ReplayMemory(args.buffer_size, (obs_dim,), (action_dim,), discrete=False, device=device, seed=args.seed)
+    memory = ReplayMemory(args.buffer_size, (obs_dim,), (action_dim,), discrete=False, device=device, seed=replay_seed)
     eval_envs = functools.partial(make_env, args.env_id)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "critic_loss", "actor_loss", "q_values", "grad_norm", "sps", "eval_return", "eval_return_std"])
     print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {run.path}", flush=True)
@@ -362,7 +366,9 @@ def train(args: Args) -> dict:
     actor_loss_value = torch.zeros(())
     # values below ~1e-38 (e.g. Adam's second moments of near-zero gradients) become 0 instead of
     # subnormals, which x86 computes ~100x slower: 17% more steps/s on MountainCarContinuous,
-    # same final policy in that check (benchmarks/results_issue5.md). Switched off in `finally`.
+    # same final policy in that check (benchmarks/results_issue5.md). The caller's setting is
+    # restored in `finally`; torch has no getter, so it is read off a product that is subnormal.
+    flush_denormal_before = (torch.tensor(1e-30) * 1e-10).item() == 0.0
     torch.set_flush_denormal(True)
     state = run.restore(envs)  # None for a new run; generators and envs are already restored
     if state is None:
@@ -407,7 +413,7 @@ def train(args: Args) -> dict:
                     ep_return[i], ep_length[i] = 0.0, 0
 
             # learn: gradient_steps critic updates per `train_every` env steps crossed in this
-            # iteration, an actor update every `policy_every` of them, then both targets move
+            # iteration, an actor update every `policy_every` of them, and both targets move after it
             if global_step > args.learning_starts and len(memory) >= min(args.learning_starts, args.buffer_size):
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
@@ -419,8 +425,8 @@ def train(args: Args) -> dict:
                         critic.online.requires_grad_(False)  # the actor's loss must not give the critic weight gradients
                         actor_loss_value, _ = actor.train_step(actor_loss(actor.online, critic.online, batch.obs))
                         critic.online.requires_grad_(True)
-                    critic.sync(args.target_rate)
-                    actor.sync(args.target_rate)
+                        critic.sync(args.target_rate)
+                        actor.sync(args.target_rate)
                     if critic.updates % 100 == 0:
                         if not (math.isfinite(loss.item()) and math.isfinite(actor_loss_value.item())):
                             raise FloatingPointError(
@@ -447,7 +453,7 @@ def train(args: Args) -> dict:
         error = run.stopped(e, global_step)
     finally:
         envs.close()
-        torch.set_flush_denormal(False)
+        torch.set_flush_denormal(flush_denormal_before)
     if args.save_model and run.write and (completed or error in ("interrupted", "preempted")):  # a NaN model is not worth keeping
         torch.save({"actor": actor.online.state_dict(), "critic": critic.online.state_dict()}, run.path / "model.pt")
     summary = run.summary(global_step, train_seconds or run.elapsed(), eval_returns, recent_returns,

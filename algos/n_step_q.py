@@ -388,7 +388,7 @@ def train(args: Args) -> dict:
                 run.evaluate(greedy, eval_envs, global_step)
             if run.checkpoint_due(rollout_start, global_step):  # at a rollout's end: everything the next rollout depends on
                 run.save_checkpoint(global_step, envs, {
-                    "q_net": q_net.state_dict(), "rng": rng.bit_generator.state, 
+                    "q_net": q_net.state_dict(), "rng": rng.bit_generator.state,
                     "obs": obs, "ep_return": ep_return, "ep_length": ep_length, "recent_returns": recent_returns, "global_step": global_step,
                 })
             if global_step >= run.next_check:

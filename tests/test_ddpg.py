@@ -1,5 +1,6 @@
 """algos/ddpg.py: networks, targets, noise, in-process smoke and determinism runs, bad input."""
 
+import copy
 import csv
 import json
 import signal
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 
 import ddpg
+import probes
 from ddpg import Actor, Args, Critic, ExplorationNoise, ddpg_targets, deterministic_policy, load_policy, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,13 +159,87 @@ def test_truncation_stores_the_true_final_observation(tmp_path, monkeypatch):
     assert abs(next_obs[199, 2] - obs[199, 2]) < 1.5
 
 
-def test_same_seed_gives_identical_metrics(tmp_path):
+def test_same_seed_gives_identical_metrics_and_another_seed_different_ones(tmp_path):
     rows = []
-    for k in range(2):
-        summary = train(small_args(tmp_path / str(k), total_timesteps=250))
+    for k, seed in enumerate((1, 1, 2)):
+        summary = train(small_args(tmp_path / str(k), total_timesteps=250, seed=seed))
         with open(Path(summary["run_dir"]) / "metrics.csv") as f:
             rows.append([{key: v for key, v in r.items() if key not in ("wall_seconds", "sps")} for r in csv.DictReader(f)])
     assert rows[0] == rows[1] and len(rows[0]) > 1
+    training = [[r for r in rs if not r["eval_return"]] for rs in rows]  # the evaluations' seed differs anyway
+    assert training[2] != training[0]
+
+
+# ---- what train() stores, regresses on and moves -------------------------------------------------
+def box_args(tmp_path, **kw) -> Args:
+    """A few hundred steps on the tiny CountBoxEnv; 100 critic updates after 100 steps of heatup."""
+    return small_args(tmp_path, **{**dict(env_id=probes.ENV_ID, total_timesteps=200, batch_size=16, hidden_sizes=(16, 16),
+                                          eval_episodes=1), **kw})
+
+
+def test_episode_ends_store_the_true_final_observation(tmp_path, monkeypatch):
+    added = []
+
+    class RecordingMemory(ddpg.ReplayMemory):
+        def add(self, obs, actions, rewards, next_obs, terminated, valid=None):
+            added.append((np.array(obs), np.array(actions), np.array(next_obs), np.array(terminated)))
+            super().add(obs, actions, rewards, next_obs, terminated, valid)
+
+    monkeypatch.setattr(ddpg, "ReplayMemory", RecordingMemory)
+    summary = train(box_args(tmp_path, num_envs=2))
+    obs, actions, next_obs, terminated = (np.concatenate([a[k] for a in added]) for k in range(4))
+    assert len(obs) == summary["total_timesteps"] == 200
+    # one step later in the same episode, never the next episode's reset observation (t = 0)
+    np.testing.assert_array_equal(next_obs[:, 0], obs[:, 0] + 1)
+    np.testing.assert_array_equal(next_obs[:, 1], obs[:, 1])
+    np.testing.assert_array_equal(next_obs[:, 2], actions[:, 0])  # the stored action is the one the env received
+    truncations = (next_obs[:, 0] == probes.TIME_LIMIT) & ~terminated
+    assert truncations.any() and terminated.any()
+
+
+def test_targets_move_by_the_rate_after_each_actor_update_and_bootstrap_reads_them(tmp_path, monkeypatch):
+    events, wrappers, bootstraps = [], {}, []
+    real_targets = ddpg.ddpg_targets
+
+    def recording_targets(critic_target, actor_target, *a, **kw):
+        bootstraps.append((critic_target, actor_target))
+        return real_targets(critic_target, actor_target, *a, **kw)
+
+    monkeypatch.setattr(ddpg, "NetworkWrapper", probes.recording_wrapper(ddpg.NetworkWrapper, events, wrappers))
+    monkeypatch.setattr(ddpg, "ddpg_targets", recording_targets)
+    rate, policy_every = 0.3, 3
+    summary = train(box_args(tmp_path, target_rate=rate, policy_every=policy_every))
+    critic, actor = wrappers["Critic"], wrappers["Actor"]
+    assert summary["updates"] == 100
+    # every critic update bootstraps from both target networks, never from an online one
+    assert len(bootstraps) == 100
+    assert all(c is critic.target and a is actor.target for c, a in bootstraps)
+    # critic update u (counted from 1) is followed by an actor update and both syncs when u % policy_every == 0
+    groups = []
+    for kind, name, *rest in events:
+        if (kind, name) == ("step", "Critic"):
+            groups.append([])
+        groups[-1].append((kind, name))
+    assert len(groups) == 100
+    for u, group in enumerate(groups, start=1):
+        if u % policy_every == 0:
+            assert group[:2] == [("step", "Critic"), ("step", "Actor")] and sorted(group[2:]) == [("sync", "Actor"), ("sync", "Critic")], (u, group)
+        else:
+            assert group == [("step", "Critic")], (u, group)
+    probes.assert_only_recorded_calls_move_the_networks(events)
+    for kind, name, r, before, after in events:
+        for n in ("Critic", "Actor"):
+            assert torch.equal(after[n][0], before[n][0]) or (kind, n) == ("step", name)  # only a step moves its own network
+            assert torch.equal(after[n][1], before[n][1]) or (kind, n) == ("sync", name)  # only a sync moves its target
+        online, target = before[name]
+        if kind == "sync":
+            torch.testing.assert_close(after[name][1], rate * online + (1 - rate) * target)
+            assert r == rate
+    # between syncs the target lags: it differs from the online network at each step but a network's first
+    steps = [(name, before[name]) for kind, name, _, before, _ in events if kind == "step"]
+    for n in ("Critic", "Actor"):
+        mine = [(online, target) for name, (online, target) in steps if name == n]
+        assert torch.equal(*mine[0]) and all(not torch.equal(online, target) for online, target in mine[1:])
 
 
 def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
@@ -220,3 +296,74 @@ def test_learns_pendulum_in_10k_steps(tmp_path):
         critic_learning_rate=1e-3, batch_size=128, policy_every=1, run_dir=str(tmp_path), progress=False, device="cpu",
     ))
     assert summary["eval_return_mean"] >= -350, summary["eval_return_mean"]
+
+
+def test_actor_step_ascends_q_and_leaves_the_critic_unchanged(tmp_path, monkeypatch):
+    events, wrappers, checked = [], {}, []
+    real_actor_loss = ddpg.actor_loss
+    Recording = probes.recording_wrapper(ddpg.NetworkWrapper, events, wrappers)
+    pending = {}
+
+    def recording_actor_loss(actor, critic, obs):
+        # the gradient the actor must follow: -d mean Q(s, mu(s)) / d theta through the online critic, on copies
+        actor_copy, critic_copy = copy.deepcopy(wrappers["Actor"].online), copy.deepcopy(wrappers["Critic"].online)
+        q = critic_copy(obs, actor_copy(obs)).mean()
+        pending["expected"] = -torch.cat([g.reshape(-1) for g in torch.autograd.grad(q, list(actor_copy.parameters()))])
+        return real_actor_loss(actor, critic, obs)
+
+    class CheckingWrapper(Recording):
+        def train_step(self, loss, weights=None):
+            out = super().train_step(loss, weights)
+            if self.name == "Actor":
+                torch.testing.assert_close(self.flat_grad, pending.pop("expected"), rtol=1e-4, atol=1e-7)
+                checked.append(True)
+            return out
+
+    monkeypatch.setattr(ddpg, "NetworkWrapper", CheckingWrapper)
+    monkeypatch.setattr(ddpg, "actor_loss", recording_actor_loss)
+    summary = train(box_args(tmp_path, policy_every=2))
+    actor_steps = [e for e in events if e[:2] == ("step", "Actor")]
+    assert len(actor_steps) == len(checked) == summary["updates"] // 2 == 50
+    probes.assert_only_recorded_calls_move_the_networks(events)
+    for _, _, _, before, after in actor_steps:
+        assert not torch.equal(after["Actor"][0], before["Actor"][0])  # the actor moved
+        assert torch.equal(after["Critic"][0], before["Critic"][0]) and torch.equal(after["Critic"][1], before["Critic"][1])
+    for _, _, _, before, after in (e for e in events if e[:2] == ("step", "Critic")):
+        assert not torch.equal(after["Critic"][0], before["Critic"][0])  # the critic keeps learning after actor steps
+        assert torch.equal(after["Actor"][0], before["Actor"][0])
+
+
+def test_exploration_and_replay_sampling_draw_independent_streams(tmp_path, monkeypatch):
+    streams = {}
+
+    class RecordingMemory(ddpg.ReplayMemory):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            streams.setdefault("replay", []).append(copy.deepcopy(self.rng))
+
+    class RecordingNoise(ddpg.ExplorationNoise):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            streams.setdefault("noise", []).append(copy.deepcopy(self.rng))
+
+    monkeypatch.setattr(ddpg, "ReplayMemory", RecordingMemory)
+    monkeypatch.setattr(ddpg, "ExplorationNoise", RecordingNoise)
+    for seed in (1, 1, 2):
+        train(box_args(tmp_path, total_timesteps=110, seed=seed))
+    draws = {k: [rng.random(8) for rng in v] for k, v in streams.items()}
+    assert not np.array_equal(draws["noise"][0], draws["replay"][0])  # the same seed, two different streams
+    for k in draws:  # derived from the seed: the same seed gives the same stream, another seed another
+        assert np.array_equal(draws[k][0], draws[k][1]) and not np.array_equal(draws[k][0], draws[k][2])
+
+
+@pytest.mark.parametrize("flush", [True, False])
+def test_train_restores_the_callers_flush_denormal_setting(tmp_path, flush):
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush subnormals")
+    try:
+        torch.set_flush_denormal(flush)
+        assert probes.flushes_denormals() is flush
+        train(box_args(tmp_path, total_timesteps=110))
+        assert probes.flushes_denormals() is flush
+    finally:
+        torch.set_flush_denormal(False)

@@ -231,6 +231,40 @@ def test_script_runs_unchanged_under_torchrun_with_two_workers(tmp_path, algo):
     assert p.stdout.count(f"{algo}: done in") == 1 and "x 2 workers" in p.stdout  # one worker prints
 
 
+def _reward_statistics(rank, out_dir):
+    import a2c
+
+    scalers = []
+
+    class RecordingScaler(a2c.RewardScaler):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            scalers.append(self)
+
+    a2c.RewardScaler = RecordingScaler  # this worker process's own module
+    summary = a2c.train(a2c.Args(
+        env_id="Pendulum-v1", total_timesteps=400, num_envs=2, n_steps=5, normalize_reward=True, eval_episodes=1,
+        run_dir=str(out_dir / "runs"), progress=False, device="cpu",
+    ))
+    (scaler,) = scalers
+    (out_dir / f"rank{rank}.json").write_text(json.dumps({
+        "completed": summary["completed"], "statistics": [scaler.mean, scaler.var, scaler.count],
+        "discounted": scaler.discounted.tolist(),
+    }))
+
+
+def test_a2c_workers_scale_rewards_by_the_same_statistics(tmp_path):
+    """Each worker's rewards are scaled before the gradients are averaged: by statistics of every
+    worker's discounted returns, equal on all workers, as the observation statistics are."""
+    run_workers(_reward_statistics, tmp_path)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert all(r["completed"] for r in ranks)
+    assert ranks[0]["discounted"] != ranks[1]["discounted"]  # the workers' envs differ
+    assert ranks[0]["statistics"] == ranks[1]["statistics"]
+    # 400 steps over 2 workers x 2 envs: 100 env steps, each merging the 4 envs' discounted returns
+    assert ranks[0]["statistics"][2] == pytest.approx(1e-4 + 400)
+
+
 def test_script_workers_with_different_arguments_stop_with_one_line(tmp_path):
     port, procs = str(free_port()), []
     for rank, lr in ((0, "0.0007"), (1, "0.001")):

@@ -1,5 +1,6 @@
 """algos/naf.py: the quadratic advantage, targets, in-process smoke and determinism runs, bad input."""
 
+import copy
 import csv
 import json
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 import naf
+import probes
 from naf import Args, NAFNetwork, deterministic_policy, load_policy, lower_triangular, naf_advantage, naf_q_values, naf_targets, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +54,22 @@ def test_P_is_symmetric_positive_definite(A):
     torch.testing.assert_close(P, P.transpose(1, 2))
     assert (torch.linalg.eigvalsh(P) > 0).all()
     torch.linalg.cholesky(P)  # raises unless positive definite
+
+
+@pytest.mark.parametrize("A", [2, 3])
+def test_large_off_diagonal_entries_give_finite_values_and_gradients(A):
+    # only the diagonal goes through exp: exp(100) overflows float32, and a masked inf still gives NaN gradients
+    entries = torch.zeros(4, A * (A + 1) // 2)
+    rows, cols = torch.tril_indices(A, A)
+    entries[:, rows != cols] = 100.0
+    entries.requires_grad_(True)
+    L = lower_triangular(entries, A)
+    assert torch.equal(L[:, rows[rows != cols], cols[rows != cols]], torch.full((4, int((rows != cols).sum())), 100.0))
+    assert torch.equal(torch.diagonal(L, dim1=1, dim2=2), torch.ones(4, A))
+    advantage = naf_advantage(torch.full((4, A), 0.1), torch.zeros(4, A), L)
+    assert torch.isfinite(advantage).all()
+    advantage.sum().backward()
+    assert torch.isfinite(entries.grad).all() and entries.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize("A", [1, 2, 4])
@@ -139,13 +157,108 @@ def test_smoke_run_multi_dim_actions_ou_noise_save_and_load(tmp_path):
     assert actions.shape == (3, 2) and (np.abs(actions) <= 1.0).all()
 
 
-def test_same_seed_gives_identical_metrics(tmp_path):
+def test_same_seed_gives_identical_metrics_and_another_seed_different_ones(tmp_path):
     rows = []
-    for k in range(2):
-        summary = train(small_args(tmp_path / str(k), total_timesteps=250))
+    for k, seed in enumerate((1, 1, 2)):
+        summary = train(small_args(tmp_path / str(k), total_timesteps=250, seed=seed))
         with open(Path(summary["run_dir"]) / "metrics.csv") as f:
             rows.append([{key: v for key, v in r.items() if key not in ("wall_seconds", "sps")} for r in csv.DictReader(f)])
     assert rows[0] == rows[1] and len(rows[0]) > 1
+    training = [[r for r in rs if not r["eval_return"]] for rs in rows]  # the evaluations' seed differs anyway
+    assert training[2] != training[0]
+
+
+# ---- what train() stores, regresses on and moves -------------------------------------------------
+def box_args(tmp_path, **kw) -> Args:
+    """A few hundred steps on the tiny CountBoxEnv; 100 updates after 100 steps of heatup."""
+    return small_args(tmp_path, **{**dict(env_id=probes.ENV_ID, total_timesteps=200, batch_size=16, hidden_sizes=(16, 16),
+                                          eval_episodes=1), **kw})
+
+
+def test_episode_ends_store_the_true_final_observation(tmp_path, monkeypatch):
+    added = []
+
+    class RecordingMemory(naf.ReplayMemory):
+        def add(self, obs, actions, rewards, next_obs, terminated, valid=None):
+            added.append((np.array(obs), np.array(actions), np.array(next_obs), np.array(terminated)))
+            super().add(obs, actions, rewards, next_obs, terminated, valid)
+
+    monkeypatch.setattr(naf, "ReplayMemory", RecordingMemory)
+    summary = train(box_args(tmp_path, num_envs=2))
+    obs, actions, next_obs, terminated = (np.concatenate([a[k] for a in added]) for k in range(4))
+    assert len(obs) == summary["total_timesteps"] == 200
+    # one step later in the same episode, never the next episode's reset observation (t = 0)
+    np.testing.assert_array_equal(next_obs[:, 0], obs[:, 0] + 1)
+    np.testing.assert_array_equal(next_obs[:, 1], obs[:, 1])
+    np.testing.assert_array_equal(next_obs[:, 2], actions[:, 0])  # the stored action is the one the env received
+    truncations = (next_obs[:, 0] == probes.TIME_LIMIT) & ~terminated
+    assert truncations.any() and terminated.any()
+
+
+@pytest.mark.parametrize("gradient_steps", [1, 2])
+def test_target_moves_by_the_rate_after_each_gradient_step_and_bootstrap_reads_it(tmp_path, monkeypatch, gradient_steps):
+    events, wrappers, bootstraps = [], {}, []
+    real_targets = naf.naf_targets
+
+    def recording_targets(net_target, *a, **kw):
+        bootstraps.append(net_target)
+        return real_targets(net_target, *a, **kw)
+
+    monkeypatch.setattr(naf, "NetworkWrapper", probes.recording_wrapper(naf.NetworkWrapper, events, wrappers))
+    monkeypatch.setattr(naf, "naf_targets", recording_targets)
+    rate = 0.3
+    summary = train(box_args(tmp_path, target_rate=rate, gradient_steps=gradient_steps, train_every=2))
+    q_net = wrappers["NAFNetwork"]
+    assert summary["updates"] == 100 // 2 * gradient_steps
+    assert len(bootstraps) == summary["updates"] and all(t is q_net.target for t in bootstraps)
+    # every gradient step is followed by one soft sync, at the rate
+    assert [e[0] for e in events] == ["step", "sync"] * summary["updates"]
+    probes.assert_only_recorded_calls_move_the_networks(events)
+    for k, (kind, _, r, before, after) in enumerate(events):
+        online, target = before["NAFNetwork"]
+        if kind == "step":
+            assert torch.equal(after["NAFNetwork"][1], target)  # a gradient step leaves the target alone
+            assert torch.equal(online, target) == (k == 0)  # between syncs the target lags (equal only at the start)
+        else:
+            assert torch.equal(after["NAFNetwork"][0], online)
+            torch.testing.assert_close(after["NAFNetwork"][1], rate * online + (1 - rate) * target)
+            assert r == rate
+
+
+def test_exploration_and_replay_sampling_draw_independent_streams(tmp_path, monkeypatch):
+    streams = {}
+
+    class RecordingMemory(naf.ReplayMemory):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            streams.setdefault("replay", []).append(copy.deepcopy(self.rng))
+
+    class RecordingNoise(naf.ExplorationNoise):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            streams.setdefault("noise", []).append(copy.deepcopy(self.rng))
+
+    monkeypatch.setattr(naf, "ReplayMemory", RecordingMemory)
+    monkeypatch.setattr(naf, "ExplorationNoise", RecordingNoise)
+    for seed in (1, 1, 2):
+        train(box_args(tmp_path, total_timesteps=110, seed=seed))
+    draws = {k: [rng.random(8) for rng in v] for k, v in streams.items()}
+    assert not np.array_equal(draws["noise"][0], draws["replay"][0])  # the same seed, two different streams
+    for k in draws:  # derived from the seed: the same seed gives the same stream, another seed another
+        assert np.array_equal(draws[k][0], draws[k][1]) and not np.array_equal(draws[k][0], draws[k][2])
+
+
+@pytest.mark.parametrize("flush", [True, False])
+def test_train_restores_the_callers_flush_denormal_setting(tmp_path, flush):
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush subnormals")
+    try:
+        torch.set_flush_denormal(flush)
+        assert probes.flushes_denormals() is flush
+        train(box_args(tmp_path, total_timesteps=110))
+        assert probes.flushes_denormals() is flush
+    finally:
+        torch.set_flush_denormal(False)
 
 
 def test_nan_loss_stops_the_run(tmp_path, monkeypatch):

@@ -1,0 +1,24 @@
+"""evaluate.py: by default it repeats a run's final evaluation from its saved model."""
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+import evaluate
+
+
+@pytest.mark.parametrize("algo, kw", [
+    ("a2c", dict(total_timesteps=200, num_envs=2, normalize_obs=True)),  # the saved model carries the observation statistics
+    ("ddpg", dict(total_timesteps=150, learning_starts=100, batch_size=16, hidden_sizes=(16, 16))),
+])
+def test_defaults_reproduce_the_runs_eval_return(tmp_path, capsys, monkeypatch, algo, kw):
+    module = importlib.import_module(algo)
+    monkeypatch.setitem(sys.modules, algo, module)  # evaluate.py loads the script afresh under this name
+    summary = module.train(module.Args(env_id="Pendulum-v1", seed=3, eval_episodes=3, save_model=True, run_dir=str(tmp_path),
+                                       progress=False, device="cpu", **kw))
+    capsys.readouterr()
+    assert evaluate.main(evaluate.EvalArgs(run=Path(summary["run_dir"]))) == 0
+    expected = f"return {summary['eval_return_mean']:.2f} +- {summary['eval_return_std']:.2f} over 3 episodes"
+    assert expected in capsys.readouterr().out
