@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import common.run
@@ -125,3 +126,24 @@ def test_ctrl_c_stops_with_130_and_a_checkpoint_only_when_checkpointing(tmp_path
     summary = json.loads((run / "summary.json").read_text())
     assert summary["error"] == "interrupted" and summary["total_timesteps"] > 0
     assert (run / "checkpoint.pt").exists() == checkpointing
+
+
+def test_evaluate_closes_its_envs_when_the_policy_fails():
+    import functools
+
+    closed = []
+
+    def make_envs(n, video_dir):
+        envs = dqn.make_env("CartPole-v1", n, video_dir)
+        real_close = envs.close
+        envs.close = lambda **kw: (closed.append(True), real_close(**kw))
+        return envs
+
+    def failing_policy(obs):
+        raise RuntimeError("policy failed")
+
+    with pytest.raises(RuntimeError, match="policy failed"):
+        common.run.evaluate(failing_policy, make_envs, 2, seed=0)
+    assert closed == [True]
+    returns = common.run.evaluate(lambda obs: (obs[:, 2] > 0).astype(np.int64), functools.partial(dqn.make_env, "CartPole-v1"), 2, seed=0)
+    assert returns.shape == (2,) and (returns > 0).all()
