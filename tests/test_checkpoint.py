@@ -315,3 +315,14 @@ def test_resume_arguments_come_from_the_run_folder(monkeypatch, dqn_run):
     assert args.batch_size == 32 and args.buffer_size == 1000 and args.resume == str(dqn_run)
     assert {k: v for k, v in dataclasses.asdict(args).items() if k != "resume"} == {
         k: tuple(v) if isinstance(v, list) else v for k, v in stored.items() if k not in ("algo", "resume")}
+
+
+def test_global_generators_round_trip_through_a_checkpoint_file(tmp_path):
+    import random
+
+    random.seed(5), np.random.seed(5), torch.manual_seed(5)
+    common.checkpoint.save(tmp_path / "c.pt", {"format": 1, "rng": common.checkpoint.rng_state()})
+    first = (random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist(), random.gauss(0, 1))
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
+    common.checkpoint.set_rng_state(common.checkpoint.load(tmp_path / "c.pt")["rng"])
+    assert (random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist(), random.gauss(0, 1)) == first
