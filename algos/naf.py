@@ -362,7 +362,7 @@ def train(args: Args) -> dict:
     global_step = 0
     # values below ~1e-38 (e.g. Adam's second moments of near-zero gradients) become 0 instead of
     # subnormals, which x86 computes ~100x slower: 19% more steps/s on MountainCarContinuous,
-    # same final policy in that check (benchmarks/results_issue5.md). The caller's setting is
+    # same final policy in that check (benchmarks/results/ddpg_naf.md). The caller's setting is
     # restored in `finally`; torch has no getter, so it is read off a product that is subnormal.
     flush_denormal_before = (torch.tensor(1e-30) * 1e-10).item() == 0.0
     torch.set_flush_denormal(True)

@@ -19,7 +19,6 @@ import json
 import math
 import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -81,32 +80,42 @@ def stale_count(cell: Cell, runs_dir: Path) -> int:
 
 
 def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
-    """('PASS' | 'FAIL' | 'n/a', reason)."""
-    ok = {s: r for s, r in runs.items() if r["status"] == "ok"}
-    reasons = []
+    """('PASS' | 'FAIL' | 'partial' | 'n/a', reason).
+
+    FAIL only on what the finished runs show (a crash, or a result below the threshold that more
+    seeds cannot change); a cell with seeds still to run is otherwise 'partial: k of n seeds'."""
     if not script_path(cell.algo).exists():
         return "FAIL", f"script missing: algos/{cell.algo}.py"
-    for s, r in sorted(runs.items()):
-        if r["status"] == "failed":
-            reasons.append(f"seed {s} crashed: {str(r.get('error'))[:120]}")
-        elif r["status"] != "ok":
-            reasons.append(f"seed {s} {r['status']}")
-    not_run = [s for s in cell.seeds if s not in runs]
-    if not_run:
-        reasons.append(f"not run: seed{'s' if len(not_run) > 1 else ''} {', '.join(map(str, not_run))} ({len(ok)}/{len(cell.seeds)} done)")
+    ok = {s: r for s, r in runs.items() if r["status"] == "ok"}
+    failures = [f"seed {s} crashed: {str(r.get('error'))[:120]}" for s, r in sorted(runs.items()) if r["status"] == "failed"]
+    missing = [s for s in cell.seeds if s not in runs or runs[s]["status"] not in ("ok", "failed")]
     evals = {s: r["summary"]["eval_return_mean"] for s, r in ok.items()}
+    so_far = ""
     if cell.threshold is not None and evals:
         t = cell.threshold
         if cell.pass_rule == "all":
             below = [f"seed {s}: {v:.1f} < {t:g}" for s, v in sorted(evals.items()) if v < t]
-            if below:
-                reasons.append("below threshold: " + "; ".join(below))
+            if below:  # more seeds cannot change it
+                failures.append("below threshold: " + "; ".join(below))
         else:
             m = statistics.fmean(evals.values())
-            if m < t:
-                reasons.append(f"below threshold: mean {m:.1f} < {t:g}")
-    if reasons:
-        return "FAIL", "; ".join(reasons)
+            if m < t and not missing:
+                failures.append(f"below threshold: mean {m:.1f} < {t:g}")
+            so_far = f"; mean so far {m:.1f} ({'≥' if m >= t else '<'} {t:g})"
+    if missing:
+        done = len([s for s in cell.seeds if s in ok])
+        not_run = [str(s) for s in missing if s not in runs]
+        unfinished = [f"seed {s} {runs[s]['status']}" for s in missing if s in runs]  # running, interrupted or killed
+        partial = f"partial: {done} of {len(cell.seeds)} seeds"
+        if not_run:
+            partial += f" (not run: seed{'s' if len(not_run) > 1 else ''} {', '.join(not_run)})"
+        if unfinished:
+            partial += f" (unfinished: {', '.join(unfinished)})"
+        if failures:
+            return "FAIL", "; ".join(failures + [partial])
+        return "partial", partial + so_far
+    if failures:
+        return "FAIL", "; ".join(failures)
     if cell.threshold is None:
         return "n/a", "no threshold set"
     rule = f"{len(evals)}/{len(evals)} seeds ≥ {cell.threshold:g}" if cell.pass_rule == "all" else f"mean ≥ {cell.threshold:g}"
@@ -255,9 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir = out_dir / "runs"
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    lines = [f"# Benchmark report: `{suite.name}`", "",
-             (f"{suite.description}. " if suite.description else "") + f"Generated {time.strftime('%Y-%m-%d %H:%M')} by "
-             f"`python benchmarks/report.py --suite {suite.name}` from `{runs_dir.name}/`.", ""]
+    lines = []  # the title and the date go on top at the end: the date is the last run's, so that the same runs give the same report
     if not suite.runnable:
         lines += [f"**Declared, not runnable here:** {suite.not_runnable_reason}", ""]
     lines += ["- **eval**: mean greedy return over the script's evaluation episodes (10) of the final policy; "
@@ -266,16 +273,19 @@ def main(argv: list[str] | None = None) -> int:
               "- **steps/s**: env steps per second of the training loop (final evaluation excluded), mean over seeds; "
               "**wall**: mean wall time per run. One torch thread per run.",
               "- **verdict**: against the cell's threshold (rule *all*: every seed; *mean*: the mean over seeds). "
-              "FAIL gives the reason: below threshold, crashed, not run, script missing.",
-              f"- Reproduce a cell: `python benchmarks/run.py --suite {suite.name} --algos ALGO --envs ENV` "
-              f"then `python benchmarks/report.py --suite {suite.name}`.", ""]
+              "FAIL gives the reason: below threshold, crashed, script missing; a cell with seeds still to run is "
+              "*partial* (k of n seeds) unless its finished seeds already fail it.",
+              "- **code**: each run records the git commit it ran on (`result.json`, and the list under *Machine and "
+              "versions*); a run is identified by its cell's settings, not by the code, so runs made with older code "
+              "stay in the report until they are run again (`--force`).",
+              f"- Reproduce a cell into a new folder: `python benchmarks/run.py --suite {suite.name} --algos ALGO --envs ENV "
+              f"--results-dir my_results` then `python benchmarks/report.py --suite {suite.name} --results-dir my_results`.", ""]
 
     header = ("| algo | env | steps | seeds ok | eval | train (last 10) | steps/s | wall/run | threshold | references | verdict |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|")
     ref_ids: list[str] = []
     table, details, failures, all_runs, plots = [header], [], [], [], []
-    counts = {"PASS": 0, "FAIL": 0, "n/a": 0}
-    not_run = 0  # FAIL only because seeds are missing (not run, or still running)
+    counts = {"PASS": 0, "FAIL": 0, "partial": 0, "n/a": 0}
     measured_seconds, measured_by_cell = 0.0, {}
     est_missing: list[tuple[Cell, int]] = []
     for cell in suite.cells:
@@ -285,8 +295,6 @@ def main(argv: list[str] | None = None) -> int:
         summaries = [r["summary"] for r in ok.values()]
         v, reason = verdict(cell, runs)
         counts[v] += 1
-        if v == "FAIL" and all(x.startswith(("not run", "script missing")) or x.endswith("incomplete") for x in reason.split("; ")):
-            not_run += 1
         cell_refs = []
         for rid in cell.references:
             if rid not in refs:
@@ -305,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         if missing_seeds:
             est_missing.append((cell, missing_seeds))
         thr = "-" if cell.threshold is None else f"{cell.threshold:g} ({cell.pass_rule})"
-        verdict_txt = f"**{v}**" + (f": {reason}" if v != "PASS" or reason else "")
+        verdict_txt = f"**{v}**" + (f": {reason.removeprefix('partial: ')}" if v == "partial" else f": {reason}" if reason else "")
         if v == "FAIL" and cell.note:
             verdict_txt += f". Why: {cell.note}"
         table.append(
@@ -336,9 +344,8 @@ def main(argv: list[str] | None = None) -> int:
             f"- `{cell.algo}` `{cell.env}` (hash `{cell.digest}`), settings from {cell.settings_source or '-'}; "
             f"threshold from {cell.threshold_source or '-'}. One seed by hand:\n  `{script_command(cell, cell.seeds[0])}`")
 
-    lines += [f"**{len(suite.cells)} cells: {counts['PASS']} PASS, {counts['FAIL'] - not_run} FAIL on their results "
-              f"(below threshold or crashed), {not_run} FAIL because not (fully) run, {counts['n/a']} without threshold.**",
-              "", *table, ""]
+    lines += [f"**{len(suite.cells)} cells: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['partial']} partial "
+              f"(seeds still to run), {counts['n/a']} without threshold.**", "", *table, ""]
 
     # time: measured, and an estimate for what is left from the same algorithm's measured speed
     left, unknown = 0.0, []
@@ -393,9 +400,15 @@ def main(argv: list[str] | None = None) -> int:
     lines += speed_section(Path(a.results_dir) / "speed")
     lines += machine_section(all_runs)
 
+    finished = sorted(str(r["finished"]).replace("T", " ")[:16] for r in all_runs if r.get("finished"))
+    when = f"runs finished {finished[0][:10]} to {finished[-1][:10]}" if finished else "no finished runs yet"
+    lines[0:0] = [f"# Benchmark report: `{suite.name}`", "",
+                  (f"{suite.description}. " if suite.description else "") + f"Written by "
+                  f"`python benchmarks/report.py --suite {suite.name}` from `{runs_dir.name}/` ({when}).", ""]
     report = out_dir / "REPORT.md"
     report.write_text("\n".join(lines))
-    print(f"wrote {report} ({counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['n/a']} n/a; {len(plots)} plots)")
+    print(f"wrote {report} ({counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['partial']} partial, {counts['n/a']} n/a; "
+          f"{len(plots)} plots)")
     return 0
 
 

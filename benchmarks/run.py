@@ -4,6 +4,7 @@
     python benchmarks/run.py --suite classic --algos dqn --envs CartPole-v1 --seeds 1
     python benchmarks/run.py --suite classic --workers 2              # two runs at a time
     python benchmarks/run.py --suite classic --dry-run                # what would run, and why not
+    python benchmarks/run.py --suite classic --algos dqn --envs CartPole-v1 --results-dir my_results   # into a new folder
 
 Every run is `python benchmarks/run.py --child <spec.json>` in a fresh process, which imports
 algos/<algo>.py and calls `train(Args(...))` with the cell's settings; its output goes to log.txt
@@ -191,6 +192,16 @@ def select(suite, algos, envs, seeds) -> list[tuple[Cell, int]]:
     return out
 
 
+def report_command(suite: str, a: argparse.Namespace) -> str:
+    """The report command for this sweep, with the runner's own --results-dir and --suites-file when they are not the defaults."""
+    command = f"python benchmarks/report.py --suite {suite}"
+    if Path(a.suites_file).resolve() != SUITES_FILE.resolve():
+        command += f" --suites-file {a.suites_file}"
+    if Path(a.results_dir).resolve() != RESULTS_DIR.resolve():
+        command += f" --results-dir {a.results_dir}"
+    return command
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", help="suite name in the suites file (classic, continuous, mujoco, atari)")
@@ -316,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  FAILED {job.label}: {r.get('error')}  (log: {job.dir / 'log.txt'})")
     for job in missing:
         print(f"  MISSING algos/{job.cell.algo}.py: {job.label} not run")
-    print(f"report: python benchmarks/report.py --suite {suite.name}")
+    print(f"report: {report_command(suite.name, a)}")
     return 1 if failed or missing else 0
 
 

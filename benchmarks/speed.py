@@ -2,7 +2,7 @@
 
     python benchmarks/speed.py                      # every comparison, each script's own defaults
     python benchmarks/speed.py --only dqn a2c       # some of them
-    python benchmarks/speed.py --quick              # short budgets: checks the plumbing, not the speed
+    python benchmarks/speed.py --quick              # short budgets (~30 s): checks the plumbing, not the speed
 
 The comparisons themselves live in benchmarks/speed_<algo>.py (each runs ours and
 Stable-Baselines3 side by side with matched settings, interleaved, and prints steps/s and the
@@ -20,6 +20,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,14 +30,15 @@ ROOT = BENCH.parent
 # name -> (script, full arguments, quick arguments)
 COMPARISONS = {
     "dqn": ("speed_dqn.py", ["--total-timesteps", "500000", "--out", "{dir}/speed_dqn_raw.json"],
-            ["--total-timesteps", "3000", "--out", "{dir}/speed_dqn_raw.json"]),
+            ["--total-timesteps", "3000", "--learning-starts", "1000", "--out", "{dir}/speed_dqn_raw.json"]),
     "a2c": ("speed_a2c.py", ["--total-timesteps", "100000", "--repeats", "2"], ["--total-timesteps", "2000", "--repeats", "1"]),
-    "ddpg": ("speed_ddpg.py", ["--repeats", "1"], None),  # its budget is fixed (20k steps, CleanRL's settings)
+    "ddpg": ("speed_ddpg.py", ["--repeats", "1"], ["--repeats", "1", "--total-timesteps", "600", "--learning-starts", "300"]),
     # torch's default thread count (all cores), as CleanRL's recorded figures ran
-    "ddpg-threads2": ("speed_ddpg.py", ["--repeats", "1", "--threads", "2", "--no-naf"], None),
+    "ddpg-threads2": ("speed_ddpg.py", ["--repeats", "1", "--threads", "2", "--no-naf"],
+                      ["--repeats", "1", "--threads", "2", "--no-naf", "--total-timesteps", "600", "--learning-starts", "300"]),
 }
 RATIO_LINE = re.compile(r"ratio|ours/", re.IGNORECASE)
-RATIO = re.compile(r"(?<![>=\d.])(?<!>= )(\d+(?:\.\d+)?)x\b")  # not a target such as ">= 2x"
+RATIO = re.compile(r"(?<![>=\d.])(?<!>= )(\d+(?:\.\d+)?)x\b")  # not a bound such as ">= 2x"
 
 
 def parse(output: str) -> tuple[list[str], list[float]]:
@@ -91,10 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="+", choices=sorted(COMPARISONS), help="these comparisons only")
     p.add_argument("--quick", action="store_true", help="tiny budgets: a plumbing check, the numbers mean nothing")
-    p.add_argument("--out", default=str(BENCH / "results" / "speed"), help="folder for the .json and .log files")
+    p.add_argument("--out", default=None, help="folder for the .json and .log files (default: benchmarks/results/speed; "
+                   "with --quick, a folder in the system's temporary directory, so the measured records stay as they are)")
     p.add_argument("--timeout", type=float, default=0, help="seconds per comparison (0: none)")
     a = p.parse_args(argv)
-    out_dir = Path(a.out).resolve()
+    default = Path(tempfile.gettempdir()) / "rl-speed-quick" if a.quick else BENCH / "results" / "speed"
+    out_dir = Path(a.out or default).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     failed = 0
     for name in a.only or COMPARISONS:

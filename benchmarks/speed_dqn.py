@@ -36,6 +36,8 @@ class SpeedArgs:
     """runs of each, alternating"""
     threads: int = 1
     """torch threads, for both"""
+    learning_starts: int = 10_000
+    """env steps before learning (CleanRL's 10k; speed.py --quick lowers it)"""
     out: str = "benchmarks/results/speed_dqn.json"
     """where to write the figures"""
 
@@ -43,7 +45,7 @@ class SpeedArgs:
 def ours(a: SpeedArgs) -> dict:
     import dqn
 
-    s = dqn.train(dqn.Args(seed=a.seed, total_timesteps=a.total_timesteps, torch_threads=a.threads,
+    s = dqn.train(dqn.Args(seed=a.seed, total_timesteps=a.total_timesteps, torch_threads=a.threads, learning_starts=a.learning_starts,
                              run_dir="/tmp/speed_runs", progress=False))
     return {"sps": s["sps"], "wall_seconds": s["wall_seconds"], "eval_return_mean": s["eval_return_mean"]}
 
@@ -57,7 +59,7 @@ def sb3(a: SpeedArgs) -> dict:
     torch.set_num_threads(a.threads)
     env = gym.make("CartPole-v1")
     model = DQN(
-        "MlpPolicy", env, learning_rate=2.5e-4, buffer_size=10_000, learning_starts=10_000, batch_size=128,
+        "MlpPolicy", env, learning_rate=2.5e-4, buffer_size=10_000, learning_starts=a.learning_starts, batch_size=128,
         tau=1.0, gamma=0.99, train_freq=10, gradient_steps=1, target_update_interval=500,
         exploration_fraction=0.5, exploration_initial_eps=1.0, exploration_final_eps=0.05,
         max_grad_norm=10, policy_kwargs=dict(net_arch=[120, 84]), seed=a.seed, device="cpu", verbose=0,

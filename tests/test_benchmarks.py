@@ -12,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "investigations"))
 
 import report  # noqa: E402
 import run  # noqa: E402
@@ -86,6 +87,9 @@ def test_resume_runs_nothing_the_second_time(tiny, capsys):
     before = {p: p.stat().st_mtime for p in tiny["runs"].glob("*/result.json")}
     rc = run.main([*tiny["common"], "--workers", "2"])
     out = capsys.readouterr().out
+    suites, results = tiny["common"][3], tiny["common"][5]
+    assert f"report: python benchmarks/report.py --suite tiny --suites-file {suites} --results-dir {results}" in out, \
+        "the closing hint keeps the flags the runner was given"
     assert "0 to run" in out and "start " not in out
     assert "2 already ok" in out and "1 failed before" in out and "script missing" in out
     assert rc == 1, "known failures are still reported on resume"
@@ -136,7 +140,13 @@ def test_verdict_rules():
     assert v == "FAIL" and "seed 1: 99.0 < 100" in why
     assert report.verdict(_cell(pass_rule="mean"), {1: _ok(99), 2: _ok(120), 3: _ok(500)})[0] == "PASS"
     v, why = report.verdict(_cell(), {1: _ok(200), 2: _ok(200)})
-    assert v == "FAIL" and "not run: seed 3" in why
+    assert v == "partial" and why == "partial: 2 of 3 seeds (not run: seed 3)", "seeds not run yet are not a FAIL"
+    v, why = report.verdict(_cell(pass_rule="mean"), {1: _ok(99)})
+    assert v == "partial" and why.startswith("partial: 1 of 3 seeds (not run: seeds 2, 3)") and "mean so far 99.0 (< 100)" in why
+    v, why = report.verdict(_cell(), {1: _ok(99)})
+    assert v == "FAIL" and "seed 1: 99.0 < 100" in why and "partial: 1 of 3 seeds" in why, "a seed below an all-seeds bar fails the cell already"
+    v, why = report.verdict(_cell(), {1: _ok(200), 2: {"status": "incomplete"}})
+    assert v == "partial" and "unfinished: seed 2 incomplete" in why
     v, why = report.verdict(_cell(), {1: _ok(200), 2: _ok(200), 3: {"status": "failed", "error": "boom"}})
     assert v == "FAIL" and "seed 3 crashed: boom" in why
     assert report.verdict(_cell(threshold=None), {1: _ok(1), 2: _ok(2), 3: _ok(3)})[0] == "n/a"
@@ -240,3 +250,50 @@ def test_dqn_budget_compares_a_run_with_updates_against_the_same_run_without(cap
     assert left_us == pytest.approx((1e6 / 9000 - loop_us) * steps / updates, abs=0.05 * steps / updates + 0.5)  # both printed figures are rounded
     with pytest.raises(SystemExit):  # no update at all: nothing to measure
         budget_dqn.main(["--steps", "10000"])
+
+
+def test_report_of_a_partial_run_says_partial(tiny, tmp_path):
+    """One seed of a two-seed cell: the report says 'partial: 1 of 2 seeds', not FAIL."""
+    import shutil
+
+    results = tmp_path / "results"
+    (one,) = tiny["runs"].glob("dqn__CartPole-v1__s1__*")
+    shutil.copytree(one, results / "tiny" / "runs" / one.name)
+    assert report.main(["--suite", "tiny", "--suites-file", tiny["common"][3], "--results-dir", str(results), "--no-plots"]) == 0
+    text = (results / "tiny" / "REPORT.md").read_text()
+    row = next(x for x in text.splitlines() if x.startswith("| dqn | CartPole-v1 |"))
+    assert "**partial**: 1 of 2 seeds (not run: seed 2)" in row and "FAIL" not in row
+    assert "2 partial (seeds still to run)" in text, "the Acrobot cell, not run at all here, is partial too"
+
+
+def test_speed_quick_shortens_every_comparison():
+    for name, (script, full, quick) in speed.COMPARISONS.items():
+        assert quick is not None, f"{name} has no --quick budget"
+        assert "--total-timesteps" in quick, name
+        steps = int(quick[quick.index("--total-timesteps") + 1])
+        assert steps <= 3000 and (steps < int(full[full.index("--total-timesteps") + 1]) if "--total-timesteps" in full else True), name
+
+
+def test_committed_report_is_what_report_py_writes_from_the_committed_runs(tmp_path):
+    """benchmarks/results/classic/REPORT.md must be exactly report.py's output for the committed runs and
+    speed records (the markdown; plots are compared only where matplotlib is installed, by their names)."""
+    committed = ROOT / "benchmarks" / "results"
+    (tmp_path / "classic").mkdir()
+    (tmp_path / "classic" / "runs").symlink_to(committed / "classic" / "runs")
+    (tmp_path / "speed").symlink_to(committed / "speed")
+    try:
+        import matplotlib  # noqa: F401
+
+        plots = []
+    except ImportError:  # no plots drawn: compare without the learning-curve section
+        plots = ["--no-plots"]
+    assert report.main(["--suite", "classic", "--results-dir", str(tmp_path), *plots]) == 0
+    written = (tmp_path / "classic" / "REPORT.md").read_text()
+    expected = (committed / "classic" / "REPORT.md").read_text()
+    if plots:
+        head, rest = expected.split("## Learning curves", 1)
+        expected = head + rest[rest.index("## Failures"):]
+    else:
+        assert sorted(p.name for p in (tmp_path / "classic" / "plots").iterdir()) == \
+            sorted(p.name for p in (committed / "classic" / "plots").iterdir())
+    assert written == expected, "regenerate it: python benchmarks/report.py --suite classic"

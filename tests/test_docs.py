@@ -1,0 +1,115 @@
+"""The documents a user reads: their links resolve, their commands run, and they speak about the project."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import run  # noqa: E402
+
+DOCS = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", ROOT / "benchmarks" / "investigations" / "README.md",
+        *sorted((ROOT / "benchmarks" / "results").glob("*.md")), *sorted((ROOT / "benchmarks" / "results").glob("*/REPORT.md")),
+        *sorted((ROOT / "benchmarks" / "results").glob("*/superseded/README.md"))]
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def tracked_files() -> list[Path]:
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=30).stdout
+        return [ROOT / p for p in out.split("\0") if p]
+    except (OSError, subprocess.SubprocessError):  # not a git checkout: every file
+        return [p for p in ROOT.rglob("*") if p.is_file() and ".git" not in p.parts]
+
+
+def test_the_documents_exist():
+    for doc in DOCS:
+        assert doc.exists(), doc
+    assert len(DOCS) >= 10
+
+
+def test_every_relative_link_in_the_documents_resolves():
+    broken = []
+    for doc in DOCS:
+        for target in LINK.findall(doc.read_text()):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):  # web links and anchors in the same page
+                continue
+            path = (doc.parent / target.split("#", 1)[0]).resolve()
+            if not path.exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {target}")
+    assert not broken, broken
+
+
+# Docs speak to users about the project: no work items, work periods or internal targets.
+WORDING = re.compile(r"\bissues? ?#?\d|\bissue #|results_issue|results/issue\d|target:? *\**not met|\*\*not met|"
+                     r"REFERENCES\.md|\bsession\b|other helpers", re.IGNORECASE)
+TEXT = {".md", ".py", ".toml", ".txt", ".json", ".cfg", ".yml", ".yaml", ".sh", ".ini", ""}
+
+
+def test_no_work_item_wording_in_docs_suites_or_code():
+    found = []
+    for path in tracked_files():
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] == "tests" or path.suffix not in TEXT or not path.is_file():
+            continue
+        if path.suffix == ".log" or (path.name == "log.txt" and "runs" in rel.parts):  # raw output of past runs
+            continue
+        text = path.read_text(errors="ignore")
+        for m in WORDING.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            found.append(f"{rel}:{line}: {m.group(0)!r}")
+    assert not found, found
+
+
+def test_the_wording_check_can_fail():
+    for bad in ("see issue 2", "Issue #7", "benchmarks/results_issue5.md", "target: not met", "3x SB3: **not met**",
+                "REFERENCES.md", "in the previous session"):
+        assert WORDING.search(bad), bad
+    for fine in ("known issues", "a target network", "the env's reward_threshold", "references.toml"):
+        assert not WORDING.search(fine), fine
+
+
+def readme_block(heading: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(heading):]
+    return section[section.index("```bash") + 7:section.index("```", section.index("```bash") + 7)]
+
+
+def test_readme_quick_start_runs_and_evaluate_scores_its_run_folder(tmp_path):
+    """The quick start's train command with a tiny budget (exit 0, a run folder with model.pt), then
+    evaluate.py on that folder, as the README shows them."""
+    block = readme_block("## Quick start")
+    train = next(x for x in block.splitlines() if x.startswith("python algos/dqn.py --env CartPole-v1"))
+    assert "--save-model" in train and any(x.startswith("python evaluate.py runs/") for x in block.splitlines())
+    argv = shlex.split(train.split("#")[0])[1:] + ["--total-timesteps", "2000", "--learning-starts", "500",
+                                                   "--run-dir", str(tmp_path), "--no-progress"]
+    r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    (folder,) = tmp_path.iterdir()
+    assert folder.name.startswith("CartPole-v1__dqn__1__") and (folder / "model.pt").exists()
+    r = subprocess.run([sys.executable, "evaluate.py", str(folder), "--episodes", "3"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "over 3 episodes" in r.stdout
+
+
+def test_readme_benchmark_command_runs_the_cell_in_a_new_folder(tmp_path, capsys):
+    """The committed results count as done: the README's command must still have something to run."""
+    line = next(x for x in readme_block("## Benchmarks").splitlines() if x.startswith("python benchmarks/run.py"))
+    argv = shlex.split(line.split("#")[0])[2:]
+    assert "--results-dir" in argv
+    argv[argv.index("--results-dir") + 1] = str(tmp_path / "my_results")
+    assert run.main([*argv, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "0 already ok" in out and "3 to run" in out and out.count("would run: dqn CartPole-v1") == 3
+
+
+def test_readme_test_commands_are_what_ci_runs():
+    readme, ci = (ROOT / "README.md").read_text(), (ROOT / ".ci" / "run").read_text()
+    for command in ("pip install -r requirements.txt", "python -m pytest -q tests"):
+        assert command in readme and command in ci
