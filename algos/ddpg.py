@@ -72,6 +72,8 @@ class Args:
     """CPU threads for torch (small networks are fastest on 1)"""
     track: bool = False
     """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
+    tensorboard: bool = False
+    """also write TensorBoard scalars into <run folder>/tensorboard (needs the tensorboard extra)"""
     wandb_project: str = "rl-reference"
     """wandb project name"""
     wandb_entity: Optional[str] = None

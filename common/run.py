@@ -8,6 +8,9 @@
   common/checkpoint.py's).
 - `evaluate(act, make_envs, episodes, seed, video_dir)`: greedy episodes, one per env.
 - `main(algo, train, args)`: runs `train` and turns its outcome into the exit status.
+- `tensorboard_tag(algo, name)`, `write_tensorboard(folder, writer)`: the TensorBoard tags of the
+  metrics (CleanRL's names) and metrics.csv's rows as scalars, for `--tensorboard` and
+  tensorboard_export.py.
 
 Exit status: 0 done; 1 stopped by a NaN loss, a lost worker or a failed final evaluation
 (summary and model kept); 2 bad input, one line; 75 stopped by SIGTERM or SIGUSR1 after writing
@@ -53,6 +56,19 @@ CHECKPOINT_FORMAT = 1
 RESUMABLE_CHANGES = {
     "total_timesteps", "eval_every", "eval_episodes", "progress", "track", "wandb_project", "wandb_entity",
     "capture_video", "save_model", "checkpoint_every", "checkpoint_memory", "resume", "run_dir", "torch_threads",
+    "tensorboard",
+}
+# TensorBoard tags: CleanRL's where CleanRL logs the same quantity, charts/<name> for the others
+TENSORBOARD_TAGS = {
+    "episodic_return": "charts/episodic_return", "episodic_length": "charts/episodic_length", "sps": "charts/SPS",
+    "epsilon": "charts/epsilon", "loss": "losses/td_loss", "q_values": "losses/q_values", "critic_loss": "losses/qf1_loss",
+    "actor_loss": "losses/actor_loss", "policy_loss": "losses/policy_loss", "value_loss": "losses/value_loss",
+    "entropy": "losses/entropy", "grad_norm": "losses/grad_norm", "eval_return": "eval/episodic_return",
+    "eval_return_std": "eval/episodic_return_std",
+}
+TENSORBOARD_TAGS_BY_ALGO = {
+    "a2c": {"loss": "losses/loss"},  # the total loss (policy + value - entropy), not a TD loss
+    "ddpg": {"q_values": "losses/qf1_values"},  # CleanRL's DDPG name for the critic's Q(s, a)
 }
 
 
@@ -142,6 +158,39 @@ def record_first_episode(env: gym.Env, video_dir: str, index: int) -> gym.Env:
                                         name_prefix=f"episode-{index}", disable_logger=True)
 
 
+# TensorBoard -----------------------------------------------------------------------------------
+def tensorboard_tag(algo: str, name: str) -> str:
+    """The TensorBoard tag of metrics.csv's column `name` in a run of `algo`."""
+    return TENSORBOARD_TAGS_BY_ALGO.get(algo, {}).get(name) or TENSORBOARD_TAGS.get(name, f"charts/{name}")
+
+
+def tensorboard_writer(folder: Path | None = None, purge_step: int | None = None):
+    """A SummaryWriter on <folder>/tensorboard (each run folder is one run under `tensorboard --logdir runs`);
+    without a folder only checks that the tensorboard package is there (ValueError if not)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ValueError("--tensorboard needs the tensorboard package: pip install -r requirements-viz.txt") from None
+    return None if folder is None else SummaryWriter(str(folder / "tensorboard"), purge_step=purge_step)
+
+
+def write_tensorboard(folder: Path, writer) -> int:
+    """Every metric of <folder>/metrics.csv as a scalar at its global_step; returns the number of scalars.
+    Wall times are the run's start (from the folder name, else 0) plus the row's wall_seconds."""
+    algo = json.loads((folder / "config.json").read_text())["algo"]
+    stamp = re.search(r"__(\d{8}-\d{6})(-\d+)?$", folder.name)
+    start = time.mktime(time.strptime(stamp.group(1), "%Y%m%d-%H%M%S")) if stamp else 0.0
+    count = 0
+    with open(folder / "metrics.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            step, wall = int(row.pop("global_step")), start + float(row.pop("wall_seconds"))
+            for name, value in row.items():
+                if value != "":
+                    writer.add_scalar(tensorboard_tag(algo, name), float(value), step, walltime=wall)
+                    count += 1
+    return count
+
+
 # the run ---------------------------------------------------------------------------------------
 class Run:
     """Run folder, config.json, metrics.csv (one row per event), progress line, wandb, summary.json,
@@ -166,9 +215,12 @@ class Run:
         self.checkpoint_seconds, self.checkpoint_bytes = None, None
         self._final_checkpoint: dict | None = None
         self.wandb = None
+        self.tensorboard = None  # a SummaryWriter with --tensorboard
         self._handlers: dict = {}
         if (self.checkpoint_every or args.resume) and distributed.launched():
             raise ValueError("--checkpoint-every and --resume work in one process; under torchrun leave them out")
+        if args.tensorboard:
+            tensorboard_writer()  # a missing package is bad input, found before anything is written
         if not write:
             return
         config = {"algo": algo, **json.loads(json.dumps(dataclasses.asdict(args)))}
@@ -181,11 +233,21 @@ class Run:
             self.file = self._reopen_metrics(self.saved["metrics_bytes"])
             self.csv = csv.DictWriter(self.file, self.fields)
             (self.path / "config.json").write_text(json.dumps(config, indent=2))  # the new length or logging flags
+            if args.tensorboard:
+                # events cannot be cut back like metrics.csv: purge_step makes TensorBoard drop the events of
+                # steps after the checkpoint's (the rows cut from metrics.csv); a run that wrote no events
+                # before gets the kept rows of metrics.csv first, so its TensorBoard history is whole
+                wrote = any((self.path / "tensorboard").glob("events.out.tfevents.*"))
+                self.tensorboard = tensorboard_writer(self.path, purge_step=self.saved["global_step"] + 1 if wrote else None)
+                if not wrote:
+                    write_tensorboard(self.path, self.tensorboard)
         else:
             self.path = self._new_folder(config)
             self.file = open(self.path / "metrics.csv", "w", newline="")
             self.csv = csv.DictWriter(self.file, self.fields)
             self.csv.writeheader()
+            if args.tensorboard:
+                self.tensorboard = tensorboard_writer(self.path)
         self.total, self.show = args.total_timesteps, args.progress
         self.tty = sys.stdout.isatty()
         self.last_print, self.last_flush, self.next_mark = time.perf_counter(), time.perf_counter(), 0.1
@@ -254,6 +316,9 @@ class Run:
         self.csv.writerow({"global_step": global_step, "wall_seconds": round(self.elapsed(), 3), **metrics})
         if self.wandb is not None:
             self.wandb.log(metrics, step=global_step)
+        if self.tensorboard is not None:
+            for name, value in metrics.items():
+                self.tensorboard.add_scalar(tensorboard_tag(self.algo, name), value, global_step)
 
     def progress(self, global_step: int, recent_returns: list[float], force: bool = False) -> None:
         """A line with steps, steps/s, ETA and recent return: redrawn on a terminal, every 10% in a log."""
@@ -263,6 +328,8 @@ class Run:
         now = time.perf_counter()
         if now - self.last_flush > 5.0:
             self.file.flush()
+            if self.tensorboard is not None:
+                self.tensorboard.flush()
             self.last_flush = now
         if not self.show:
             return
@@ -340,6 +407,8 @@ class Run:
         t0 = time.perf_counter()
         self.file.flush()
         os.fsync(self.file.fileno())
+        if self.tensorboard is not None:  # the events up to the checkpoint survive a kill, as the rows do
+            self.tensorboard.flush()
         content = {**content, "metrics_bytes": self.file.tell(), "wall_seconds": self.elapsed()}
         checkpoint.save(self.path / "checkpoint.pt", content)
         self.checkpoint_seconds = round(time.perf_counter() - t0, 3)
@@ -420,6 +489,8 @@ class Run:
         if self.show and self.tty:
             print()
         self.file.close()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
         (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
         if self.wandb is not None:
             self.wandb.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))})
