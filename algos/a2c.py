@@ -513,10 +513,8 @@ def train(args: Args) -> dict:
         workers = f" x {world} workers" if world > 1 else ""
         print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}{workers}; run folder {run.path}", flush=True)
 
-    recent_returns: list[float] = []
-    ep_return, ep_length = np.zeros(B), np.zeros(B, dtype=np.int64)
     global_step = 0
-    state = run.restore(envs)  # None for a new run; generators and envs are already restored
+    state = run.restore(envs)  # None for a new run; generators, envs and running episodes are already restored
     if state is None:
         obs, _ = envs.reset(seed=seed)
     else:
@@ -526,8 +524,7 @@ def train(args: Args) -> dict:
             reward_scaler.load_state_dict(state["reward_scaler"])
         if std is not None:
             std = ac.log_std.detach().exp().cpu().numpy()
-        obs, ep_return, ep_length, recent_returns, global_step = (
-            state["obs"], state["ep_return"], state["ep_length"], state["recent_returns"], state["global_step"])
+        obs, global_step = state["obs"], state["global_step"]
     obs = obs.reshape(B, obs_dim)
     error, completed, eval_returns, train_seconds = None, False, np.array([]), 0.0
     try:
@@ -548,12 +545,7 @@ def train(args: Args) -> dict:
                 rollout_truncated[t] = truncated
                 obs = next_obs  # already the new episode's first observation where one ended
 
-                ep_return += rewards
-                ep_length += 1
-                for i in np.flatnonzero(terminated | truncated):
-                    recent_returns = (recent_returns + [float(ep_return[i])])[-10:]
-                    run.log(global_step, episodic_return=float(ep_return[i]), episodic_length=int(ep_length[i]))
-                    ep_return[i], ep_length[i] = 0.0, 0
+                run.episodes(global_step, rewards, terminated | truncated)  # logs the episodes that ended
 
             # learn: one gradient step on the whole rollout [T * B]
             obs_t = torch.from_numpy(rollout_obs).to(device).reshape(T * B, obs_dim)
@@ -585,13 +577,12 @@ def train(args: Args) -> dict:
             if args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
                 run.evaluate(greedy, eval_envs, global_step)
             if run.checkpoint_due(prev_step, global_step):  # at a rollout's end: everything the next rollout depends on
-                run.save_checkpoint(global_step, envs, {
+                run.save_checkpoint(global_step, envs, obs, {
                     "net": net.state_dict(), "rng": rng.bit_generator.state,
                     "reward_scaler": reward_scaler.state_dict() if reward_scaler is not None else None,
-                    "obs": obs, "ep_return": ep_return, "ep_length": ep_length, "recent_returns": recent_returns, "global_step": global_step,
                 })
             if global_step >= run.next_check:
-                run.progress(global_step, recent_returns)
+                run.progress(global_step)
         train_seconds = run.elapsed()
         eval_returns, error = run.final_evaluation(greedy, eval_envs, global_step)  # rank 0 evaluates for all workers
         completed = True
@@ -601,9 +592,9 @@ def train(args: Args) -> dict:
         envs.close()
     if args.save_model and run.write and (completed or error in ("interrupted", "preempted")):  # a NaN model is not worth keeping
         torch.save(ac.state_dict(), run.path / "model.pt")
-    summary = run.summary(global_step, train_seconds or run.elapsed(), eval_returns, recent_returns, world_size=world,
+    summary = run.summary(global_step, train_seconds or run.elapsed(), eval_returns, world_size=world,
                           device=str(device), completed=completed, error=error, updates=net.updates)
-    return run.finish(summary, global_step, recent_returns)
+    return run.finish(summary, global_step)
 
 
 def main(args: Args) -> int:

@@ -329,17 +329,14 @@ def train(args: Args) -> dict:
     def to_device(x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(x).to(device)  # zero-copy on CPU
 
-    recent_returns: list[float] = []
-    ep_return, ep_length = np.zeros(B), np.zeros(B, dtype=np.int64)
     global_step = 0
-    state = run.restore(envs)  # None for a new run; generators and envs are already restored
+    state = run.restore(envs)  # None for a new run; generators, envs and running episodes are already restored
     if state is None:
         obs, _ = envs.reset(seed=seed)
     else:
         q_net.load_state_dict(state["q_net"])
         rng.bit_generator.state = state["rng"]
-        obs, ep_return, ep_length, recent_returns, global_step = (
-            state["obs"], state["ep_return"], state["ep_length"], state["recent_returns"], state["global_step"])
+        obs, global_step = state["obs"], state["global_step"]
     obs = obs.reshape(B, obs_dim)
     error, completed, eval_returns, train_seconds = None, False, np.array([]), 0.0
     try:
@@ -362,12 +359,7 @@ def train(args: Args) -> dict:
                 rollout_next_obs[t] = true_next_obs(next_obs, infos)
                 obs = next_obs
 
-                ep_return += rewards
-                ep_length += 1
-                for i in np.flatnonzero(terminated | truncated):
-                    recent_returns = (recent_returns + [float(ep_return[i])])[-10:]
-                    run.log(global_step, episodic_return=float(ep_return[i]), episodic_length=int(ep_length[i]))
-                    ep_return[i], ep_length[i] = 0.0, 0
+                run.episodes(global_step, rewards, terminated | truncated)  # logs the episodes that ended
 
             # learn: one gradient step on the whole rollout [T, B]
             targets = n_step_q_targets(
@@ -389,12 +381,11 @@ def train(args: Args) -> dict:
             if args.eval_every and global_step // args.eval_every > rollout_start // args.eval_every and global_step < args.total_timesteps:
                 run.evaluate(greedy, eval_envs, global_step)
             if run.checkpoint_due(rollout_start, global_step):  # at a rollout's end: everything the next rollout depends on
-                run.save_checkpoint(global_step, envs, {
+                run.save_checkpoint(global_step, envs, obs, {
                     "q_net": q_net.state_dict(), "rng": rng.bit_generator.state,
-                    "obs": obs, "ep_return": ep_return, "ep_length": ep_length, "recent_returns": recent_returns, "global_step": global_step,
                 })
             if global_step >= run.next_check:
-                run.progress(global_step, recent_returns)
+                run.progress(global_step)
         train_seconds = run.elapsed()
         eval_returns, error = run.final_evaluation(greedy, eval_envs, global_step)  # rank 0 evaluates for all workers
         completed = True
@@ -404,9 +395,9 @@ def train(args: Args) -> dict:
         envs.close()
     if args.save_model and run.write and (completed or error in ("interrupted", "preempted")):  # a NaN model is not worth keeping
         torch.save(q_net.online.state_dict(), run.path / "model.pt")
-    summary = run.summary(global_step, train_seconds or run.elapsed(), eval_returns, recent_returns, world_size=world,
+    summary = run.summary(global_step, train_seconds or run.elapsed(), eval_returns, world_size=world,
                           device=str(device), completed=completed, error=error, updates=q_net.updates)
-    return run.finish(summary, global_step, recent_returns)
+    return run.finish(summary, global_step)
 
 
 def main(args: Args) -> int:

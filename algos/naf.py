@@ -359,8 +359,6 @@ def train(args: Args) -> dict:
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "values", "grad_norm", "sps", "eval_return", "eval_return_std"])
     print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {run.path}", flush=True)
 
-    recent_returns: list[float] = []
-    ep_return, ep_length = np.zeros(B), np.zeros(B, dtype=np.int64)
     global_step = 0
     # values below ~1e-38 (e.g. Adam's second moments of near-zero gradients) become 0 instead of
     # subnormals, which x86 computes ~100x slower: 19% more steps/s on MountainCarContinuous,
@@ -368,7 +366,7 @@ def train(args: Args) -> dict:
     # restored in `finally`; torch has no getter, so it is read off a product that is subnormal.
     flush_denormal_before = (torch.tensor(1e-30) * 1e-10).item() == 0.0
     torch.set_flush_denormal(True)
-    state = run.restore(envs)  # None for a new run; generators and envs are already restored
+    state = run.restore(envs)  # None for a new run; generators, envs and running episodes are already restored
     if state is None:
         obs, _ = envs.reset(seed=args.seed)
     else:
@@ -377,8 +375,7 @@ def train(args: Args) -> dict:
             memory.load_state_dict(state["memory"])
         rng.bit_generator.state = state["rng"]
         noise.state[:] = state["noise"]
-        obs, ep_return, ep_length, recent_returns, global_step = (
-            state["obs"], state["ep_return"], state["ep_length"], state["recent_returns"], state["global_step"])
+        obs, global_step = state["obs"], state["global_step"]
     obs = obs.reshape(B, obs_dim)
     error, completed, eval_returns, train_seconds = None, False, np.array([]), 0.0
     try:
@@ -398,15 +395,10 @@ def train(args: Args) -> dict:
             memory.add(obs, actions, rewards, real_next_obs, terminated)
             obs = next_obs
 
-            ep_return += rewards
-            ep_length += 1
             done = terminated | truncated
+            run.episodes(global_step, rewards, done)  # logs the episodes that ended
             if done.any():
                 noise.reset(done)
-                for i in np.flatnonzero(done):
-                    recent_returns = (recent_returns + [float(ep_return[i])])[-10:]
-                    run.log(global_step, episodic_return=float(ep_return[i]), episodic_length=int(ep_length[i]))
-                    ep_return[i], ep_length[i] = 0.0, 0
 
             # learn: gradient_steps per `train_every` env steps crossed in this iteration, each
             # followed by a soft target update
@@ -428,13 +420,12 @@ def train(args: Args) -> dict:
             if args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
                 run.evaluate(policy, eval_envs, global_step)
             if run.checkpoint_due(prev_step, global_step):  # everything the next step depends on
-                run.save_checkpoint(global_step, envs, {
+                run.save_checkpoint(global_step, envs, obs, {
                     "q_net": q_net.state_dict(), "memory": memory.state_dict() if args.checkpoint_memory else None,
                     "rng": rng.bit_generator.state, "noise": noise.state,
-                    "obs": obs, "ep_return": ep_return, "ep_length": ep_length, "recent_returns": recent_returns, "global_step": global_step,
                 })
             if global_step >= run.next_check:
-                run.progress(global_step, recent_returns)
+                run.progress(global_step)
         train_seconds = run.elapsed()
         eval_returns, error = run.final_evaluation(policy, eval_envs, global_step)
         completed = True
@@ -445,9 +436,9 @@ def train(args: Args) -> dict:
         torch.set_flush_denormal(flush_denormal_before)
     if args.save_model and run.write and (completed or error in ("interrupted", "preempted")):  # a NaN model is not worth keeping
         torch.save(q_net.online.state_dict(), run.path / "model.pt")
-    summary = run.summary(global_step, train_seconds or run.elapsed(), eval_returns, recent_returns,
+    summary = run.summary(global_step, train_seconds or run.elapsed(), eval_returns,
                           device=str(device), completed=completed, error=error, updates=q_net.updates)
-    return run.finish(summary, global_step, recent_returns)
+    return run.finish(summary, global_step)
 
 
 def main(args: Args) -> int:

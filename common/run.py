@@ -206,6 +206,9 @@ class Run:
         self.algo, self.args, self.write = algo, args, write
         self.fields = ["global_step", "wall_seconds", *fields]
         self.path: Path | None = None
+        # the running episodes of the training envs: return and length so far [B], last 10 returns
+        self.ep_return, self.ep_length = np.zeros(args.num_envs), np.zeros(args.num_envs, dtype=np.int64)
+        self.recent_returns: list[float] = []
         self.start = time.perf_counter()
         self.next_check, self.stop_reason = 0, None
         self.checkpoint_every = getattr(args, "checkpoint_every", 0)
@@ -320,7 +323,16 @@ class Run:
             for name, value in metrics.items():
                 self.tensorboard.add_scalar(tensorboard_tag(self.algo, name), value, global_step)
 
-    def progress(self, global_step: int, recent_returns: list[float], force: bool = False) -> None:
+    def episodes(self, global_step: int, rewards: np.ndarray, done: np.ndarray) -> None:
+        """Add one vector step's rewards [B] to the running episodes; log and restart those that ended [B]."""
+        self.ep_return += rewards
+        self.ep_length += 1
+        for i in np.flatnonzero(done):
+            self.recent_returns = (self.recent_returns + [float(self.ep_return[i])])[-10:]
+            self.log(global_step, episodic_return=float(self.ep_return[i]), episodic_length=int(self.ep_length[i]))
+            self.ep_return[i], self.ep_length[i] = 0.0, 0
+
+    def progress(self, global_step: int, force: bool = False) -> None:
         """A line with steps, steps/s, ETA and recent return: redrawn on a terminal, every 10% in a log."""
         self.next_check = global_step + 1000
         if not self.write:
@@ -339,7 +351,7 @@ class Run:
         if force and self.printed_step == global_step:
             return
         self.printed_step = global_step
-        recent_return = float(np.mean(recent_returns)) if recent_returns else float("nan")
+        recent_return = float(np.mean(self.recent_returns)) if self.recent_returns else float("nan")
         elapsed = now - self.start
         sps = global_step / max(elapsed, 1e-9)
         eta = (self.total - global_step) / max(sps, 1e-9)
@@ -386,15 +398,18 @@ class Run:
             return True
         return bool(self.checkpoint_every) and global_step // self.checkpoint_every > prev_step // self.checkpoint_every
 
-    def save_checkpoint(self, global_step: int, envs: gym.vector.VectorEnv, state: dict) -> None:
-        """Write the script's `state` with the generators, the envs and the metrics written so far; then
-        raise Stopped if a signal asked for a stop. At the end of training the file is written after the
+    def save_checkpoint(self, global_step: int, envs: gym.vector.VectorEnv, obs: np.ndarray, state: dict) -> None:
+        """Write the script's `state` with the step, the envs (their state and current observation `obs`),
+        the running episodes, the generators and the metrics written so far; then raise Stopped if a
+        signal asked for a stop. At the end of training the file is written after the
         final evaluation, so that a run extended from it keeps that evaluation in its history."""
         if self.write:
             env, note = checkpoint.env_state(envs)
             content = {
                 "format": CHECKPOINT_FORMAT, "algo": self.algo, "global_step": global_step, "resumes": self.resumes,
-                "rng": checkpoint.rng_state(), "envs": env, "envs_note": note, "state": checkpoint.pack(state),
+                "rng": checkpoint.rng_state(), "envs": env, "envs_note": note, "obs": checkpoint.pack(obs),
+                "episodes": checkpoint.pack({"return": self.ep_return, "length": self.ep_length, "recent": self.recent_returns}),
+                "state": checkpoint.pack(state),
             }
             if self.stop_reason is None and global_step >= self.args.total_timesteps:
                 self._final_checkpoint = content  # nothing it holds changes during the evaluation
@@ -415,22 +430,23 @@ class Run:
         self.checkpoint_bytes = (self.path / "checkpoint.pt").stat().st_size
 
     def restore(self, envs: gym.vector.VectorEnv) -> dict | None:
-        """The script's state from the checkpoint being resumed (None for a new run), with the
-        generators and the envs put back. Where the envs' state was not captured, the envs are
-        reset and `obs`, `ep_return` and `ep_length` in the returned state start new episodes."""
+        """The script's state from the checkpoint being resumed (None for a new run), plus its `obs` and
+        `global_step`, with the generators, the envs and the running episodes put back. Where the envs'
+        state was not captured, the envs are reset: `obs` and the episodes start anew."""
         if self.saved is None:
             return None
         saved, self.saved = self.saved, None
         checkpoint.set_rng_state(saved["rng"])
-        state = checkpoint.unpack(saved["state"])
+        state = {**checkpoint.unpack(saved["state"]), "global_step": saved["global_step"], "obs": checkpoint.unpack(saved["obs"])}
         if saved["envs"] is not None:
             checkpoint.set_env_state(envs, saved["envs"])
+            episodes = checkpoint.unpack(saved["episodes"])
+            self.ep_return, self.ep_length, self.recent_returns = episodes["return"], episodes["length"], episodes["recent"]
             self.env_note = "restored"
         else:
             obs, _ = envs.reset(seed=self.args.seed + saved["global_step"])
             state["obs"] = obs.reshape(state["obs"].shape)
-            state["ep_return"][:] = 0
-            state["ep_length"][:] = 0
+            self.recent_returns = checkpoint.unpack(saved["episodes"])["recent"]  # finished episodes still count
             self.env_note = f"episodes restarted on resume: {saved['envs_note']}"
         print(f"{self.algo}: resumed {self.path} at step {saved['global_step']:,} (envs: {self.env_note})", flush=True)
         return state
@@ -460,7 +476,7 @@ class Run:
             self._final_checkpoint = None
         return returns, message
 
-    def summary(self, global_step: int, train_seconds: float, eval_returns: np.ndarray, recent_returns: list[float], **fields) -> dict:
+    def summary(self, global_step: int, train_seconds: float, eval_returns: np.ndarray, **fields) -> dict:
         """The common fields of summary.json; the script adds its own."""
         summary = {
             "algo": self.algo, "env": self.args.env_id, "seed": self.args.seed, "total_timesteps": global_step,
@@ -469,7 +485,7 @@ class Run:
             "eval_return_mean": float(eval_returns.mean()) if len(eval_returns) else None,
             "eval_return_std": float(eval_returns.std()) if len(eval_returns) else None,
             "eval_episodes": len(eval_returns),
-            "train_return_last10": float(np.mean(recent_returns)) if recent_returns else None,
+            "train_return_last10": float(np.mean(self.recent_returns)) if self.recent_returns else None,
             **fields,
             "run_dir": str(self.path),
             "resumed_at": self.resumes, "envs_on_resume": self.env_note,
@@ -478,14 +494,14 @@ class Run:
         }
         return summary
 
-    def finish(self, summary: dict, global_step: int, recent_returns: list[float]) -> dict:
+    def finish(self, summary: dict, global_step: int) -> dict:
         """Final progress line, summary.json, wandb closed, signal handlers given back."""
         for sig, handler in self._handlers.items():
             signal.signal(sig, handler)
         self._handlers = {}
         if not self.write:
             return summary
-        self.progress(global_step, recent_returns, force=True)
+        self.progress(global_step, force=True)
         if self.show and self.tty:
             print()
         self.file.close()
