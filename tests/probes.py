@@ -1,7 +1,10 @@
-"""Probes for tests that run the continuous-action scripts' train() itself: a tiny env with Box
-actions, a NetworkWrapper that records every step and sync, and the flush-denormal state.
+"""Probes for tests that run the scripts' train() itself: tiny envs, NetworkWrappers that record
+every step and sync, and the flush-denormal state.
 
-CountBoxEnv-v0: obs = [steps since reset, episode id, the action the env received], reward
+Chain-v0 (dqn, n_step_q, sarsa): obs = [steps since reset, episode id in [0, 1)]; the reward is
+the action taken (0 or 1); terminates at a random step, truncated by the time limit at 6.
+
+CountBoxEnv-v0 (a2c, ddpg, naf): obs = [steps since reset, episode id, the action the env received], reward
 -action^2. Episodes terminate at a random step or are truncated by the time limit, so a few hundred steps hold both kinds of end;
 the step count tells a transition that stays in its episode (t -> t + 1) from one that crosses
 into the reset observation (t -> 0).
@@ -10,6 +13,8 @@ into the reset observation (t -> 0).
 import gymnasium as gym
 import numpy as np
 import torch
+
+from common import NetworkWrapper
 
 ENV_ID = "CountBoxEnv-v0"
 LOW, HIGH = -0.5, 0.5  # the action bounds
@@ -35,6 +40,57 @@ class CountBoxEnv(gym.Env):
 
 if ENV_ID not in gym.registry:
     gym.register(ENV_ID, entry_point=CountBoxEnv, max_episode_steps=TIME_LIMIT)
+
+
+class ChainEnv(gym.Env):
+    """Discrete actions; `ChainEnv.steps` counts the env steps of all instances."""
+
+    observation_space = gym.spaces.Box(0.0, 100.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+    steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.episode = 0, self.np_random.random()
+        self.end = self.np_random.integers(2, 12)  # sometimes beyond the time limit (truncation)
+        return np.array([self.t, self.episode], np.float32), {}
+
+    def step(self, action):
+        ChainEnv.steps += 1
+        self.t += 1
+        return np.array([self.t, self.episode], np.float32), float(action), bool(self.t == self.end), False, {}
+
+
+CHAIN_ID = "Chain-v0"
+if CHAIN_ID not in gym.registry:
+    gym.register(CHAIN_ID, entry_point=ChainEnv, max_episode_steps=TIME_LIMIT)
+
+
+class RecordingWrapper(NetworkWrapper):
+    """Records the env step (ChainEnv.steps) and both networks' weights around every gradient step
+    and target sync; `RecordingWrapper.made` collects the instances."""
+
+    made: list = []
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.events = []
+        RecordingWrapper.made.append(self)
+
+    def record(self, kind: str):
+        target = None if self.target is None else flat(self.target)
+        self.events.append(dict(kind=kind, step=ChainEnv.steps, online=flat(self.online), target=target))
+
+    def train_step(self, loss, *a, **kw):
+        self.record("before update")
+        out = super().train_step(loss, *a, **kw)
+        self.record("after update")
+        return out
+
+    def sync(self, *a, **kw):
+        self.record("before sync")
+        super().sync(*a, **kw)
+        self.record("after sync")
 
 
 def flat(module) -> torch.Tensor:

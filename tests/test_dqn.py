@@ -15,7 +15,9 @@ import pytest
 import torch
 
 import dqn
-from common import NetworkWrapper, ReplayMemory
+import probes
+from probes import ChainEnv, RecordingWrapper
+from common import ReplayMemory
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "algos" / "dqn.py")
@@ -39,59 +41,6 @@ class CountEnv(gym.Env):
 
 
 gym.register("CountEnv-v0", entry_point=CountEnv, max_episode_steps=6)
-
-
-class ChainEnv(gym.Env):
-    """obs = [steps since reset, episode id in [0, 1)]; the reward is the action taken (0 or 1);
-    terminates at a random step, truncated by the time limit at 6. `ChainEnv.steps` counts the env
-    steps of all instances."""
-
-    observation_space = gym.spaces.Box(0.0, 100.0, (2,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-    steps = 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t, self.episode = 0, self.np_random.random()
-        self.end = self.np_random.integers(2, 12)  # sometimes beyond the time limit (truncation)
-        return np.array([self.t, self.episode], np.float32), {}
-
-    def step(self, action):
-        ChainEnv.steps += 1
-        self.t += 1
-        return np.array([self.t, self.episode], np.float32), float(action), bool(self.t == self.end), False, {}
-
-
-gym.register("DQNChain-v0", entry_point=ChainEnv, max_episode_steps=6)
-
-
-def flat(net: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in net.parameters()])
-
-
-class RecordingWrapper(NetworkWrapper):
-    """Records the env step and both networks' weights around every gradient step and target sync."""
-
-    made: list = []
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.events = []
-        RecordingWrapper.made.append(self)
-
-    def record(self, kind: str):
-        self.events.append(dict(kind=kind, step=ChainEnv.steps, online=flat(self.online), target=flat(self.target)))
-
-    def train_step(self, loss, *a, **kw):
-        self.record("before update")
-        out = super().train_step(loss, *a, **kw)
-        self.record("after update")
-        return out
-
-    def sync(self, *a, **kw):
-        self.record("before sync")
-        super().sync(*a, **kw)
-        self.record("after sync")
 
 
 def small_args(tmp_path, **kw):
@@ -227,7 +176,7 @@ def test_target_network_in_train(tmp_path, monkeypatch, target_rate, double_dqn)
     monkeypatch.setattr(dqn, "NetworkWrapper", RecordingWrapper)
     monkeypatch.setattr(dqn, "dqn_targets", recording_targets)
     # 3 envs: env steps 3, 6, ..., 300; learning from step 93 on, 3 gradient steps per env step
-    summary = dqn.train(small_args(tmp_path, env_id="DQNChain-v0", num_envs=3, total_timesteps=300, learning_starts=90,
+    summary = dqn.train(small_args(tmp_path, env_id=probes.CHAIN_ID, num_envs=3, total_timesteps=300, learning_starts=90,
                                    train_every=1, target_every=50, target_rate=target_rate, double_dqn=double_dqn,
                                    hidden_sizes=(16,)))
     (q_net,) = RecordingWrapper.made

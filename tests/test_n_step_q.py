@@ -14,9 +14,10 @@ import torch
 from torch import nn
 
 import n_step_q
+import probes
+from probes import ChainEnv, RecordingWrapper
 import common.run
 from common.run import evaluate as run_evaluate
-from common import NetworkWrapper
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -161,59 +162,6 @@ def test_determinism(tmp_path):
     assert training(metrics("c", seed=2)) != training(first)
 
 
-class ChainEnv(gym.Env):
-    """obs = [steps since reset, episode id in [0, 1)]; the reward is the action taken (0 or 1);
-    terminates at a random step, truncated by the time limit at 6. `ChainEnv.steps` counts the env
-    steps of all instances."""
-
-    observation_space = gym.spaces.Box(0.0, 100.0, (2,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-    steps = 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t, self.episode = 0, self.np_random.random()
-        self.end = self.np_random.integers(2, 12)  # sometimes beyond the time limit (truncation)
-        return np.array([self.t, self.episode], np.float32), {}
-
-    def step(self, action):
-        ChainEnv.steps += 1
-        self.t += 1
-        return np.array([self.t, self.episode], np.float32), float(action), bool(self.t == self.end), False, {}
-
-
-gym.register("NStepQChain-v0", entry_point=ChainEnv, max_episode_steps=6)
-
-
-def flat(net: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in net.parameters()])
-
-
-class RecordingWrapper(NetworkWrapper):
-    """Records the env step and both networks' weights around every gradient step and target sync."""
-
-    made: list = []
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.events = []
-        RecordingWrapper.made.append(self)
-
-    def record(self, kind: str):
-        self.events.append(dict(kind=kind, step=ChainEnv.steps, online=flat(self.online), target=flat(self.target)))
-
-    def train_step(self, loss, *a, **kw):
-        self.record("before update")
-        out = super().train_step(loss, *a, **kw)
-        self.record("after update")
-        return out
-
-    def sync(self, *a, **kw):
-        self.record("before sync")
-        super().sync(*a, **kw)
-        self.record("after sync")
-
-
 def test_train_bootstraps_episode_ends_from_the_final_observation(tmp_path, monkeypatch):
     seen = []
     targets = n_step_q.n_step_q_targets
@@ -223,7 +171,7 @@ def test_train_bootstraps_episode_ends_from_the_final_observation(tmp_path, monk
         return targets(q_target, rewards, next_obs, terminated, truncated, *a, **kw)
 
     monkeypatch.setattr(n_step_q, "n_step_q_targets", recording_targets)
-    n_step_q.train(small_args(tmp_path, env_id="NStepQChain-v0", total_timesteps=400))
+    n_step_q.train(small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400))
     next_obs = torch.cat([x[0] for x in seen])  # [rollouts * T, B, 2], every env step of training in order
     terminated, truncated = torch.cat([x[1] for x in seen]), torch.cat([x[2] for x in seen])
     assert next_obs.shape == (400 // 4, 4, 2)
@@ -260,7 +208,7 @@ def test_target_network_in_train(tmp_path, monkeypatch):
     monkeypatch.setattr(n_step_q, "n_step_q_targets", recording_targets)
     monkeypatch.setattr(n_step_q, "n_step_returns", recording_returns)
     # rollouts of 4 envs x 5 steps: rollout ends at env steps 20, 40, ..., 400
-    summary = n_step_q.train(small_args(tmp_path, env_id="NStepQChain-v0", total_timesteps=400, target_every=50, hidden_sizes=(16,)))
+    summary = n_step_q.train(small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400, target_every=50, hidden_sizes=(16,)))
     (q_net,) = RecordingWrapper.made
     events = q_net.events
     assert summary["updates"] == 20 and len(bootstraps) == 20

@@ -15,9 +15,10 @@ import torch
 from torch import nn
 
 import sarsa
+import probes
+from probes import ChainEnv, RecordingWrapper
 import common.run
 from common.run import evaluate as run_evaluate
-from common import NetworkWrapper
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -190,60 +191,6 @@ def test_determinism(tmp_path):
     assert training(metrics("c", seed=2)) != training(first)
 
 
-class ChainEnv(gym.Env):
-    """obs = [steps since reset, episode id in [0, 1)]; the reward is the action taken (0 or 1);
-    terminates at a random step, truncated by the time limit at 6. `ChainEnv.steps` counts the env
-    steps of all instances."""
-
-    observation_space = gym.spaces.Box(0.0, 100.0, (2,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-    steps = 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t, self.episode = 0, self.np_random.random()
-        self.end = self.np_random.integers(2, 12)  # sometimes beyond the time limit (truncation)
-        return np.array([self.t, self.episode], np.float32), {}
-
-    def step(self, action):
-        ChainEnv.steps += 1
-        self.t += 1
-        return np.array([self.t, self.episode], np.float32), float(action), bool(self.t == self.end), False, {}
-
-
-gym.register("SarsaChain-v0", entry_point=ChainEnv, max_episode_steps=6)
-
-
-def flat(net: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in net.parameters()])
-
-
-class RecordingWrapper(NetworkWrapper):
-    """Records the env step and both networks' weights around every gradient step and target sync."""
-
-    made: list = []
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.events = []
-        RecordingWrapper.made.append(self)
-
-    def record(self, kind: str):
-        target = None if self.target is None else flat(self.target)
-        self.events.append(dict(kind=kind, step=ChainEnv.steps, online=flat(self.online), target=target))
-
-    def train_step(self, loss, *a, **kw):
-        self.record("before update")
-        out = super().train_step(loss, *a, **kw)
-        self.record("after update")
-        return out
-
-    def sync(self, *a, **kw):
-        self.record("before sync")
-        super().sync(*a, **kw)
-        self.record("after sync")
-
-
 def record_bootstraps(monkeypatch):
     """Wrap sarsa_targets and n_step_returns: per update, what the targets were given, the bootstrap
     values they used, Q(s', .) [T, B, A] of the online and (with --target-network) target networks,
@@ -274,7 +221,7 @@ def record_bootstraps(monkeypatch):
 
 def test_train_bootstraps_episode_ends_from_the_final_observation(tmp_path, monkeypatch):
     seen = record_bootstraps(monkeypatch)
-    sarsa.train(small_args(tmp_path, env_id="SarsaChain-v0", total_timesteps=400))
+    sarsa.train(small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400))
     next_obs = torch.cat([x["next_obs"] for x in seen])  # [rollouts * T, B, 2], every env step of training in order
     terminated, truncated = torch.cat([x["terminated"] for x in seen]), torch.cat([x["truncated"] for x in seen])
     assert next_obs.shape == (400 // 4, 4, 2)
@@ -294,7 +241,7 @@ def test_train_bootstraps_from_the_action_taken_next(tmp_path, monkeypatch, targ
     """Row k bootstraps from Q(s_{k+1}, a_{k+1}) with a_{k+1} the action the behaviour policy then took
     (the env's reward at row k+1), valued by the target network with --target-network, else the online one."""
     seen = record_bootstraps(monkeypatch)
-    summary = sarsa.train(small_args(tmp_path, env_id="SarsaChain-v0", total_timesteps=400, end_epsilon=0.3,
+    summary = sarsa.train(small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400, end_epsilon=0.3,
                                      exploration_fraction=1.0, target_network=target_network, target_every=50))
     assert summary["updates"] == 20 and len(seen) == 20
     keys = ["rewards", "next_actions", "terminated", "truncated", "next_values", "online_q"] + ["target_q"] * target_network
@@ -318,7 +265,7 @@ def test_train_samples_a_truncation_bootstrap_action_at_the_final_observation(tm
     """At a truncation the next action is taken at the reset observation, so the bootstrap action must
     be drawn from the behaviour policy at the true final observation instead: greedy there at epsilon 0."""
     seen = record_bootstraps(monkeypatch)
-    sarsa.train(small_args(tmp_path, env_id="SarsaChain-v0", total_timesteps=400, start_epsilon=0.0, end_epsilon=0.0))
+    sarsa.train(small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400, start_epsilon=0.0, end_epsilon=0.0))
     T = seen[0]["next_obs"].shape[0]
     next_obs = torch.cat([x["next_obs"] for x in seen])  # [rollouts * T, B, 2]
     truncated, next_actions = torch.cat([x["truncated"] for x in seen]), torch.cat([x["next_actions"] for x in seen])
@@ -340,7 +287,7 @@ def test_target_network_in_train(tmp_path, monkeypatch):
     monkeypatch.setattr(RecordingWrapper, "made", [])
     monkeypatch.setattr(sarsa, "NetworkWrapper", RecordingWrapper)
     # rollouts of 4 envs x 5 steps: rollout ends at env steps 20, 40, ..., 400
-    summary = sarsa.train(small_args(tmp_path, env_id="SarsaChain-v0", total_timesteps=400, target_network=True,
+    summary = sarsa.train(small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400, target_network=True,
                                      target_every=50, hidden_sizes=(16,)))
     (q_net,) = RecordingWrapper.made
     events = q_net.events
