@@ -211,7 +211,7 @@ class Run:
         self.recent_returns: list[float] = []
         self.start = time.perf_counter()
         self.next_check, self.stop_reason = 0, None
-        self.checkpoint_every = getattr(args, "checkpoint_every", 0)
+        self.checkpoint_every = args.checkpoint_every
         self.saved: dict | None = None  # the checkpoint being resumed
         self.resumes: list[int] = []
         self.env_note = None
