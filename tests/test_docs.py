@@ -112,5 +112,5 @@ def test_readme_benchmark_command_runs_the_cell_in_a_new_folder(tmp_path, capsys
 def test_readme_test_commands_are_what_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text()
     tests_section = readme_block("## Tests")
-    for command in ("pip install -r requirements-viz.txt", "python -m pytest -q tests"):
+    for command in ("pip install -r requirements-dev.txt", "python -m pytest -q tests"):
         assert command in tests_section and command in ci
