@@ -12,14 +12,23 @@ uniformly at random (heatup) and does not learn.
 
 Deviations from the paper:
 - Defaults are CleanRL's classic-control settings (MSE loss, Adam, 10k memory, [120, 84] MLP),
-  not the Atari ones (Huber loss, RMSprop, 1M memory, conv net); both losses are flags.
+  not the Atari ones (Huber loss, RMSprop, 1M memory); both losses are flags, and the benchmark
+  suites pass the pixel settings.
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
+
+Pixels: the network's torso follows the observation (MLP for vectors, MinAtar's conv for MinAtar
+grids, the paper's conv net for Atari's 84x84 frame stacks; common.pixels preprocesses Atari as
+the paper did). Atari rewards are clipped to their sign for learning only, a lost life ends the
+training episode, and the logged returns are whole-game scores; Atari frame stacks go to a
+FrameMemory that stores each frame once.
 
 Run:
     python algos/dqn.py --env CartPole-v1 --seed 1
+    python algos/dqn.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
 
-Uses from common: NetworkWrapper (online/target network, Adam, clipping), ReplayMemory, true_next_obs
-(the final observation at episode ends), run (run folder, logging, evaluation, signals, checkpoints).
+Uses from common: NetworkWrapper (online/target network, Adam, clipping), ReplayMemory / FrameMemory,
+true_next_obs (the final observation at episode ends), pixels (Atari and MinAtar envs), torso (the
+network's feature layers), run (run folder, logging, evaluation, signals, checkpoints).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -42,7 +51,7 @@ from gymnasium.vector import AutoresetMode
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/dqn.py` finds common/
-from common import NetworkWrapper, ReplayMemory, true_next_obs  # noqa: E402
+from common import FrameMemory, NetworkWrapper, ReplayMemory, is_image, obs_shape, pixels, torso, true_next_obs  # noqa: E402
 from common.run import Run, Stopped, parse_args, record_first_episode, refuse_workers  # noqa: E402
 from common.run import main as run_main  # noqa: E402
 
@@ -53,7 +62,7 @@ ALGO = "dqn"
 @dataclass
 class Args:
     env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
-    """gymnasium environment id (discrete actions)"""
+    """gymnasium environment id (discrete actions; vectors, MinAtar/* or Atari ids such as ALE/Breakout-v5)"""
     seed: int = 1
     """seed of python, numpy, torch, the envs and the replay sampler"""
     total_timesteps: int = 500_000
@@ -122,7 +131,7 @@ class Args:
     clip_grad_norm: Optional[float] = None
     """clip the global gradient norm to this value (None: no clipping)"""
     hidden_sizes: tuple[int, ...] = (120, 84)
-    """widths of the Q-network's hidden layers"""
+    """widths of the Q-network's hidden layers (vector observations; image torsos are the papers')"""
 
 
 def validate(args: Args) -> None:
@@ -159,18 +168,18 @@ def validate(args: Args) -> None:
 
 
 # 3. Environment ---------------------------------------------------------------------------------
-def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.vector.VectorEnv:
-    """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"]."""
-    try:
-        gym.spec(env_id)
-    except gym.error.Error as e:
-        raise ValueError(f"unknown environment id {env_id!r} ({e})") from None
+def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True) -> gym.vector.VectorEnv:
+    """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"].
+
+    Pixel ids get their standard preprocessing (common.pixels); `training=False` plays whole
+    Atari games (evaluation), `training=True` ends an episode at each lost life."""
+    pixels.kind(env_id)  # ValueError for an unknown id
 
     def thunk(i: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
             if video_dir is not None:
-                return record_first_episode(gym.make(env_id, render_mode="rgb_array"), video_dir, i)
-            return gym.make(env_id)
+                return record_first_episode(pixels.make(env_id, training, render_mode="rgb_array"), video_dir, i)
+            return pixels.make(env_id, training)
 
         return make
 
@@ -186,16 +195,12 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
 
 # 4. Networks ------------------------------------------------------------------------------------
 class QNetwork(nn.Module):
-    """MLP from an observation to one Q-value per action."""
+    """Torso chosen from the observation (MLP, MinAtar conv, Nature conv) and one Q-value per action."""
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: tuple[int, ...]):
+    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, hidden_sizes: tuple[int, ...]):
         super().__init__()
-        layers, width = [], obs_dim
-        for h in hidden_sizes:
-            layers += [nn.Linear(width, h), nn.ReLU()]
-            width = h
-        layers.append(nn.Linear(width, n_actions))
-        self.net = nn.Sequential(*layers)
+        layers, width = torso(obs_shape, hidden_sizes)
+        self.net = nn.Sequential(*layers, nn.Linear(width, n_actions))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs)  # [B, A]
@@ -246,28 +251,24 @@ def dqn_targets(
 
 
 def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, obs_dim] -> argmax_a Q(obs, a) [B], as a numpy function.
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function.
 
-    On CPU the MLP runs in numpy on zero-copy views of the parameters, which the optimizer and
+    On CPU an MLP runs in numpy on zero-copy views of the parameters, which the optimizer and
     the target sync update in place, so the views always hold the current weights. At batch size
     1, torch's dispatch (~3 us for each of ~8 ops) costs more than the arithmetic; this path is
-    ~4x faster and is checked against the torch forward in the tests.
+    ~4x faster and is checked against the torch forward in the tests. Conv nets run in torch.
     """
-    if device.type != "cpu":
+    if device.type != "cpu" or not all(isinstance(m, (nn.Linear, nn.ReLU)) for m in q_net.net):
         def act(obs: np.ndarray) -> np.ndarray:
+            x = torch.as_tensor(obs, device=device)
             with torch.no_grad():
-                return q_net(torch.as_tensor(obs, dtype=torch.float32, device=device)).argmax(1).cpu().numpy()
+                return q_net(x if x.dtype == torch.uint8 else x.float()).argmax(1).cpu().numpy()
 
         return act
-    layers = []
-    for m in q_net.net:
-        if isinstance(m, nn.Linear):
-            layers.append((m.weight.detach().numpy().T, m.bias.detach().numpy()))  # [in, out], [out]
-        elif not isinstance(m, nn.ReLU):
-            raise TypeError(f"numpy policy supports Linear and ReLU layers, not {type(m).__name__}")
+    layers = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in q_net.net if isinstance(m, nn.Linear)]  # [in, out], [out]
 
     def act_numpy(obs: np.ndarray) -> np.ndarray:
-        x = np.asarray(obs, dtype=np.float32)
+        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
         for k, (w, b) in enumerate(layers):
             x = x @ w + b
             if k < len(layers) - 1:
@@ -280,7 +281,7 @@ def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
     """Greedy policy from a `--save-model` file (state dict, loaded with weights_only=True)."""
     envs = make_env(args.env_id, 1)
-    q_net = QNetwork(int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n), tuple(args.hidden_sizes))
+    q_net = QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
     envs.close()
     q_net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
     return greedy_policy(q_net.to(device).eval(), torch.device(device))
@@ -302,17 +303,22 @@ def train(args: Args) -> dict:
     envs = make_env(args.env_id, args.num_envs)
     envs.action_space.seed(args.seed)
     envs.single_action_space.seed(args.seed)
-    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    shape = obs_shape(envs.single_observation_space)  # images as they are, vectors flattened
     n_actions = int(envs.single_action_space.n)
     B = args.num_envs
+    atari = pixels.kind(args.env_id) == "atari"
 
     q_net = NetworkWrapper(
-        QNetwork(obs_dim, n_actions, args.hidden_sizes), lr=args.learning_rate, optimizer="adam",
+        QNetwork(shape, n_actions, args.hidden_sizes), lr=args.learning_rate, optimizer="adam",
         clip_grad_norm=args.clip_grad_norm, target=True, device=device,
     )
     greedy = greedy_policy(q_net.online, device)
-    memory = ReplayMemory(args.buffer_size, (obs_dim,), (), discrete=True, device=device, seed=replay_seed)
-    eval_envs = functools.partial(make_env, args.env_id)
+    if atari:  # frame stacks: each frame stored once
+        memory = FrameMemory(args.buffer_size, shape[1:], shape[0], B, device=device, seed=replay_seed)
+    else:  # images stay uint8 (the network converts them)
+        memory = ReplayMemory(args.buffer_size, shape, (), discrete=True, device=device, seed=replay_seed,
+                              obs_dtype=torch.uint8 if is_image(shape) else torch.float32)
+    eval_envs = functools.partial(make_env, args.env_id, training=False)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"])
     print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {run.path}", flush=True)
 
@@ -326,7 +332,7 @@ def train(args: Args) -> dict:
             memory.load_state_dict(state["memory"])
         rng.bit_generator.state = state["rng"]
         obs, global_step = state["obs"], state["global_step"]
-    obs = obs.reshape(B, obs_dim)
+    obs = obs.reshape(B, *shape)
     error, completed, eval_returns, train_seconds = None, False, np.array([]), 0.0
     try:
         while global_step < args.total_timesteps:
@@ -338,15 +344,16 @@ def train(args: Args) -> dict:
             else:
                 actions = select_actions(greedy, obs, epsilon, n_actions, rng)
             next_obs, rewards, terminated, truncated, infos = envs.step(actions)
-            next_obs = next_obs.reshape(B, obs_dim)
+            next_obs = next_obs.reshape(B, *shape)
 
             # store: the autoreset already put the new episode's first obs in next_obs, so the
-            # transition must use the true final observation of the finished episode
+            # transition must use the true final observation of the finished episode; Atari
+            # rewards are clipped to their sign for learning (the paper), not for logging
             real_next_obs = true_next_obs(next_obs, infos)
-            memory.add(obs, actions, rewards, real_next_obs, terminated)
+            memory.add(obs, actions, np.sign(rewards) if atari else rewards, real_next_obs, terminated, done=terminated | truncated)
             obs = next_obs
 
-            run.episodes(global_step, rewards, terminated | truncated)  # logs the episodes that ended
+            run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))  # logs whole games
 
             # learn: gradient_steps per `train_every` env steps crossed in this iteration (once the
             # memory holds learning_starts transitions: a run resumed without its memory refills it)

@@ -50,7 +50,7 @@ class Cell:
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
 
     def run_name(self, seed: int) -> str:
-        return f"{self.algo}__{self.env}__s{seed}__{self.digest}"
+        return f"{self.algo}__{self.env.replace('/', '-')}__s{seed}__{self.digest}"
 
     @property
     def name(self) -> str:

@@ -268,7 +268,8 @@ class Run:
     # folder and files
     def _new_folder(self, config: dict) -> Path:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = Path(self.args.run_dir) / f"{self.args.env_id}__{self.algo}__{self.args.seed}__{stamp}"
+        env = self.args.env_id.replace("/", "-")  # ALE/Breakout-v5 -> ALE-Breakout-v5: one folder, not two
+        base = Path(self.args.run_dir) / f"{env}__{self.algo}__{self.args.seed}__{stamp}"
         path, k = base, 1
         try:
             while path.exists():  # two runs started in the same second

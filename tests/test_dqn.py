@@ -62,9 +62,9 @@ def test_stored_transitions_never_cross_a_reset(tmp_path, monkeypatch, num_envs)
     stored = []
 
     class RecordingMemory(ReplayMemory):
-        def add(self, obs, actions, rewards, next_obs, terminated, valid=None):
+        def add(self, obs, actions, rewards, next_obs, terminated, valid=None, done=None):
             stored.append((np.array(obs), np.array(next_obs), np.array(terminated)))
-            super().add(obs, actions, rewards, next_obs, terminated, valid)
+            super().add(obs, actions, rewards, next_obs, terminated, valid, done)
 
     monkeypatch.setattr(dqn, "ReplayMemory", RecordingMemory)
     summary = dqn.train(small_args(tmp_path, env_id="CountEnv-v0", num_envs=num_envs, total_timesteps=300))
@@ -96,7 +96,7 @@ def test_smoke_run_folder_and_summary(tmp_path):
     assert any(r["loss"] for r in rows) and any(r["episodic_return"] for r in rows)
     assert sum(1 for r in rows if r["eval_return"]) == 3  # at 200 and 400, and at the end
     state = torch.load(run / "model.pt", weights_only=True)
-    assert set(state) == set(dqn.QNetwork(4, 2, (120, 84)).state_dict())
+    assert set(state) == set(dqn.QNetwork((4,), 2, (120, 84)).state_dict())
 
 
 def test_same_seed_same_metrics(tmp_path):
@@ -211,7 +211,7 @@ def test_numpy_policy_matches_torch_after_updates(tmp_path):
     torch.manual_seed(0)
     from common import NetworkWrapper
 
-    q_net = NetworkWrapper(dqn.QNetwork(4, 3, (16, 8)), lr=0.1)
+    q_net = NetworkWrapper(dqn.QNetwork((4,), 3, (16, 8)), lr=0.1)
     act = dqn.greedy_policy(q_net.online, torch.device("cpu"))
     obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
     for _ in range(3):  # the numpy views must follow the optimizer's in-place updates

@@ -59,7 +59,7 @@ def update_and_step() -> tuple[Callable[[], None], Callable[[], None], gym.vecto
     torch.manual_seed(0)
     envs = dqn.make_env(args.env_id, 1)
     obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
-    q_net = NetworkWrapper(dqn.QNetwork(obs_dim, n_actions, args.hidden_sizes), lr=args.learning_rate, target=True)
+    q_net = NetworkWrapper(dqn.QNetwork((obs_dim,), n_actions, args.hidden_sizes), lr=args.learning_rate, target=True)
     memory = ReplayMemory(args.buffer_size, (obs_dim,), (), discrete=True, seed=0)
     rng = np.random.default_rng(0)
     n = args.buffer_size

@@ -58,7 +58,7 @@ def measure(name: str, state: dict, repeats: int = 3) -> None:
 def main() -> None:
     torch.set_num_threads(1)
     a = dqn.Args()
-    q = stepped(NetworkWrapper(dqn.QNetwork(4, 2, a.hidden_sizes), lr=a.learning_rate, target=True),
+    q = stepped(NetworkWrapper(dqn.QNetwork((4,), 2, a.hidden_sizes), lr=a.learning_rate, target=True),
                 lambda m: m(torch.randn(8, 4)).pow(2).mean())
     measure("dqn CartPole-v1, defaults (10,000 transitions)", {"q_net": q.state_dict(), "memory": filled(a.buffer_size, 4, (), True).state_dict()})
     d = ddpg.Args()
