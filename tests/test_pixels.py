@@ -1,0 +1,245 @@
+"""Pixel pieces of common/: the frame memory against a brute-force one, the Atari wrappers, MinAtar."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import FrameMemory, obs_shape, pixels, torso, true_next_obs  # noqa: E402
+
+
+# --- frame memory ------------------------------------------------------------------------------
+class NoiseEnv(gym.Env):
+    """Random 5x6 uint8 frames; episodes of random length that terminate or truncate."""
+
+    observation_space = gym.spaces.Box(0, 255, (5, 6), np.uint8)
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.end = 0, int(self.np_random.integers(1, 9))
+        return self.np_random.integers(0, 256, (5, 6), dtype=np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        frame = self.np_random.integers(0, 256, (5, 6), dtype=np.uint8)
+        ended = self.t >= self.end
+        terminated = ended and bool(self.np_random.random() < 0.5)
+        return frame, float(self.np_random.normal()), terminated, ended and not terminated, {}
+
+
+def fill(memory: FrameMemory, num_envs: int, stack: int, steps: int, seed: int = 0):
+    """Step `num_envs` stacked NoiseEnvs together, adding to `memory`; the brute-force record of
+    every transition per env (whole stacks, as CleanRL's and SB3's memories store them)."""
+    envs = gym.vector.SyncVectorEnv([lambda: gym.wrappers.FrameStackObservation(NoiseEnv(), stack)] * num_envs,
+                                    autoreset_mode=AutoresetMode.SAME_STEP)
+    rng = np.random.default_rng(seed)
+    obs, _ = envs.reset(seed=seed)
+    brute = [[] for _ in range(num_envs)]
+    for _ in range(steps):
+        actions = rng.integers(3, size=num_envs)
+        next_obs, rewards, terminated, truncated, infos = envs.step(actions)
+        real_next = true_next_obs(next_obs, infos)
+        memory.add(obs, actions, rewards, real_next, terminated, done=terminated | truncated)
+        for i in range(num_envs):
+            brute[i].append((obs[i].copy(), actions[i], np.float32(rewards[i]), real_next[i].copy(), float(terminated[i])))
+        obs = next_obs
+    return brute
+
+
+@pytest.mark.parametrize("num_envs,stack,capacity,steps", [(1, 4, 40, 25), (1, 4, 40, 300), (3, 4, 60, 200), (2, 3, 1000, 150), (3, 1, 30, 80)])
+def test_frame_memory_rebuilds_every_stack_the_env_gave(num_envs, stack, capacity, steps):
+    memory = FrameMemory(capacity, (5, 6), stack, num_envs, seed=1)
+    brute = fill(memory, num_envs, stack, steps)
+    env, entry = memory.sampleable()
+    got = memory.transitions(env, entry)
+    held = 0
+    for i in range(num_envs):
+        mine = np.flatnonzero(env == i)  # this env's transitions, oldest first: its newest ones
+        held += len(mine)
+        expected = brute[i][len(brute[i]) - len(mine):]
+        for k, (obs, action, reward, next_obs, terminated) in zip(mine, expected):
+            assert np.array_equal(got.obs[k].numpy(), obs)
+            assert np.array_equal(got.next_obs[k].numpy(), next_obs)
+            assert got.actions[k].item() == action and got.rewards[k].item() == reward and got.terminated[k].item() == terminated
+    assert len(memory) - num_envs * (stack - 1) <= held <= len(memory)
+    if steps * num_envs <= capacity // 2:  # nothing overwritten yet: every transition is there
+        assert held == len(memory) == num_envs * steps
+    # each env keeps capacity / num_envs frames: at most one per transition plus one per episode
+    assert len(memory) >= min(num_envs * steps, capacity) // 2
+    if steps * num_envs > capacity:  # the ring wrapped around and still gives the right stacks
+        assert memory.written.min() > memory.ring
+
+
+def test_frame_memory_samples_only_stored_transitions_and_is_seeded():
+    memory = FrameMemory(50, (5, 6), 4, 2, seed=3)
+    brute = fill(memory, 2, 4, 120)
+    known = {(o.tobytes(), n.tobytes()) for b in brute for (o, _, _, n, _) in b}
+    batch = memory.sample(256)
+    assert batch.obs.dtype == torch.uint8 and batch.obs.shape == (256, 4, 5, 6) and batch.actions.dtype == torch.int64
+    assert all((o.numpy().tobytes(), n.numpy().tobytes()) in known for o, n in zip(batch.obs, batch.next_obs))
+    again = FrameMemory(50, (5, 6), 4, 2, seed=3)
+    fill(again, 2, 4, 120)
+    assert torch.equal(again.sample(256).obs, batch.obs)  # same seed, same additions: same batch
+
+
+def test_frame_memory_state_dict_round_trip():
+    memory = FrameMemory(40, (5, 6), 4, 2, seed=5)
+    fill(memory, 2, 4, 70)
+    copy = FrameMemory(40, (5, 6), 4, 2, seed=99)
+    copy.load_state_dict(memory.state_dict())
+    assert len(copy) == len(memory)
+    a, b = memory.sample(64), copy.sample(64)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    with pytest.raises(ValueError, match="shape"):
+        FrameMemory(80, (5, 6), 4, 2).load_state_dict(memory.state_dict())
+
+
+def test_frame_memory_holds_each_frame_once():
+    memory = FrameMemory(1000, (84, 84), 4, 1)
+    assert memory.frames.nbytes == 1000 * 84 * 84  # a stack-per-row memory: 2 x 4 x this
+
+
+# --- torso ----------------------------------------------------------------------------------------
+def test_torso_follows_the_observation():
+    layers, width = torso((4, 84, 84), (64,))
+    net = torch.nn.Sequential(*layers)
+    assert width == 512 and net(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape == (2, 512)
+    assert sum(isinstance(m, torch.nn.Conv2d) for m in layers) == 3
+    layers, width = torso((6, 10, 10), (64,))
+    assert width == 128 and torch.nn.Sequential(*layers)(torch.ones(3, 6, 10, 10, dtype=torch.uint8)).shape == (3, 128)
+    layers, width = torso((8,), (32, 16))
+    assert width == 16 and [type(m) for m in layers] == [torch.nn.Linear, torch.nn.ReLU] * 2
+    with pytest.raises(ValueError, match="no torso"):
+        torso((3, 40, 40), ())
+    # Atari frames are scaled to [0, 1], MinAtar's 0/1 kept as they are
+    assert torch.equal(layers_out(torso((4, 84, 84), ())[0][0], 255), torch.tensor(1.0))
+    assert torch.equal(layers_out(torso((4, 10, 10), ())[0][0], 1), torch.tensor(1.0))
+    assert obs_shape(gym.spaces.Box(0, 1, (2, 3))) == (6,) and obs_shape(gym.spaces.Box(0, 1, (4, 10, 10))) == (4, 10, 10)
+
+
+def layers_out(layer, value):
+    return layer(torch.tensor(value, dtype=torch.uint8))
+
+
+# --- Atari wrappers -------------------------------------------------------------------------------
+def atari(training: bool) -> gym.Env:
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    return pixels.make("BreakoutNoFrameskip-v4", training=training)
+
+
+def play(env: gym.Env, steps: int, seed: int = 0):
+    """Random actions; (reward, terminated, truncated, info, lives, frame number) per step."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(steps):
+        obs, reward, terminated, truncated, info = env.step(int(rng.integers(env.action_space.n)))
+        ale = env.unwrapped.ale
+        out.append((reward, terminated, truncated, info, ale.lives(), ale.getEpisodeFrameNumber()))
+        if terminated or truncated:
+            return out
+    return out
+
+
+def test_atari_observations_are_the_papers():
+    env = atari(training=True)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
+    assert all(np.array_equal(obs[0], obs[k]) for k in range(4))  # a new episode is padded with its first frame
+    assert pixels.kind("ALE/Pong-v5") == "atari" and pixels.kind("MinAtar/Breakout-v1") == "minatar" and pixels.kind("CartPole-v1") is None
+    with pytest.raises(ValueError, match="unknown environment id"):
+        pixels.kind("ALE/NoSuchGame-v5")
+
+
+def test_a_lost_life_ends_a_training_episode_and_the_game_goes_on():
+    env = atari(training=True)
+    env.reset(seed=1)
+    steps = play(env, 5000)
+    reward, terminated, truncated, info, lives, frame = steps[-1]
+    assert terminated and info.get("life_lost") and lives == 4  # Breakout starts with 5
+    assert sum(s[1] for s in steps) == 1  # nothing ended the episode earlier
+    env.reset()
+    assert env.unwrapped.ale.lives() == 4 and env.unwrapped.ale.getEpisodeFrameNumber() >= frame  # same game
+    lives_seen = [4]
+    for _ in range(10):
+        steps = play(env, 5000)
+        lives_seen.append(steps[-1][4])
+        if not steps[-1][3].get("life_lost"):
+            break
+        env.reset()
+    assert lives_seen == [4, 3, 2, 1, 0] and steps[-1][1]  # the last life ends the game, without the flag
+    env.reset()
+    assert env.unwrapped.ale.lives() == 5 and env.unwrapped.ale.getEpisodeFrameNumber() < 100  # a new game
+
+
+def test_an_evaluation_game_is_played_to_its_end():
+    env = atari(training=False)
+    env.reset(seed=1)
+    steps = play(env, 20_000)
+    assert steps[-1][1] and steps[-1][4] == 0  # terminated only at the game's end
+    assert [s[4] for s in steps].count(4) > 0 and not any(s[1] for s in steps[:-1])
+    assert not any(s[3].get("life_lost") for s in steps)
+
+
+class ActionLog(gym.Wrapper):
+    def __init__(self, env):
+        super().__init__(env)
+        self.actions = []
+
+    def step(self, action):
+        self.actions.append(int(action))
+        return self.env.step(action)
+
+
+def test_fire_is_pressed_on_reset_and_after_a_lost_life():
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    pixels.kind("BreakoutNoFrameskip-v4")
+    inner = gym.wrappers.AtariPreprocessing(gym.make("BreakoutNoFrameskip-v4"), noop_max=30, frame_skip=4)
+    log = ActionLog(inner)
+    env = pixels.FireReset(log)
+    env.reset(seed=2)
+    assert log.actions == [1]  # FIRE, after the no-ops AtariPreprocessing did itself
+    rng = np.random.default_rng(0)
+    lives = env.unwrapped.ale.lives()
+    while env.unwrapped.ale.lives() == lives:
+        n = len(log.actions)
+        env.step(int(rng.choice([0, 2, 3])))  # never FIRE on its own
+    assert log.actions[n:] == [log.actions[n], 1]  # the step that lost the life pressed FIRE after it
+    assert 1 not in log.actions[1:n + 1]
+
+
+def test_game_over_counts_whole_games_for_the_logged_returns():
+    pytest.importorskip("ale_py")
+    envs = gym.vector.SyncVectorEnv([lambda: pixels.make("BreakoutNoFrameskip-v4", training=True)] * 2,
+                                    autoreset_mode=AutoresetMode.SAME_STEP)
+    envs.reset(seed=3)
+    rng = np.random.default_rng(0)
+    ends = games = 0
+    for _ in range(1500):
+        _, _, terminated, truncated, infos = envs.step(rng.integers(4, size=2))
+        ends += int((terminated | truncated).sum())
+        over = pixels.game_over(terminated, truncated, infos)
+        games += int(over.sum())
+        for i in np.flatnonzero(terminated | truncated):
+            assert over[i] == (infos["final_info"]["lives"][i] == 0)
+    assert games >= 2
+    assert 5 * games <= ends <= 5 * games + 2 * 4  # five training episodes per game (plus the unfinished games')
+
+
+def test_minatar_observations_are_channels_first_uint8_with_a_time_limit():
+    pytest.importorskip("minatar")
+    env = pixels.make("MinAtar/SpaceInvaders-v1")
+    obs, _ = env.reset(seed=0)
+    assert obs.dtype == np.uint8 and obs.shape == env.observation_space.shape and obs.shape[1:] == (10, 10)
+    raw = env.unwrapped.game.state()  # [10, 10, C] booleans
+    assert np.array_equal(obs, np.moveaxis(raw, -1, 0).astype(np.uint8))
+    assert env.spec.max_episode_steps == pixels.MINATAR_MAX_STEPS
