@@ -330,6 +330,8 @@ def train(args: Args) -> dict:
         q_net.load_state_dict(state["q_net"])
         if state["memory"] is not None:
             memory.load_state_dict(state["memory"])
+            if state["envs_restarted"] and isinstance(memory, FrameMemory):
+                memory.new_episodes()  # the reset observations must not be stacked onto the old episodes' frames
         rng.bit_generator.state = state["rng"]
         obs, global_step = state["obs"], state["global_step"]
     obs = obs.reshape(B, *shape)

@@ -211,6 +211,11 @@ class FrameMemory:
             self.size += 1
         self.starts_episode[:] = np.asarray(done, dtype=bool)
 
+    def new_episodes(self) -> None:
+        """The next `add`'s observations begin new episodes, whatever the last `add` said (the envs
+        were reset outside the loop, e.g. on resuming from a checkpoint without their state)."""
+        self.starts_episode[:] = True
+
     def _stacks(self, env: np.ndarray, entry: np.ndarray) -> np.ndarray:
         """Stacks [N, k, H, W] of absolute entries `entry` [N] of envs `env` [N]."""
         idx = np.empty((len(entry), self.stack), dtype=np.int64)

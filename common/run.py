@@ -433,12 +433,13 @@ class Run:
     def restore(self, envs: gym.vector.VectorEnv) -> dict | None:
         """The script's state from the checkpoint being resumed (None for a new run), plus its `obs` and
         `global_step`, with the generators, the envs and the running episodes put back. Where the envs'
-        state was not captured, the envs are reset: `obs` and the episodes start anew."""
+        state was not captured, the envs are reset: `obs` and the episodes start anew (`envs_restarted`)."""
         if self.saved is None:
             return None
         saved, self.saved = self.saved, None
         checkpoint.set_rng_state(saved["rng"])
-        state = {**checkpoint.unpack(saved["state"]), "global_step": saved["global_step"], "obs": checkpoint.unpack(saved["obs"])}
+        state = {**checkpoint.unpack(saved["state"]), "global_step": saved["global_step"], "obs": checkpoint.unpack(saved["obs"]),
+                 "envs_restarted": saved["envs"] is None}
         if saved["envs"] is not None:
             checkpoint.set_env_state(envs, saved["envs"])
             episodes = checkpoint.unpack(saved["episodes"])

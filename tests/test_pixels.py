@@ -78,6 +78,19 @@ def test_frame_memory_rebuilds_every_stack_the_env_gave(num_envs, stack, capacit
         assert memory.written.min() > memory.ring
 
 
+def test_frame_memory_after_envs_restarted_outside_the_loop():
+    memory = FrameMemory(400, (5, 6), 4, 2, seed=1)
+    fill(memory, 2, 4, 30, seed=0)
+    memory.new_episodes()  # as on a resume that could not restore the envs
+    brute = fill(memory, 2, 4, 40, seed=7)  # fresh envs: every episode starts anew
+    env, entry = memory.sampleable()
+    got = memory.transitions(env, entry)
+    for i in range(2):
+        mine = np.flatnonzero(env == i)[-40:]  # the newest 40 of this env are the second fill's
+        for k, (obs, _, _, next_obs, _) in zip(mine, brute[i]):
+            assert np.array_equal(got.obs[k].numpy(), obs) and np.array_equal(got.next_obs[k].numpy(), next_obs)
+
+
 def test_frame_memory_samples_only_stored_transitions_and_is_seeded():
     memory = FrameMemory(50, (5, 6), 4, 2, seed=3)
     brute = fill(memory, 2, 4, 120)
