@@ -33,6 +33,10 @@ COMPARISONS = {
             ["--total-timesteps", "3000", "--learning-starts", "1000", "--out", "{dir}/speed_dqn_raw.json"]),
     "a2c": ("speed_a2c.py", ["--total-timesteps", "100000", "--repeats", "2"], ["--total-timesteps", "2000", "--repeats", "1"]),
     "ddpg": ("speed_ddpg.py", ["--repeats", "1"], ["--repeats", "1", "--total-timesteps", "600", "--learning-starts", "300"]),
+    "dqn-atari": ("speed_dqn_atari.py", ["--total-timesteps", "12000", "--repeats", "2", "--threads", "1", "2", "--profile",
+                                        "--out", "{dir}/speed_dqn_atari_raw.json"],
+                  ["--total-timesteps", "400", "--learning-starts", "200", "--repeats", "1", "--threads", "1",
+                   "--out", "{dir}/speed_dqn_atari_raw.json"]),
     # torch's default thread count (all cores), as CleanRL's recorded figures ran
     "ddpg-threads2": ("speed_ddpg.py", ["--repeats", "1", "--threads", "2", "--no-naf"],
                       ["--repeats", "1", "--threads", "2", "--no-naf", "--total-timesteps", "600", "--learning-starts", "300"]),
