@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 import json
 import sys
 from dataclasses import dataclass, fields
@@ -62,7 +63,8 @@ def main(a: EvalArgs) -> int:
     video_dir = str(a.run / "eval_videos") if a.capture_video else None
     from common.run import evaluate
 
-    returns = evaluate(act, functools.partial(module.make_env, args.env_id), episodes, seed, video_dir)
+    whole_games = {"training": False} if "training" in inspect.signature(module.make_env).parameters else {}  # Atari: as the run's evaluations
+    returns = evaluate(act, functools.partial(module.make_env, args.env_id, **whole_games), episodes, seed, video_dir)
     print(f"{algo} on {args.env_id}: return {returns.mean():.2f} +- {returns.std():.2f} over {episodes} episodes")
     return 0
 

@@ -27,12 +27,21 @@ Deviations from the paper:
 - Optional tanh-bounded Gaussian mean (`--bounded-mean`): an unbounded mean can drift far past
   the action bounds, where every sample clips to the same action and exploration stops.
 
+Pixels (discrete actions): the torso follows the observation (MLP for vectors, MinAtar's conv for
+MinAtar grids, the DQN paper's conv net for Atari's 84x84 frame stacks; common.pixels
+preprocesses Atari as that paper did). The rollout keeps images as uint8 and the network turns
+them into floats, so `--normalize-obs` is for vectors only. Atari rewards are clipped to their
+sign for learning only, a lost life ends the training episode, and the logged returns are
+whole-game scores.
+
 Run:
     python algos/a2c.py --env CartPole-v1 --seed 1
     torchrun --nproc-per-node 2 algos/a2c.py --env CartPole-v1 --seed 1   # 2 workers, one network
+    python algos/a2c.py --env MinAtar/Breakout-v1 --shared-torso --total-timesteps 1000000   (pixels extra)
 
 Uses from common: NetworkWrapper (network, RMSprop/Adam, clipping), n_step_returns,
-distributed (torchrun workers), true_next_obs (the final observation at episode ends).
+distributed (torchrun workers), true_next_obs (the final observation at episode ends), pixels
+(Atari and MinAtar envs), torso (the network's feature layers).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -55,7 +64,7 @@ from gymnasium.vector import AutoresetMode
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/a2c.py` finds common/
-from common import NetworkWrapper, distributed, n_step_returns, true_next_obs  # noqa: E402
+from common import NetworkWrapper, distributed, is_image, n_step_returns, obs_shape, pixels, torso, true_next_obs  # noqa: E402
 from common.run import Run, Stopped, parse_args, record_first_episode  # noqa: E402
 from common.run import main as run_main  # noqa: E402
 
@@ -66,7 +75,7 @@ ALGO = "a2c"
 @dataclass
 class Args:
     env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
-    """gymnasium environment id (discrete or continuous actions)"""
+    """gymnasium environment id (discrete or continuous actions; MinAtar/* or Atari ids such as ALE/Breakout-v5 with discrete actions)"""
     seed: int = 1
     """seed of python, numpy, torch, the envs and the action sampler (worker r of several: seed + r * num_envs)"""
     total_timesteps: int = 500_000
@@ -127,9 +136,9 @@ class Args:
     clip_grad_norm: Optional[float] = 0.5
     """clip the global gradient norm to this value (None: no clipping)"""
     hidden_sizes: tuple[int, ...] = (64, 64)
-    """widths of the actor's and the critic's hidden layers"""
+    """widths of the actor's and the critic's hidden layers (vector observations; image torsos are the papers')"""
     activation: Literal["tanh", "relu"] = "tanh"
-    """hidden-layer activation"""
+    """hidden-layer activation of vector torsos (image torsos use ReLU)"""
     shared_torso: bool = False
     """one torso with a policy head and a value head (the paper) instead of separate actor and critic"""
     log_std_init: float = 0.0
@@ -137,7 +146,7 @@ class Args:
     bounded_mean: bool = False
     """squash the Gaussian mean into the action bounds with tanh (the sample stays unclipped)"""
     normalize_obs: bool = False
-    """normalise observations by a running mean and std (saved with the model)"""
+    """normalise vector observations by a running mean and std (saved with the model)"""
     normalize_reward: bool = False
     """scale rewards by a running std of the discounted return"""
 
@@ -172,18 +181,18 @@ def validate(args: Args) -> None:
 
 
 # 3. Environment ---------------------------------------------------------------------------------
-def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.vector.VectorEnv:
-    """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"]."""
-    try:
-        gym.spec(env_id)
-    except gym.error.Error as e:
-        raise ValueError(f"unknown environment id {env_id!r} ({e})") from None
+def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True) -> gym.vector.VectorEnv:
+    """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"].
+
+    Pixel ids get their standard preprocessing (common.pixels); `training=False` plays whole
+    Atari games (evaluation), `training=True` ends an episode at each lost life."""
+    pixels.kind(env_id)  # ValueError for an unknown id
 
     def thunk(i: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
             if video_dir is not None:
-                return record_first_episode(gym.make(env_id, render_mode="rgb_array"), video_dir, i)
-            return gym.make(env_id)
+                return record_first_episode(pixels.make(env_id, training, render_mode="rgb_array"), video_dir, i)
+            return pixels.make(env_id, training)
 
         return make
 
@@ -195,6 +204,9 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
     if not isinstance(envs.single_observation_space, gym.spaces.Box):
         envs.close()
         raise ValueError(f"{ALGO} needs a Box observation space; {env_id} has {envs.single_observation_space}")
+    if is_image(obs_shape(envs.single_observation_space)) and not isinstance(space, gym.spaces.Discrete):
+        envs.close()
+        raise ValueError(f"{ALGO} takes image observations with discrete actions only; {env_id} has {space}")
     return envs
 
 
@@ -261,30 +273,33 @@ class ObsNormalizer(nn.Module):
         return ((obs - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip).to(obs.dtype)
 
 
-def mlp(in_dim: int, hidden_sizes: tuple[int, ...], activation: type[nn.Module]) -> nn.Sequential:
-    layers, width = [], in_dim
-    for h in hidden_sizes:
-        layers += [nn.Linear(width, h), activation()]
-        width = h
-    return nn.Sequential(*layers)
+def build_torso(obs_shape: tuple[int, ...], hidden_sizes: tuple[int, ...], activation: type[nn.Module]) -> tuple[nn.Sequential, int]:
+    """common.torso's feature layers and their width: the papers' conv torsos (ReLU) for images,
+    and for vectors its MLP with `activation` in place of ReLU."""
+    layers, width = torso(obs_shape, hidden_sizes)
+    if not is_image(obs_shape):
+        layers = [activation() if isinstance(m, nn.ReLU) else m for m in layers]
+    return nn.Sequential(*layers), width
 
 
 class ActorCritic(nn.Module):
     """Policy head (logits [N, A] or Gaussian mean [N, A]) and value head [N], from an observation."""
 
     def __init__(
-        self, obs_dim: int, action_dim: int, discrete: bool, hidden_sizes: tuple[int, ...],
+        self, obs_shape: tuple[int, ...], action_dim: int, discrete: bool, hidden_sizes: tuple[int, ...],
         shared_torso: bool = False, activation: str = "tanh", normalize_obs: bool = False, log_std_init: float = 0.0,
         mean_bounds: tuple[np.ndarray, np.ndarray] | None = None,
     ):
         super().__init__()
         act = nn.Tanh if activation == "tanh" else nn.ReLU
-        self.discrete = discrete
-        self.obs_norm = ObsNormalizer(obs_dim) if normalize_obs else None
-        self.actor_torso = mlp(obs_dim, hidden_sizes, act)
-        self.critic_torso = None if shared_torso else mlp(obs_dim, hidden_sizes, act)
-        self.policy_head = nn.Linear(hidden_sizes[-1], action_dim)
-        self.value_head = nn.Linear(hidden_sizes[-1], 1)
+        self.discrete, self.obs_shape = discrete, tuple(obs_shape)
+        if normalize_obs and is_image(obs_shape):
+            raise ValueError(f"--normalize-obs is for vector observations; these are images of shape {tuple(obs_shape)}")
+        self.obs_norm = ObsNormalizer(obs_shape[0]) if normalize_obs else None
+        self.actor_torso, width = build_torso(obs_shape, hidden_sizes, act)
+        self.critic_torso = None if shared_torso else build_torso(obs_shape, hidden_sizes, act)[0]
+        self.policy_head = nn.Linear(width, action_dim)
+        self.value_head = nn.Linear(width, 1)
         self.log_std = None if discrete else nn.Parameter(torch.full((action_dim,), float(log_std_init)))
         # optional mean = center + half_range * tanh(.): an unbounded mean can run far outside the
         # bounds, where every sample is clipped to the same action and exploration stops there
@@ -294,7 +309,7 @@ class ActorCritic(nn.Module):
         # orthogonal init (as Baselines and SB3): sqrt(2) in the torso, small policy head so the
         # initial policy is near uniform / near zero-mean, unit gain for the value
         for m in self.modules():
-            if isinstance(m, nn.Linear):
+            if isinstance(m, (nn.Linear, nn.Conv2d)):
                 nn.init.orthogonal_(m.weight, math.sqrt(2))
                 nn.init.zeros_(m.bias)
         nn.init.orthogonal_(self.policy_head.weight, 0.01)
@@ -390,17 +405,18 @@ def sample_actions(head: np.ndarray, std: np.ndarray | None, rng: np.random.Gene
 
 
 def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, obs_dim] -> policy head [B, A] without gradient, as a numpy function.
+    """obs [B, *obs_shape] -> policy head [B, A] without gradient, as a numpy function.
 
-    On CPU the actor runs in numpy on zero-copy views of the parameters and normaliser buffers,
-    which the optimizer and the normaliser update in place, so the views always hold the
+    On CPU an MLP actor runs in numpy on zero-copy views of the parameters and normaliser
+    buffers, which the optimizer and the normaliser update in place, so the views always hold the
     current values. At a batch of a few envs torch's per-op dispatch costs more than the
-    arithmetic; the tests check this path against the torch forward.
+    arithmetic; the tests check this path against the torch forward. Conv nets run in torch.
     """
-    if device.type != "cpu":
+    if device.type != "cpu" or not all(isinstance(m, (nn.Linear, nn.Tanh, nn.ReLU)) for m in net.actor_torso):
         def head_torch(obs: np.ndarray) -> np.ndarray:
+            x = torch.as_tensor(obs, device=device).reshape(len(obs), *net.obs_shape)
             with torch.no_grad():
-                x = torch.as_tensor(obs, dtype=torch.float32, device=device)
+                x = x if x.dtype == torch.uint8 else x.float()  # images stay uint8: the torso converts them
                 x = x if net.obs_norm is None else net.obs_norm(x)
                 return net.policy(net.actor_torso(x)).cpu().numpy()
 
@@ -409,10 +425,8 @@ def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray],
     for m in [*net.actor_torso, net.policy_head]:
         if isinstance(m, nn.Linear):
             layers.append((m.weight.detach().numpy().T, m.bias.detach().numpy()))  # [in, out], [out]
-        elif isinstance(m, (nn.Tanh, nn.ReLU)):
-            layers.append(np.tanh if isinstance(m, nn.Tanh) else _relu)
         else:
-            raise TypeError(f"numpy policy supports Linear, Tanh and ReLU layers, not {type(m).__name__}")
+            layers.append(np.tanh if isinstance(m, nn.Tanh) else _relu)
     if net.mean_center is not None:
         center, half_range = net.mean_center.numpy(), net.mean_half_range.numpy()
         layers.append(lambda x: center + half_range * np.tanh(x))
@@ -420,7 +434,7 @@ def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray],
     stats = None if norm is None else (norm.mean.numpy(), norm.var.numpy())
 
     def head_numpy(obs: np.ndarray) -> np.ndarray:
-        x = np.asarray(obs, dtype=np.float32)
+        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
         if stats is not None:
             x = np.clip((x - stats[0]) / np.sqrt(stats[1] + norm.eps), -norm.clip, norm.clip).astype(np.float32)
         for layer in layers:
@@ -435,13 +449,13 @@ def _relu(x: np.ndarray) -> np.ndarray:
 
 
 def greedy_policy(net: ActorCritic, device: torch.device, action_space: gym.Space) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, obs_dim] -> deterministic actions: argmax of the logits [B], or the Gaussian mean
+    """obs [B, *obs_shape] -> deterministic actions: argmax of the logits [B], or the Gaussian mean
     clipped to the action bounds [B, A]."""
     head = numpy_head(net, device)
     if isinstance(action_space, gym.spaces.Discrete):
-        return lambda obs: head(obs.reshape(len(obs), -1)).argmax(1)
+        return lambda obs: head(obs).argmax(1)
     low, high = action_space.low, action_space.high
-    return lambda obs: np.clip(head(obs.reshape(len(obs), -1)), low, high)
+    return lambda obs: np.clip(head(obs), low, high)
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
@@ -460,7 +474,7 @@ def build_network(args: Args, envs: gym.vector.VectorEnv) -> ActorCritic:
     if args.bounded_mean and not discrete and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
         raise ValueError(f"--bounded-mean needs finite action bounds; {args.env_id} has {space}")
     return ActorCritic(
-        int(np.prod(envs.single_observation_space.shape)), int(space.n) if discrete else int(space.shape[0]), discrete,
+        obs_shape(envs.single_observation_space), int(space.n) if discrete else int(space.shape[0]), discrete,
         tuple(args.hidden_sizes), args.shared_torso, args.activation, args.normalize_obs, args.log_std_init,
         (space.low, space.high) if args.bounded_mean and not discrete else None,
     )
@@ -483,7 +497,8 @@ def train(args: Args) -> dict:
     envs = make_env(args.env_id, args.num_envs)
     envs.action_space.seed(seed)
     envs.single_action_space.seed(seed)
-    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    shape = obs_shape(envs.single_observation_space)  # images as they are, vectors flattened
+    atari = pixels.kind(args.env_id) == "atari"
     space = envs.single_action_space
     discrete = isinstance(space, gym.spaces.Discrete)
     B, T = args.num_envs, args.n_steps
@@ -499,15 +514,17 @@ def train(args: Args) -> dict:
     std = None if discrete else ac.log_std.detach().exp().cpu().numpy()  # [A], refreshed after every update
     greedy = greedy_policy(ac, device, space)
     reward_scaler = RewardScaler(B, args.gamma, distributed.gather) if args.normalize_reward else None  # equal statistics on all workers
-    # the rollout, preallocated; time-major [T, B]; torch.from_numpy shares the memory on CPU
+    # the rollout, preallocated; time-major [T, B]; torch.from_numpy shares the memory on CPU;
+    # images stay uint8 (the network converts them)
     action_shape = () if discrete else space.shape
-    rollout_obs = np.zeros((T, B, obs_dim), dtype=np.float32)
-    rollout_next_obs = np.zeros((T, B, obs_dim), dtype=np.float32)  # true next observations
+    obs_dtype = np.uint8 if is_image(shape) else np.float32
+    rollout_obs = np.zeros((T, B, *shape), dtype=obs_dtype)
+    rollout_next_obs = np.zeros((T, B, *shape), dtype=obs_dtype)  # true next observations
     rollout_actions = np.zeros((T, B, *action_shape), dtype=np.int64 if discrete else np.float32)
     rollout_rewards = np.zeros((T, B), dtype=np.float32)
     rollout_terminated = np.zeros((T, B), dtype=np.float32)
     rollout_truncated = np.zeros((T, B), dtype=np.float32)
-    eval_envs = functools.partial(make_env, args.env_id)
+    eval_envs = functools.partial(make_env, args.env_id, training=False)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "policy_loss", "value_loss", "entropy", "grad_norm", "sps", "eval_return", "eval_return_std"], write=distributed.is_main())
     if run.write:
         workers = f" x {world} workers" if world > 1 else ""
@@ -525,7 +542,7 @@ def train(args: Args) -> dict:
         if std is not None:
             std = ac.log_std.detach().exp().cpu().numpy()
         obs, global_step = state["obs"], state["global_step"]
-    obs = obs.reshape(B, obs_dim)
+    obs = obs.reshape(B, *shape)
     error, completed, eval_returns, train_seconds = None, False, np.array([]), 0.0
     try:
         while global_step < args.total_timesteps:
@@ -536,22 +553,23 @@ def train(args: Args) -> dict:
                 actions = sample_actions(policy_head(obs), std, rng)
                 env_actions = actions if discrete else np.clip(actions, space.low, space.high)
                 next_obs, rewards, terminated, truncated, infos = envs.step(env_actions)
-                next_obs = next_obs.reshape(B, obs_dim)
+                next_obs = next_obs.reshape(B, *shape)
                 rollout_obs[t] = obs
                 rollout_actions[t] = actions
                 rollout_next_obs[t] = true_next_obs(next_obs, infos)  # the value of this state is bootstrapped at truncation
-                rollout_rewards[t] = rewards if reward_scaler is None else reward_scaler(rewards, terminated | truncated)
+                learn_rewards = np.sign(rewards) if atari else rewards  # Atari: clipped to their sign for learning (the paper), not for logging
+                rollout_rewards[t] = learn_rewards if reward_scaler is None else reward_scaler(learn_rewards, terminated | truncated)
                 rollout_terminated[t] = terminated
                 rollout_truncated[t] = truncated
                 obs = next_obs  # already the new episode's first observation where one ended
 
-                run.episodes(global_step, rewards, terminated | truncated)  # logs the episodes that ended
+                run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))  # logs whole games
 
             # learn: one gradient step on the whole rollout [T * B]
-            obs_t = torch.from_numpy(rollout_obs).to(device).reshape(T * B, obs_dim)
+            obs_t = torch.from_numpy(rollout_obs).to(device).reshape(T * B, *shape)
             rewards_t, terminated_t, truncated_t = (torch.from_numpy(x).to(device) for x in (rollout_rewards, rollout_terminated, rollout_truncated))
             with torch.no_grad():
-                next_values = ac.value(torch.from_numpy(rollout_next_obs).to(device).reshape(T * B, obs_dim)).reshape(T, B)
+                next_values = ac.value(torch.from_numpy(rollout_next_obs).to(device).reshape(T * B, *shape)).reshape(T, B)
             head, values = ac(obs_t)  # [T * B, A], [T * B]
             advantages, returns = a2c_targets(
                 rewards_t, values.detach().reshape(T, B), next_values, terminated_t, truncated_t, args.gamma, args.n_step_return, args.gae_lambda,

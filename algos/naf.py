@@ -19,10 +19,14 @@ Deviations from the paper:
   steps per env step at rate 0.001 are flags.
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
 
+Pixels: none; vector observations only. Image observations and MinAtar or Atari ids are refused
+(dqn, n_step_q, sarsa and a2c take them).
+
 Run:
     python algos/naf.py --env Pendulum-v1 --seed 1
 
-Uses from common: NetworkWrapper (online/target network, Adam, soft sync), ReplayMemory, true_next_obs (the final observation at episode ends).
+Uses from common: NetworkWrapper (online/target network, Adam, soft sync), ReplayMemory, true_next_obs
+(the final observation at episode ends), pixels and is_image (to refuse pixel envs).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -45,7 +49,7 @@ from gymnasium.vector import AutoresetMode
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/naf.py` finds common/
-from common import NetworkWrapper, ReplayMemory, true_next_obs  # noqa: E402
+from common import NetworkWrapper, ReplayMemory, is_image, pixels, true_next_obs  # noqa: E402
 from common.run import Run, Stopped, parse_args, record_first_episode, refuse_workers  # noqa: E402
 from common.run import main as run_main  # noqa: E402
 
@@ -56,7 +60,7 @@ ALGO = "naf"
 @dataclass
 class Args:
     env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "Pendulum-v1"
-    """gymnasium environment id (continuous actions)"""
+    """gymnasium environment id (continuous actions, vector observations)"""
     seed: int = 1
     """seed of python, numpy, torch, the envs and the replay sampler"""
     total_timesteps: int = 50_000
@@ -156,10 +160,8 @@ def validate(args: Args) -> None:
 # 3. Environment ---------------------------------------------------------------------------------
 def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.vector.VectorEnv:
     """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"]."""
-    try:
-        gym.spec(env_id)
-    except gym.error.Error as e:
-        raise ValueError(f"unknown environment id {env_id!r} ({e})") from None
+    if pixels.kind(env_id) is not None:  # also a ValueError for an unknown id
+        raise ValueError(f"{ALGO} takes vector observations; {env_id} is a pixel env (dqn, n_step_q, sarsa and a2c take images)")
 
     def thunk(i: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
@@ -180,6 +182,9 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
     if not isinstance(envs.single_observation_space, gym.spaces.Box):
         envs.close()
         raise ValueError(f"{ALGO} needs a Box observation space; {env_id} has {envs.single_observation_space}")
+    if is_image(envs.single_observation_space.shape):
+        envs.close()
+        raise ValueError(f"{ALGO} takes vector observations; {env_id} gives images of shape {envs.single_observation_space.shape}")
     return envs
 
 

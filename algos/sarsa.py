@@ -16,16 +16,25 @@ Deviations from the papers:
 - One process steps a vector env synchronously instead of asynchronous actor-learner threads.
 - Several workers under torchrun stay synchronous too: every update averages all workers'
   gradients (common.distributed) where the paper's threads update shared weights asynchronously.
-- Adam (learning rate decayed linearly to 0) instead of shared RMSprop; an MLP, MSE loss.
+- Adam (learning rate decayed linearly to 0) instead of shared RMSprop; MSE loss; an MLP for
+  vector observations.
 - Truncated episodes bootstrap from the true final observation (the papers predate truncation).
+
+Pixels: the network's torso follows the observation (MLP for vectors, MinAtar's conv for MinAtar
+grids, the DQN paper's conv net for Atari's 84x84 frame stacks; common.pixels preprocesses Atari
+as that paper did). The rollout keeps images as uint8 and the network turns them into floats.
+Atari rewards are clipped to their sign for learning only, a lost life ends the training
+episode, and the logged returns are whole-game scores.
 
 Run:
     python algos/sarsa.py --env CartPole-v1 --seed 1
     python algos/sarsa.py --env Acrobot-v1 --seed 1 --n-steps 10 --target-network   # eval -90 at 500k; the defaults fail there
     torchrun --nproc-per-node 2 algos/sarsa.py --env CartPole-v1 --seed 1   # 2 workers, one network
+    python algos/sarsa.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
 
 Uses from common: NetworkWrapper (online/optional target network, Adam, clipping, lr decay),
-n_step_returns, distributed (torchrun workers), true_next_obs (the final observation at episode ends).
+n_step_returns, distributed (torchrun workers), true_next_obs (the final observation at episode
+ends), pixels (Atari and MinAtar envs), torso (the network's feature layers).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -48,7 +57,7 @@ from gymnasium.vector import AutoresetMode
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/sarsa.py` finds common/
-from common import NetworkWrapper, distributed, n_step_returns, true_next_obs  # noqa: E402
+from common import NetworkWrapper, distributed, is_image, n_step_returns, obs_shape, pixels, torso, true_next_obs  # noqa: E402
 from common.run import Run, Stopped, parse_args, record_first_episode  # noqa: E402
 from common.run import main as run_main  # noqa: E402
 
@@ -59,7 +68,7 @@ ALGO = "sarsa"
 @dataclass
 class Args:
     env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
-    """gymnasium environment id (discrete actions)"""
+    """gymnasium environment id (discrete actions; vectors, MinAtar/* or Atari ids such as ALE/Breakout-v5)"""
     seed: int = 1
     """seed of python, numpy, torch, the envs and the exploration (worker r of several: seed + r * num_envs)"""
     total_timesteps: int = 500_000
@@ -120,7 +129,7 @@ class Args:
     clip_grad_norm: Optional[float] = 10.0
     """clip the global gradient norm to this value (None: no clipping)"""
     hidden_sizes: tuple[int, ...] = (120, 84)
-    """widths of the Q-network's hidden layers"""
+    """widths of the Q-network's hidden layers (vector observations; image torsos are the papers')"""
 
 
 def validate(args: Args) -> None:
@@ -149,18 +158,18 @@ def validate(args: Args) -> None:
 
 
 # 3. Environment ---------------------------------------------------------------------------------
-def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.vector.VectorEnv:
-    """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"]."""
-    try:
-        gym.spec(env_id)
-    except gym.error.Error as e:
-        raise ValueError(f"unknown environment id {env_id!r} ({e})") from None
+def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True) -> gym.vector.VectorEnv:
+    """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"].
+
+    Pixel ids get their standard preprocessing (common.pixels); `training=False` plays whole
+    Atari games (evaluation), `training=True` ends an episode at each lost life."""
+    pixels.kind(env_id)  # ValueError for an unknown id
 
     def thunk(i: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
             if video_dir is not None:
-                return record_first_episode(gym.make(env_id, render_mode="rgb_array"), video_dir, i)
-            return gym.make(env_id)
+                return record_first_episode(pixels.make(env_id, training, render_mode="rgb_array"), video_dir, i)
+            return pixels.make(env_id, training)
 
         return make
 
@@ -176,16 +185,12 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
 
 # 4. Networks ------------------------------------------------------------------------------------
 class QNetwork(nn.Module):
-    """MLP from an observation to one Q-value per action."""
+    """Torso chosen from the observation (MLP, MinAtar conv, Nature conv) and one Q-value per action."""
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: tuple[int, ...]):
+    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, hidden_sizes: tuple[int, ...]):
         super().__init__()
-        layers, width = [], obs_dim
-        for h in hidden_sizes:
-            layers += [nn.Linear(width, h), nn.ReLU()]
-            width = h
-        layers.append(nn.Linear(width, n_actions))
-        self.net = nn.Sequential(*layers)
+        layers, width = torso(obs_shape, hidden_sizes)
+        self.net = nn.Sequential(*layers, nn.Linear(width, n_actions))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs)  # [B, A]
@@ -251,7 +256,7 @@ def sarsa_targets(
 ) -> torch.Tensor:
     """Forward-view n-step SARSA references [T, B] for a rollout of T steps.
 
-    next_values[t] = Q(s_{t+1}, a_{t+1}) at the true next observation `next_obs[t]` [T, B, obs_dim]
+    next_values[t] = Q(s_{t+1}, a_{t+1}) at the true next observation `next_obs[t]` [T, B, *obs_shape]
     and the behaviour policy's action there `next_actions[t]` [T, B]. Expected SARSA replaces it by
     sum_a pi(a | s_{t+1}) Q(s_{t+1}, a), pi epsilon-greedy (`epsilon` [T, 1] or [T, B], the value
     used when acting) on `q_policy` (default `q_values`). n_step_returns then sums rewards to the
@@ -259,10 +264,11 @@ def sarsa_targets(
     at a truncation.
     """
     with torch.no_grad():
-        next_q = q_values(next_obs)  # [T, B, A]
+        flat_next_obs, lead = next_obs.flatten(0, 1), next_obs.shape[:2]  # convolutions take [N, C, H, W]
+        next_q = q_values(flat_next_obs).unflatten(0, lead)  # [T, B, A]
         if expected:
             n_actions = next_q.shape[-1]
-            policy_q = next_q if q_policy is None or q_policy is q_values else q_policy(next_obs)  # [T, B, A]
+            policy_q = next_q if q_policy is None or q_policy is q_values else q_policy(flat_next_obs).unflatten(0, lead)  # [T, B, A]
             greedy = policy_q.argmax(-1, keepdim=True)  # [T, B, 1]
             probs = (epsilon / n_actions).unsqueeze(-1).expand_as(next_q).clone()  # [T, B, A]
             probs.scatter_add_(-1, greedy, (1.0 - epsilon).unsqueeze(-1).expand_as(greedy))
@@ -273,28 +279,24 @@ def sarsa_targets(
 
 
 def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, obs_dim] -> argmax_a Q(obs, a) [B], as a numpy function.
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function.
 
-    On CPU the MLP runs in numpy on zero-copy views of the parameters, which the optimizer and
+    On CPU an MLP runs in numpy on zero-copy views of the parameters, which the optimizer and
     the target sync update in place, so the views always hold the current weights. At batch size
     1, torch's dispatch (~3 us for each of ~8 ops) costs more than the arithmetic; this path is
-    ~4x faster and is checked against the torch forward in the tests.
+    ~4x faster and is checked against the torch forward in the tests. Conv nets run in torch.
     """
-    if device.type != "cpu":
+    if device.type != "cpu" or not all(isinstance(m, (nn.Linear, nn.ReLU)) for m in q_net.net):
         def act(obs: np.ndarray) -> np.ndarray:
+            x = torch.as_tensor(obs, device=device)
             with torch.no_grad():
-                return q_net(torch.as_tensor(obs, dtype=torch.float32, device=device)).argmax(1).cpu().numpy()
+                return q_net(x if x.dtype == torch.uint8 else x.float()).argmax(1).cpu().numpy()
 
         return act
-    layers = []
-    for m in q_net.net:
-        if isinstance(m, nn.Linear):
-            layers.append((m.weight.detach().numpy().T, m.bias.detach().numpy()))  # [in, out], [out]
-        elif not isinstance(m, nn.ReLU):
-            raise TypeError(f"numpy policy supports Linear and ReLU layers, not {type(m).__name__}")
+    layers = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in q_net.net if isinstance(m, nn.Linear)]  # [in, out], [out]
 
     def act_numpy(obs: np.ndarray) -> np.ndarray:
-        x = np.asarray(obs, dtype=np.float32)
+        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
         for k, (w, b) in enumerate(layers):
             x = x @ w + b
             if k < len(layers) - 1:
@@ -307,7 +309,7 @@ def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
     """Greedy policy from a `--save-model` file (state dict, loaded with weights_only=True)."""
     envs = make_env(args.env_id, 1)
-    q_net = QNetwork(int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n), tuple(args.hidden_sizes))
+    q_net = QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
     envs.close()
     q_net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
     return greedy_policy(q_net.to(device).eval(), torch.device(device))
@@ -330,29 +332,31 @@ def train(args: Args) -> dict:
     envs = make_env(args.env_id, args.num_envs)
     envs.action_space.seed(seed)
     envs.single_action_space.seed(seed)
-    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    shape = obs_shape(envs.single_observation_space)  # images as they are, vectors flattened
     n_actions = int(envs.single_action_space.n)
     B = args.num_envs
+    atari = pixels.kind(args.env_id) == "atari"
 
     T = args.n_steps
     num_updates = math.ceil(args.total_timesteps / (T * B * world))  # each update: every worker's rollout
 
     q_net = NetworkWrapper(
-        QNetwork(obs_dim, n_actions, args.hidden_sizes), lr=args.learning_rate, optimizer="adam",
+        QNetwork(shape, n_actions, args.hidden_sizes), lr=args.learning_rate, optimizer="adam",
         lr_lambda=(lambda update: 1.0 - update / num_updates) if args.anneal_lr else None,
         clip_grad_norm=args.clip_grad_norm, target=args.target_network, device=device,
     )
     greedy = greedy_policy(q_net.online, device)
-    # the rollout, time-major [T, B]; rewritten in place every rollout
-    rollout_obs = np.zeros((T, B, obs_dim), dtype=np.float32)
-    rollout_next_obs = np.zeros((T, B, obs_dim), dtype=np.float32)  # true next observations
+    # the rollout, time-major [T, B]; rewritten in place every rollout; images stay uint8 (the network converts them)
+    obs_dtype = np.uint8 if is_image(shape) else np.float32
+    rollout_obs = np.zeros((T, B, *shape), dtype=obs_dtype)
+    rollout_next_obs = np.zeros((T, B, *shape), dtype=obs_dtype)  # true next observations
     rollout_actions = np.zeros((T, B), dtype=np.int64)
     rollout_rewards = np.zeros((T, B), dtype=np.float32)
     rollout_terminated = np.zeros((T, B), dtype=bool)
     rollout_truncated = np.zeros((T, B), dtype=bool)
     rollout_next_actions = np.zeros((T, B), dtype=np.int64)  # behaviour actions at the true next observations
     rollout_epsilon = np.zeros((T, 1), dtype=np.float32)
-    eval_envs = functools.partial(make_env, args.env_id)
+    eval_envs = functools.partial(make_env, args.env_id, training=False)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"], write=distributed.is_main())
     if run.write:
         workers = f" x {world} workers" if world > 1 else ""
@@ -366,15 +370,15 @@ def train(args: Args) -> dict:
     if state is None:
         obs, _ = envs.reset(seed=seed)
         epsilon = args.start_epsilon
-        actions = select_actions(greedy, obs.reshape(B, obs_dim), epsilon, n_actions, rng)
+        actions = select_actions(greedy, obs.reshape(B, *shape), epsilon, n_actions, rng)
     else:
         q_net.load_state_dict(state["q_net"])
         rng.bit_generator.state = state["rng"]
         actions, epsilon = state["actions"], state["epsilon"]
         obs, global_step = state["obs"], state["global_step"]
         if run.env_note != "restored":  # the envs started new episodes: choose their first actions
-            actions = select_actions(greedy, obs.reshape(B, obs_dim), epsilon, n_actions, rng)
-    obs = obs.reshape(B, obs_dim)
+            actions = select_actions(greedy, obs.reshape(B, *shape), epsilon, n_actions, rng)
+    obs = obs.reshape(B, *shape)
     error, completed, eval_returns, train_seconds = None, False, np.array([]), 0.0
     try:
         while global_step < args.total_timesteps:
@@ -383,24 +387,25 @@ def train(args: Args) -> dict:
                 global_step += B * world  # all workers step in lockstep
                 # act: the action chosen at the previous step (on-policy: it is what row t-1 bootstraps from)
                 next_obs, rewards, terminated, truncated, infos = envs.step(actions)
-                next_obs = next_obs.reshape(B, obs_dim)
+                next_obs = next_obs.reshape(B, *shape)
                 real_next_obs = true_next_obs(next_obs, infos)
                 # choose the next actions now, epsilon-greedy on the online network, one batched forward
                 epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, args.exploration_fraction * args.total_timesteps, global_step)
                 rollout_epsilon[t] = epsilon  # the policy at the next observation, for Expected SARSA
                 following, bootstrap = next_actions(greedy, next_obs, real_next_obs, truncated, epsilon, n_actions, rng)
 
-                # store: row t is the transition out of obs; its next observation is the true one
+                # store: row t is the transition out of obs; its next observation is the true one;
+                # Atari rewards are clipped to their sign for learning (the paper), not for logging
                 rollout_obs[t] = obs
                 rollout_actions[t] = actions
-                rollout_rewards[t] = rewards
+                rollout_rewards[t] = np.sign(rewards) if atari else rewards
                 rollout_terminated[t] = terminated
                 rollout_truncated[t] = truncated
                 rollout_next_obs[t] = real_next_obs
                 rollout_next_actions[t] = bootstrap
                 obs, actions = next_obs, following
 
-                run.episodes(global_step, rewards, terminated | truncated)  # logs the episodes that ended
+                run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))  # logs whole games
 
             # learn: one gradient step on the whole rollout [T, B]
             targets = sarsa_targets(
@@ -408,7 +413,8 @@ def train(args: Args) -> dict:
                 to_device(rollout_next_actions), to_device(rollout_terminated), to_device(rollout_truncated), args.gamma,
                 args.expected, to_device(rollout_epsilon), q_net.online,
             )  # [T, B]
-            q = q_net.online(to_device(rollout_obs)).gather(2, to_device(rollout_actions).unsqueeze(2)).squeeze(2)  # [T, B]
+            q_all = q_net.online(to_device(rollout_obs).flatten(0, 1)).unflatten(0, (T, B))  # [T, B, A]
+            q = q_all.gather(2, to_device(rollout_actions).unsqueeze(2)).squeeze(2)  # [T, B]
             loss_fn = F.mse_loss if args.loss == "mse" else F.smooth_l1_loss
             loss, grad_norm = q_net.train_step(loss_fn(q, targets))
             if q_net.updates % 25 == 0:  # every 1,000 env steps at the defaults, as often as DQN

@@ -8,6 +8,8 @@ CountBoxEnv-v0 (a2c, ddpg, naf): obs = [steps since reset, episode id, the actio
 -action^2. Episodes terminate at a random step or are truncated by the time limit, so a few hundred steps hold both kinds of end;
 the step count tells a transition that stays in its episode (t -> t + 1) from one that crosses
 into the reset observation (t -> 0).
+
+ImageBox-v0 (ddpg and naf refuse it, a2c too): [3, 84, 84] uint8 images with continuous actions.
 """
 
 import gymnasium as gym
@@ -64,6 +66,23 @@ class ChainEnv(gym.Env):
 CHAIN_ID = "Chain-v0"
 if CHAIN_ID not in gym.registry:
     gym.register(CHAIN_ID, entry_point=ChainEnv, max_episode_steps=TIME_LIMIT)
+
+
+class ImageBoxEnv(gym.Env):
+    observation_space = gym.spaces.Box(0, 255, (3, 84, 84), np.uint8)
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros((3, 84, 84), np.uint8), {}
+
+    def step(self, action):
+        return np.zeros((3, 84, 84), np.uint8), 0.0, False, False, {}
+
+
+IMAGE_BOX_ID = "ImageBox-v0"
+if IMAGE_BOX_ID not in gym.registry:
+    gym.register(IMAGE_BOX_ID, entry_point=ImageBoxEnv, max_episode_steps=TIME_LIMIT)
 
 
 class RecordingWrapper(NetworkWrapper):

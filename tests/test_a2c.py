@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import csv
+import importlib.util
 import json
 import signal
 import subprocess
@@ -219,7 +220,7 @@ def test_sample_actions_categorical_frequencies_and_gaussian_moments():
 def test_numpy_policy_head_matches_torch_forward_with_obs_normalisation(shared, bounded):
     torch.manual_seed(0)
     bounds = (np.array([-2.0, 0.0]), np.array([2.0, 3.0])) if bounded else None
-    net = ActorCritic(4, 2, False, (16, 8), shared_torso=shared, normalize_obs=True, mean_bounds=bounds)
+    net = ActorCritic((4,), 2, False, (16, 8), shared_torso=shared, normalize_obs=True, mean_bounds=bounds)
     with torch.no_grad():
         net.policy_head.weight.mul_(3000.0)  # drive the raw mean far outside the bounds
     net.obs_norm.update(torch.randn(100, 4, dtype=torch.float64) * 3 + 1)  # in place: the views must follow
@@ -234,6 +235,22 @@ def test_numpy_policy_head_matches_torch_forward_with_obs_normalisation(shared, 
     space = gym.spaces.Box(-0.01, 0.01, (2,))
     actions = greedy_policy(net, torch.device("cpu"), space)(obs)
     np.testing.assert_allclose(actions, np.clip(expected, -0.01, 0.01), atol=1e-6)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_image_torso_acts_in_torch_like_the_forward_and_starts_orthogonal(shared):
+    torch.manual_seed(0)
+    net = ActorCritic((4, 10, 10), 3, True, (64, 64), shared_torso=shared)  # MinAtar's torso
+    conv = net.actor_torso[1]
+    w = conv.weight.detach().reshape(conv.out_channels, -1)  # [16, 4 * 3 * 3]: orthogonal rows, gain sqrt(2)
+    torch.testing.assert_close(w @ w.T, 2.0 * torch.eye(conv.out_channels), atol=1e-5, rtol=0)
+    obs = np.random.default_rng(0).integers(0, 2, size=(32, 4, 10, 10), dtype=np.uint8)
+    with torch.no_grad():
+        net.policy_head.weight.mul_(100.0)  # logits far enough apart for the argmax to vary
+        expected, _ = net(torch.from_numpy(obs))
+    np.testing.assert_allclose(numpy_head(net, torch.device("cpu"))(obs), expected.numpy(), rtol=1e-6, atol=1e-6)
+    actions = greedy_policy(net, torch.device("cpu"), gym.spaces.Discrete(3))(obs)
+    assert (actions == expected.numpy().argmax(1)).all() and len(set(actions)) > 1
 
 
 def test_running_statistics_match_the_moments_of_all_data_seen():
@@ -326,6 +343,9 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path):
     (dict(env_id="Blackjack-v1"), "Box observation space"),
     (dict(gae_lambda=1.5), "--gae-lambda"),
     (dict(gae_lambda=0.9, n_step_return=2), "cannot be used together"),
+    (dict(env_id=probes.IMAGE_BOX_ID), "image observations with discrete actions only"),
+    pytest.param(dict(env_id="MinAtar/Breakout-v1", normalize_obs=True), "--normalize-obs is for vector observations",
+                 marks=pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="pip install -r requirements-pixels.txt")),
 ])
 def test_bad_input_in_process_gives_one_line_and_exit_2(tmp_path, capsys, kw, needle):
     assert main(small(tmp_path, **kw)) == 2

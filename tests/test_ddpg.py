@@ -2,6 +2,7 @@
 
 import copy
 import csv
+import importlib.util
 import json
 import signal
 import subprocess
@@ -253,6 +254,8 @@ def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
     "argv, message",
     [
         (["--env", "CartPole-v1"], "needs a continuous (Box) action space"),
+        pytest.param(["--env", "MinAtar/Breakout-v1"], "takes vector observations; MinAtar/Breakout-v1 is a pixel env",
+                     marks=pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="pip install -r requirements-pixels.txt")),
         (["--env", "NoSuchEnv-v0"], "unknown environment id"),
         (["--total-timesteps", "0"], "--total-timesteps must be positive"),
     ],
@@ -367,3 +370,12 @@ def test_train_restores_the_callers_flush_denormal_setting(tmp_path, flush):
         assert probes.flushes_denormals() is flush
     finally:
         torch.set_flush_denormal(False)
+
+
+def test_image_observations_give_one_line_and_exit_2(tmp_path, capsys):
+    args = Args(env_id=probes.IMAGE_BOX_ID, total_timesteps=200, learning_starts=100, buffer_size=1_000,
+                run_dir=str(tmp_path), progress=False)  # short and small, were it to run
+    assert ddpg.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["ddpg: error: ddpg takes vector observations; ImageBox-v0 gives images of shape (3, 84, 84)"]
+    assert not any(tmp_path.iterdir())

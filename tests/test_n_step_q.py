@@ -117,11 +117,31 @@ def test_paper_epsilons():
 
 
 def test_numpy_policy_matches_torch():
-    q = n_step_q.QNetwork(4, 3, (16, 8))
+    q = n_step_q.QNetwork((4,), 3, (16, 8))
     obs = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
     with torch.no_grad():
         want = q(torch.from_numpy(obs)).argmax(1).numpy()
     assert (n_step_q.greedy_policy(q, torch.device("cpu"))(obs) == want).all()
+
+
+def test_conv_network_acts_in_torch_and_targets_take_a_rollout_of_images():
+    # MinAtar's torso on [4, 10, 10] uint8 grids: greedy actions come from the torch forward (the
+    # numpy path is for MLPs), and the targets of a [T, B] rollout equal those of each row alone
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    q = n_step_q.QNetwork((4, 10, 10), 3, (16, 8))
+    obs = rng.integers(0, 2, size=(64, 4, 10, 10), dtype=np.uint8)
+    with torch.no_grad():
+        want = q(torch.from_numpy(obs)).argmax(1).numpy()
+    assert (n_step_q.greedy_policy(q, torch.device("cpu"))(obs) == want).all() and len(set(want)) > 1
+    T, B = 4, 3
+    next_obs = torch.from_numpy(rng.integers(0, 2, size=(T, B, 4, 10, 10), dtype=np.uint8))
+    rewards = torch.from_numpy(rng.normal(size=(T, B)).astype(np.float32))
+    terminated, truncated = torch.from_numpy(rng.random((T, B)) < 0.2), torch.from_numpy(rng.random((T, B)) < 0.2)
+    targets = n_step_q.n_step_q_targets(q, rewards, next_obs, terminated, truncated, 0.9)
+    with torch.no_grad():
+        next_values = torch.stack([q(next_obs[t]).max(1).values for t in range(T)])  # [T, B]
+    torch.testing.assert_close(targets, n_step_q.n_step_returns(rewards, next_values, terminated, truncated, 0.9, n=None))
 
 
 def small_args(tmp_path, **kw):

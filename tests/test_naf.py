@@ -2,6 +2,7 @@
 
 import copy
 import csv
+import importlib.util
 import json
 import subprocess
 import sys
@@ -271,6 +272,8 @@ def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
     "argv, message",
     [
         (["--env", "CartPole-v1"], "needs a continuous (Box) action space"),
+        pytest.param(["--env", "MinAtar/Breakout-v1"], "takes vector observations; MinAtar/Breakout-v1 is a pixel env",
+                     marks=pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="pip install -r requirements-pixels.txt")),
         (["--batch-size", "64", "--buffer-size", "10"], "--batch-size 64 is larger than --buffer-size 10"),
     ],
 )
@@ -283,4 +286,13 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, argv, message):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("naf: error: ") and message in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_image_observations_give_one_line_and_exit_2(tmp_path, capsys):
+    args = Args(env_id=probes.IMAGE_BOX_ID, total_timesteps=200, learning_starts=100, buffer_size=1_000,
+                run_dir=str(tmp_path), progress=False)  # short and small, were it to run
+    assert naf.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["naf: error: naf takes vector observations; ImageBox-v0 gives images of shape (3, 84, 84)"]
     assert not any(tmp_path.iterdir())

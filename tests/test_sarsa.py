@@ -146,11 +146,39 @@ def test_bootstrap_actions_follow_the_behaviour_policy():
 
 
 def test_numpy_policy_matches_torch():
-    q = sarsa.QNetwork(4, 3, (16, 8))
+    q = sarsa.QNetwork((4,), 3, (16, 8))
     obs = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
     with torch.no_grad():
         want = q(torch.from_numpy(obs)).argmax(1).numpy()
     assert (sarsa.greedy_policy(q, torch.device("cpu"))(obs) == want).all()
+
+
+@pytest.mark.parametrize("expected", [False, True])
+def test_conv_network_acts_in_torch_and_targets_take_a_rollout_of_images(expected):
+    # MinAtar's torso on [4, 10, 10] uint8 grids: greedy actions come from the torch forward (the
+    # numpy path is for MLPs), and the targets of a [T, B] rollout equal those of each row alone
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    q, q_policy = sarsa.QNetwork((4, 10, 10), 3, (16, 8)), sarsa.QNetwork((4, 10, 10), 3, (16, 8))
+    obs = rng.integers(0, 2, size=(64, 4, 10, 10), dtype=np.uint8)
+    with torch.no_grad():
+        want = q(torch.from_numpy(obs)).argmax(1).numpy()
+    assert (sarsa.greedy_policy(q, torch.device("cpu"))(obs) == want).all() and len(set(want)) > 1
+    T, B = 4, 3
+    next_obs = torch.from_numpy(rng.integers(0, 2, size=(T, B, 4, 10, 10), dtype=np.uint8))
+    rewards = torch.from_numpy(rng.normal(size=(T, B)).astype(np.float32))
+    next_actions = torch.from_numpy(rng.integers(3, size=(T, B)))
+    terminated, truncated = torch.from_numpy(rng.random((T, B)) < 0.2), torch.from_numpy(rng.random((T, B)) < 0.2)
+    epsilon = torch.full((T, 1), 0.3)
+    targets = sarsa.sarsa_targets(q, rewards, next_obs, next_actions, terminated, truncated, 0.9, expected, epsilon, q_policy)
+    with torch.no_grad():
+        next_q = torch.stack([q(next_obs[t]) for t in range(T)])  # [T, B, A]
+        if expected:  # epsilon-greedy on q_policy: 0.3 / 3 on every action, 0.7 more on the greedy one
+            greedy = torch.stack([q_policy(next_obs[t]) for t in range(T)]).argmax(-1)  # [T, B]
+            next_values = ((0.1 + 0.7 * torch.nn.functional.one_hot(greedy, 3)) * next_q).sum(-1)
+        else:
+            next_values = next_q.gather(-1, next_actions.unsqueeze(-1)).squeeze(-1)  # [T, B]
+    torch.testing.assert_close(targets, sarsa.n_step_returns(rewards, next_values, terminated, truncated, 0.9, n=None))
 
 
 def small_args(tmp_path, **kw):
