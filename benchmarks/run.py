@@ -204,7 +204,7 @@ def report_command(suite: str, a: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suite", help="suite name in the suites file (classic, continuous, mujoco, atari)")
+    p.add_argument("--suite", help="suite name in the suites file (classic, continuous, mujoco, minatar, atari, atari_cpu)")
     p.add_argument("--algos", nargs="+", help="only these algorithms")
     p.add_argument("--envs", nargs="+", help="only these env ids")
     p.add_argument("--seeds", nargs="+", type=int, help="these seeds instead of the cell's")

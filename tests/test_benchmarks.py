@@ -161,8 +161,12 @@ def test_settings_hash_identifies_the_run():
 
 def test_suites_declare_every_algorithm_on_its_canonical_tasks():
     raw = load_suites()
-    assert {"classic", "continuous", "mujoco", "atari"} <= set(raw)
-    assert raw["atari"]["runnable"] is False
+    assert {"classic", "continuous", "mujoco", "atari", "atari_cpu", "minatar"} <= set(raw)
+    atari = {(c.algo, c.env) for c in load_suite("atari").cells}
+    assert {("dqn", f"{g}NoFrameskip-v4") for g in ("Breakout", "Pong", "BeamRider")} <= atari
+    minatar = {(c.algo, c.env) for c in load_suite("minatar").cells}
+    games = ("Breakout", "SpaceInvaders", "Freeway", "Asterix", "Seaquest")
+    assert {(a, f"MinAtar/{g}-v1") for a in ("dqn", "a2c") for g in games} <= minatar
     classic = {(c.algo, c.env) for c in load_suite("classic").cells}
     for algo in ("dqn", "n_step_q", "sarsa", "a2c"):
         for env in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3"):
@@ -180,7 +184,7 @@ def test_every_reference_exists_and_every_setting_is_an_args_field():
     refs = load_references()
     for r in refs.values():
         assert r["convention"] in ("train", "eval") and r["source"] and r["url"] and r["env_note"]
-    for name in ("classic", "continuous", "mujoco", "atari"):
+    for name in ("classic", "continuous", "mujoco", "atari", "atari_cpu", "minatar"):
         for cell in load_suite(name).cells:
             assert set(cell.references) <= set(refs), (name, cell.algo, cell.env)
             assert cell.threshold is None or cell.threshold_source, "a threshold says where it comes from"
