@@ -252,6 +252,28 @@ def report_command(suite: str, a: argparse.Namespace) -> str:
     return command
 
 
+def add_slurm_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the slurm backend (run.py and tune.py)."""
+    slurm = p.add_argument_group("slurm backend")
+    slurm.add_argument("--time-limit", type=int, default=60,
+                       help="minutes per array task; near the limit the task stops its run at a checkpoint and is requeued (default 60)")
+    slurm.add_argument("--partition", help="SLURM partition (default: the cluster's)")
+    slurm.add_argument("--cpus-per-task", type=int, default=1, help="CPUs per array task (default 1; a run uses one)")
+    slurm.add_argument("--slurm-option", action="append", default=[], metavar="KEY=VALUE",
+                       help="any other sbatch option, e.g. account=myproject, qos=low, mem=4G (repeatable)")
+    slurm.add_argument("--submitit-dir", help="submitit's job files and logs (default: run.py <results-dir>/<suite>/submitit, tune.py <study-dir>/submitit)")
+    slurm.add_argument("--submitit-cluster", choices=("slurm", "local", "debug"), default="slurm",
+                       help="slurm; or local/debug: the same tasks as local processes through submitit, to try the SLURM path without a cluster")
+
+
+def slurm_flags_error(a: argparse.Namespace) -> str | None:
+    if a.time_limit < 1 or a.cpus_per_task < 1:
+        return f"--time-limit and --cpus-per-task must be >= 1, got {a.time_limit} and {a.cpus_per_task}"
+    if any("=" not in x for x in a.slurm_option):
+        return f"--slurm-option takes KEY=VALUE, got {next(x for x in a.slurm_option if '=' not in x)!r}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", help="suite name in the suites file (classic, continuous, mujoco, atari)")
@@ -271,16 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="list the runs and what would happen to each, run nothing")
     p.add_argument("--suites-file", default=str(SUITES_FILE), help=argparse.SUPPRESS)
     p.add_argument("--results-dir", default=str(RESULTS_DIR), help="parent of the per-suite result folders")
-    slurm = p.add_argument_group("slurm backend")
-    slurm.add_argument("--time-limit", type=int, default=60,
-                       help="minutes per array task; a run still going near the limit checkpoints and is requeued to go on (default 60)")
-    slurm.add_argument("--partition", help="SLURM partition (default: the cluster's)")
-    slurm.add_argument("--cpus-per-task", type=int, default=1, help="CPUs per array task (one run; default 1)")
-    slurm.add_argument("--slurm-option", action="append", default=[], metavar="KEY=VALUE",
-                       help="any other sbatch option, e.g. account=myproject, qos=low, mem=4G (repeatable)")
-    slurm.add_argument("--submitit-dir", help="submitit's job files and logs (default: <results-dir>/<suite>/submitit)")
-    slurm.add_argument("--submitit-cluster", choices=("slurm", "local", "debug"), default="slurm",
-                       help="slurm; or local/debug: the same tasks as local processes through submitit, to try the SLURM path without a cluster")
+    add_slurm_flags(p)
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
@@ -292,10 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         error = f"--workers must be >= 1, got {a.workers}"
     elif a.checkpoint_every < 0:
         error = f"--checkpoint-every must be >= 0, got {a.checkpoint_every}"
-    elif a.time_limit < 1 or a.cpus_per_task < 1:
-        error = f"--time-limit and --cpus-per-task must be >= 1, got {a.time_limit} and {a.cpus_per_task}"
-    elif any("=" not in x for x in a.slurm_option):
-        error = f"--slurm-option takes KEY=VALUE, got {next(x for x in a.slurm_option if '=' not in x)!r}"
+    else:
+        error = slurm_flags_error(a)
     if error:
         print(f"run: error: {error}", file=sys.stderr)
         return 2
