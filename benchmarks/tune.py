@@ -301,6 +301,15 @@ def open_study(config: dict, worker: int = 0):
                                direction="maximize", load_if_exists=True)
 
 
+def counted(study) -> int:
+    """Trials that count towards --trials: every trial begun, but not one stopped by SLURM and queued again."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get("retry_of") for t in trials}
+    return sum(t.state != TrialState.WAITING and t.number not in retried for t in trials)
+
+
 def work(config: dict, worker: int = 0, state: dict | None = None, interrupted_trial: int | None = None) -> int:
     """One worker: trials until the study holds `trials` of them (any state, other workers' included)."""
     import optuna
@@ -314,7 +323,7 @@ def work(config: dict, worker: int = 0, state: dict | None = None, interrupted_t
             study.tell(interrupted_trial, state=optuna.trial.TrialState.FAIL)
             study.enqueue_trial(trial.params, user_attrs={"retry_of": interrupted_trial})
     ran = 0
-    while len(study.get_trials(deepcopy=False)) < config["trials"]:
+    while counted(study) < config["trials"]:
         study.optimize(lambda t: objective(t, config, state), n_trials=1, catch=(RunFailed,))
         ran += 1
     return ran
@@ -502,9 +511,9 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/tune.py " + " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
     study.set_user_attr("commands", [*study.user_attrs.get("commands", []), command])
     study.set_user_attr("dates", sorted({*study.user_attrs.get("dates", []), time.strftime("%Y-%m-%d")}))
-    todo = config["trials"] - len(study.trials)
+    todo = config["trials"] - counted(study)
     cell = config["cell"]
-    print(f"study {config['name']} in {study_dir}: {len(study.trials)} trials so far, {max(todo, 0)} to run with "
+    print(f"study {config['name']} in {study_dir}: {counted(study)} trials so far, {max(todo, 0)} to run with "
           f"{a.workers} worker(s); each: {len(config['seeds'])} seeds x {cell['steps']:,} steps; "
           f"searching {', '.join(config['space'])}", flush=True)
     try:
