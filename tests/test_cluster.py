@@ -142,7 +142,9 @@ def test_task_stopped_by_slurm_is_requeued_and_resumes_to_the_uninterrupted_resu
     assert r["status"] == "ok", r.get("error")
     (stopped_at,) = r["summary"]["resumed_at"]
     assert 1000 <= stopped_at < cell.steps, "resumed once, from a step inside the run"
-    assert "resuming" in (run_dir / "log.txt").read_text(), "the requeued task resumed the run"
+    log = (run_dir / "log.txt").read_text()
+    assert f"preempted at step {stopped_at:,}: checkpoint written" in log, "the signal stopped the run at a checkpoint"
+    assert "resuming" in log, "the requeued task resumed the run"
     assert "requeued" in Path(sj.paths.stdout).read_text()
     assert metrics(run_dir) == metrics(straight)
     assert r["summary"]["eval_return_mean"] == result(straight)["summary"]["eval_return_mean"]
