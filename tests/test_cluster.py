@@ -208,3 +208,30 @@ def test_bad_slurm_flags_are_one_line_and_exit_2(suites, tmp_path, capsys):
         assert run.main(slurm(suites, tmp_path, *extra)) == 2
         err = capsys.readouterr().err
         assert err.startswith("run: error: ") and message in err and err.count("\n") == 1
+
+
+def _commands(script: str) -> list[list[str]]:
+    """Every `python benchmarks/<script>` command in the README and benchmarks/README.md (continued lines joined)."""
+    import shlex
+
+    out = []
+    for doc in (ROOT / "README.md", ROOT / "benchmarks" / "README.md"):
+        text = doc.read_text().replace("\\\n", " ")
+        out += [shlex.split(line.split("#")[0])[2:] for line in text.splitlines() if line.startswith(f"python benchmarks/{script}")]
+    return out
+
+
+def test_the_documented_slurm_and_tuning_commands_parse(tmp_path, capsys):
+    """The SLURM and tuning commands the documents show are accepted as written (dry run; a tuning
+    command is only parsed and checked against its cell and space: nothing is run)."""
+    import tune
+
+    slurm_runs = [c for c in _commands("run.py") if "slurm" in c]
+    tunes = _commands("tune.py")
+    assert len(slurm_runs) >= 2 and len(tunes) >= 4
+    for argv in slurm_runs:
+        assert run.main([*argv, "--results-dir", str(tmp_path), "--dry-run"]) == 0, argv
+        assert "to run with" in capsys.readouterr().out
+    for argv in tunes:
+        a, config = tune.parse(argv)
+        assert config["cell"]["algo"] == a.algo and config["space"], argv
