@@ -311,7 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run: error: {error}", file=sys.stderr)
         return 2
 
-    suite = load_suite(a.suite, a.suites_file)
+    try:
+        suite = load_suite(a.suite, a.suites_file)
+    except SystemExit as e:  # an unknown suite or a malformed cell: suite.py's message
+        print(f"run: error: {e}", file=sys.stderr)
+        return 2
     results = Path(a.results_dir)
     if not suite.runnable:
         print(f"suite {suite.name} is declared but not runnable here: {suite.not_runnable_reason}")

@@ -432,8 +432,8 @@ def study_markdown(study, config: dict) -> tuple[str, str | None]:
 
 # --- command line -------------------------------------------------------------------------------
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
-    p = argparse.ArgumentParser(prog="tune.py", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = runner.OneLineParser(prog="benchmarks/tune.py", description=__doc__.splitlines()[0],
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", required=True, help="suite holding the cell (classic, continuous, ...)")
     p.add_argument("--algo", required=True, help="the cell's algorithm")
     p.add_argument("--env", required=True, help="the cell's env id")

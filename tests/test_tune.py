@@ -198,3 +198,12 @@ def test_command_line_bad_input_exits_2_without_a_traceback(files):
     r = subprocess.run([sys.executable, "benchmarks/tune.py", "--suite", "tiny", "--suites-file", files["suites"],
                         "--algo", "ddpg", "--env", "CartPole-v1"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr == "tune: error: unknown algorithm 'ddpg' in suite tiny; its algorithms: a2c\n"
+
+
+def test_argument_errors_are_one_line_too(files, tmp_path, capsys):
+    for extra in (["--trials", "many"], ["--no-such-flag"]):
+        with pytest.raises(SystemExit) as e:
+            tune.main(argv(files, tmp_path / "study", *extra))
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("tune: error: ") and err.count("\n") == 1, err
