@@ -252,6 +252,14 @@ def report_command(suite: str, a: argparse.Namespace) -> str:
     return command
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors (unknown flag, bad value) as one line `<name>: error: ...` and exit 2, no usage block."""
+
+    def error(self, message: str):
+        print(f"{Path(self.prog).stem}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 def add_slurm_flags(p: argparse.ArgumentParser) -> None:
     """The flags of the slurm backend (run.py and tune.py)."""
     slurm = p.add_argument_group("slurm backend")
@@ -275,7 +283,7 @@ def slurm_flags_error(a: argparse.Namespace) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="benchmarks/run.py", description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", help="suite name in the suites file (classic, continuous, mujoco, atari)")
     p.add_argument("--algos", nargs="+", help="only these algorithms")
     p.add_argument("--envs", nargs="+", help="only these env ids")

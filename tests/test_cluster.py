@@ -204,8 +204,13 @@ def test_run_killed_mid_run_resumes_from_its_checkpoint_next_time(suites, straig
 def test_bad_slurm_flags_are_one_line_and_exit_2(suites, tmp_path, capsys):
     for extra, message in ((["--workers", "0"], "--workers must be >= 1"),
                            (["--checkpoint-every", "-5"], "--checkpoint-every must be >= 0"),
-                           (["--slurm-option", "account"], "--slurm-option takes KEY=VALUE")):
-        assert run.main(slurm(suites, tmp_path, *extra)) == 2
+                           (["--slurm-option", "account"], "--slurm-option takes KEY=VALUE"),
+                           (["--suite", "nope"], "unknown suite 'nope'"), (["--backend", "pbs"], "invalid choice: 'pbs'")):
+        try:
+            rc = run.main(slurm(suites, tmp_path, *extra))
+        except SystemExit as e:  # argparse's own checks (a choice, a type) exit from the parser
+            rc = e.code
+        assert rc == 2, extra
         err = capsys.readouterr().err
         assert err.startswith("run: error: ") and message in err and err.count("\n") == 1
 
