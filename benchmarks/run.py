@@ -5,17 +5,28 @@
     python benchmarks/run.py --suite classic --workers 2              # two runs at a time
     python benchmarks/run.py --suite classic --dry-run                # what would run, and why not
     python benchmarks/run.py --suite classic --algos dqn --envs CartPole-v1 --results-dir my_results   # into a new folder
+    python benchmarks/run.py --suite classic --backend slurm --partition cpu --time-limit 60 --workers 32 --checkpoint-every 50000
 
 Every run is `python benchmarks/run.py --child <spec.json>` in a fresh process, which imports
 algos/<algo>.py and calls `train(Args(...))` with the cell's settings; its output goes to log.txt
 and its outcome to result.json in the run folder (layout in benchmarks/suite.py).
 
-Resume: a run whose result.json says "ok" for the same settings hash is not run again. A failed
-run is kept and reported; it is run again only with --retry-failed (a deterministic failure
-would only fail again). An interrupted or killed run has no "ok" result and is simply run again.
---force runs everything selected again.
+Backends: `local` (the default) keeps `--workers` runs going as local processes; `slurm` hands
+each run to a SLURM job array through submitit (benchmarks/cluster.py: one run per array task,
+`--workers` tasks at a time), which starts the same child process on a compute node, and waits
+for the array. Both write the same run folders, so report.py reads them alike.
 
-Exit status: 0 when every selected run is ok; 1 when any failed, or its script is missing.
+Resume: a run whose result.json says "ok" for the same settings hash is not run again. A run
+that was stopped (Ctrl-C, SIGTERM, a SLURM time limit or preemption) or killed after writing a
+checkpoint goes on from that checkpoint (the script's `--resume`), which gives the same
+metrics and evaluation as a run that was never stopped; `--checkpoint-every N` has every run
+write one every N env steps (SIGTERM and SIGUSR1 write one anyway). A run without a checkpoint
+starts over. A failed run is kept and reported; it is run again, from the start, only with
+--retry-failed (a deterministic failure would only fail again). --force runs everything
+selected again from the start.
+
+Exit status: 0 when every selected run is ok; 1 when any failed, or its script is missing;
+2 bad input (one line); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -82,7 +93,8 @@ def build_args(module, spec: dict):
     for k, v in values.items():
         if isinstance(v, list):
             values[k] = tuple(v)
-    values.update(env_id=spec["env"], seed=spec["seed"], total_timesteps=spec["steps"], run_dir=spec["run_dir"], progress=True)
+    values.update(env_id=spec["env"], seed=spec["seed"], total_timesteps=spec["steps"], run_dir=spec["run_dir"], progress=True,
+                  checkpoint_every=spec.get("checkpoint_every", 0), resume=spec.get("resume"))
     if "eval_every" in fields:
         values["eval_every"] = spec["eval_every"]
     return module.Args(**values)
@@ -94,7 +106,13 @@ def child(spec_path: str) -> int:
     result = {"status": "failed", "spec": spec, "summary": None, "error": None, "traceback": None,
               "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine_info(), "commit": spec.get("commit")}
     start = time.perf_counter()
-    signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt(f"signal {s}")))
+    stop = lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt(f"signal {s}"))  # noqa: E731
+    # until train() takes over SIGTERM and SIGUSR1 (checkpoint, then stop), they stop the run here;
+    # SIGUSR2 is submitit's signal to the task that started this process (SLURM may send it to every
+    # process of the job): that task answers it by sending SIGUSR1 here
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGUSR1, stop)
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     try:
         sys.path[:0] = [str(ROOT), str(ROOT / "algos")]
         module = importlib.import_module(spec["algo"])  # algos/<algo>.py
@@ -102,8 +120,8 @@ def child(spec_path: str) -> int:
         result["summary"] = summary
         if summary.get("completed"):
             result["status"] = "ok"
-        elif summary.get("error") == "interrupted":
-            result["status"], result["error"] = "interrupted", "interrupted"
+        elif summary.get("error") in ("interrupted", "preempted"):  # stopped; with a checkpoint it resumes next time
+            result["status"] = result["error"] = summary["error"]
         else:
             result["error"] = f"run did not complete: {summary.get('error')}"
     except KeyboardInterrupt:
@@ -112,37 +130,59 @@ def child(spec_path: str) -> int:
         result["error"] = f"{type(e).__name__}: {e}"
         result["traceback"] = traceback.format_exc()
         traceback.print_exc()
+    for sig in (signal.SIGTERM, signal.SIGUSR1):  # train() is over: the result is written whatever comes now
+        signal.signal(sig, signal.SIG_IGN)
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     result["process_seconds"] = round(time.perf_counter() - start, 2)
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
     print(f"[run.py] {spec['algo']} {spec['env']} seed {spec['seed']}: {result['status']}"
           + (f" ({result['error']})" if result["error"] else ""), flush=True)
-    return {"ok": 0, "interrupted": 130}.get(result["status"], 1)
+    return {"ok": 0, "interrupted": 130, "preempted": 75}.get(result["status"], 1)
 
 
 # --- the parent: the sweep ------------------------------------------------------------------------
 class Job:
+    """One run (cell, seed) and its folder: started as a child process, fresh or resumed, then finished.
+
+    The local backend keeps several going from one loop; a SLURM task (benchmarks/cluster.py) starts
+    and waits for one. Both decide, start and record a run with these same methods."""
+
     def __init__(self, suite: str, cell: Cell, seed: int, results: Path):
         self.suite, self.cell, self.seed = suite, cell, seed
         self.dir = results / suite / "runs" / cell.run_name(seed)
         self.proc: subprocess.Popen | None = None
         self.started = 0.0
         self.log = None
+        self.resumed_from: Path | None = None
+        self.fresh = False  # start from scratch even where a checkpoint is (--force, --retry-failed)
 
     @property
     def label(self) -> str:
         return f"{self.cell.algo} {self.cell.env} s{self.seed}"
 
-    def start(self, commit: str | None) -> None:
-        if self.dir.exists():  # a previous attempt (failed, interrupted, killed): start clean
-            shutil.rmtree(self.dir)
-        self.dir.mkdir(parents=True)
+    def checkpointed(self) -> Path | None:
+        """The script's run folder in this run's folder when it holds a checkpoint to resume from."""
+        folders = sorted(self.dir.glob("*/checkpoint.pt"), key=lambda p: p.stat().st_mtime)
+        return folders[-1].parent if folders else None
+
+    def start(self, commit: str | None, checkpoint_every: int = 0, fresh: bool = False) -> None:
+        """Start the child: resumed from the run's checkpoint when there is one (and not `fresh`), else from scratch."""
+        self.resumed_from = None if fresh else self.checkpointed()
+        if self.resumed_from is None:
+            if self.dir.exists():  # a previous attempt (failed, interrupted without a checkpoint, killed early): start clean
+                shutil.rmtree(self.dir)
+            self.dir.mkdir(parents=True)
         spec = {"suite": self.suite, "algo": self.cell.algo, "env": self.cell.env, "seed": self.seed, "steps": self.cell.steps,
                 "settings": self.cell.settings, "eval_every": self.cell.eval_every, "hash": self.cell.digest,
-                "run_dir": str(self.dir), "commit": commit}
+                "run_dir": str(self.dir), "commit": commit, "checkpoint_every": checkpoint_every,
+                "resume": str(self.resumed_from) if self.resumed_from else None}
         (self.dir / "spec.json").write_text(json.dumps(spec, indent=2))
-        self.log = open(self.dir / "log.txt", "w")
+        (self.dir / "result.json").unlink(missing_ok=True)  # a stopped attempt's result is not this attempt's
+        self.log = open(self.dir / "log.txt", "a" if self.resumed_from else "w")
+        if self.resumed_from:
+            self.log.write(f"\n[run.py] {time.strftime('%Y-%m-%dT%H:%M:%S')}: resuming {self.resumed_from.name} from its checkpoint\n")
+            self.log.flush()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": os.environ.get("WANDB_MODE", "disabled")}
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", str(self.dir / "spec.json")],
                                      stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
@@ -168,12 +208,22 @@ class Job:
     def finish(self) -> dict:
         self.log.close()
         result = read_result(self.dir)
-        if result is None:  # the process died without writing one: a crash the report must show
-            tail = (self.dir / "log.txt").read_text(errors="ignore").splitlines()[-20:]
-            result = {"status": "failed", "error": f"process exited with code {self.proc.returncode} and wrote no result",
-                      "log_tail": tail, "spec": json.loads((self.dir / "spec.json").read_text()), "summary": None,
-                      "process_seconds": round(time.time() - self.started, 2)}
-            (self.dir / "result.json").write_text(json.dumps(result, indent=2))
+        if result is None:
+            result = self.died(f"process exited with code {self.proc.returncode} and wrote no result")
+        return result
+
+    def died(self, error: str) -> dict:
+        """Record a run whose process ended without a result: `killed` when it left a checkpoint (the next
+        sweep resumes it), else `failed` (a crash the report must show)."""
+        log = self.dir / "log.txt"
+        resumable = self.checkpointed() is not None
+        result = {"status": "killed" if resumable else "failed",
+                  "error": error + ("; it resumes from its checkpoint next time" if resumable else ""),
+                  "log_tail": log.read_text(errors="ignore").splitlines()[-20:] if log.exists() else [],
+                  "spec": json.loads((self.dir / "spec.json").read_text()) if (self.dir / "spec.json").exists() else None,
+                  "summary": None, "process_seconds": round(time.time() - self.started, 2) if self.started else None}
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "result.json").write_text(json.dumps(result, indent=2))
         return result
 
 
@@ -202,13 +252,48 @@ def report_command(suite: str, a: argparse.Namespace) -> str:
     return command
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors (unknown flag, bad value) as one line `<name>: error: ...` and exit 2, no usage block."""
+
+    def error(self, message: str):
+        print(f"{Path(self.prog).stem}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def add_slurm_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the slurm backend (run.py and tune.py)."""
+    slurm = p.add_argument_group("slurm backend")
+    slurm.add_argument("--time-limit", type=int, default=60,
+                       help="minutes per array task; near the limit the task stops its run at a checkpoint and is requeued (default 60)")
+    slurm.add_argument("--partition", help="SLURM partition (default: the cluster's)")
+    slurm.add_argument("--cpus-per-task", type=int, default=1, help="CPUs per array task (default 1; a run uses one)")
+    slurm.add_argument("--slurm-option", action="append", default=[], metavar="KEY=VALUE",
+                       help="any other sbatch option, e.g. account=myproject, qos=low, mem=4G (repeatable)")
+    slurm.add_argument("--submitit-dir", help="submitit's job files and logs (default: run.py <results-dir>/<suite>/submitit, tune.py <study-dir>/submitit)")
+    slurm.add_argument("--submitit-cluster", choices=("slurm", "local", "debug"), default="slurm",
+                       help="slurm; or local/debug: the same tasks as local processes through submitit, to try the SLURM path without a cluster")
+
+
+def slurm_flags_error(a: argparse.Namespace) -> str | None:
+    if a.time_limit < 1 or a.cpus_per_task < 1:
+        return f"--time-limit and --cpus-per-task must be >= 1, got {a.time_limit} and {a.cpus_per_task}"
+    if any("=" not in x for x in a.slurm_option):
+        return f"--slurm-option takes KEY=VALUE, got {next(x for x in a.slurm_option if '=' not in x)!r}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="benchmarks/run.py", description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", help="suite name in the suites file (classic, continuous, mujoco, minatar, atari, atari_cpu)")
     p.add_argument("--algos", nargs="+", help="only these algorithms")
     p.add_argument("--envs", nargs="+", help="only these env ids")
     p.add_argument("--seeds", nargs="+", type=int, help="these seeds instead of the cell's")
-    p.add_argument("--workers", type=int, default=1, help="runs at a time (each a process using one torch thread)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="runs at a time: local processes (one torch thread each), or the SLURM array's tasks running at once")
+    p.add_argument("--backend", choices=("local", "slurm"), default="local",
+                   help="local: processes on this machine; slurm: a SLURM job array through submitit (pip install -r benchmarks/requirements-cluster.txt)")
+    p.add_argument("--checkpoint-every", type=int, default=0,
+                   help="env steps between each run's checkpoints (0: only when stopped by a signal); a stopped or killed run resumes from its last one")
     p.add_argument("--retry-failed", action="store_true", help="run failed runs again")
     p.add_argument("--force", action="store_true", help="run again even runs that are ok")
     p.add_argument("--timeout", type=float, default=0, help="seconds before a run is stopped and recorded as failed (0: none)")
@@ -216,16 +301,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="list the runs and what would happen to each, run nothing")
     p.add_argument("--suites-file", default=str(SUITES_FILE), help=argparse.SUPPRESS)
     p.add_argument("--results-dir", default=str(RESULTS_DIR), help="parent of the per-suite result folders")
+    add_slurm_flags(p)
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
         return child(a.child)
+    error = None
     if not a.suite:
-        p.error("--suite is required")
-    if a.workers < 1:
-        p.error("--workers must be >= 1")
+        error = "--suite is required"
+    elif a.workers < 1:
+        error = f"--workers must be >= 1, got {a.workers}"
+    elif a.checkpoint_every < 0:
+        error = f"--checkpoint-every must be >= 0, got {a.checkpoint_every}"
+    else:
+        error = slurm_flags_error(a)
+    if error:
+        print(f"run: error: {error}", file=sys.stderr)
+        return 2
 
-    suite = load_suite(a.suite, a.suites_file)
+    try:
+        suite = load_suite(a.suite, a.suites_file)
+    except SystemExit as e:  # an unknown suite or a malformed cell: suite.py's message
+        print(f"run: error: {e}", file=sys.stderr)
+        return 2
     results = Path(a.results_dir)
     if not suite.runnable:
         print(f"suite {suite.name} is declared but not runnable here: {suite.not_runnable_reason}")
@@ -248,18 +346,33 @@ def main(argv: list[str] | None = None) -> int:
         elif status == "failed" and not (a.retry_failed or a.force):
             known_failed.append((job, prev))
         else:
+            job.fresh = a.force or status == "failed"
             todo.append(job)
 
     print(f"suite {suite.name}: {len(selected)} runs selected: {len(done_ok)} already ok, {len(known_failed)} failed before "
-          f"(kept; --retry-failed runs them), {len(missing)} script missing, {len(todo)} to run with {a.workers} worker(s)")
+          f"(kept; --retry-failed runs them), {len(missing)} script missing, {len(todo)} to run with {a.workers} worker(s)"
+          + ("" if a.backend == "local" else " on SLURM" if a.submitit_cluster == "slurm" else f" through submitit's {a.submitit_cluster} executor"))
     for job in missing:
         print(f"  script missing: algos/{job.cell.algo}.py ({job.label}) - not run")
     for job, prev in known_failed:
         print(f"  failed before: {job.label}: {prev.get('error')}  [{job.dir}]")
     if a.dry_run:
         for job in todo:
-            print(f"  would run: {job.label} ({job.cell.steps:,} steps, settings {job.cell.settings or 'defaults'}) -> {job.dir}")
+            resume = None if job.fresh else job.checkpointed()
+            what = f"resume from its checkpoint in {resume}" if resume else f"run: {job.label}"
+            print(f"  would {what} ({job.cell.steps:,} steps, settings {job.cell.settings or 'defaults'}) -> {job.dir}")
         return 0
+    if a.backend == "slurm":
+        try:
+            import cluster  # submitit: only this backend needs it
+        except ImportError as e:
+            print(f"run: error: --backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt", file=sys.stderr)
+            return 2
+        start = time.time()
+        finished = cluster.run_jobs(suite.name, todo, a)
+        if finished is None:
+            return 130
+        return closing(suite.name, a, finished, done_ok, known_failed, missing, start)
 
     pending, running, finished = list(todo), [], []
     start, last_status = time.time(), 0.0
@@ -280,9 +393,10 @@ def main(argv: list[str] | None = None) -> int:
         while pending or running:
             while pending and len(running) < a.workers:
                 job = pending.pop(0)
-                job.start(git_commit())  # per run: the code may change while a long sweep runs
+                job.start(git_commit(), a.checkpoint_every, job.fresh)  # per run: the code may change while a long sweep runs
                 running.append(job)
-                print(f"[{time.strftime('%H:%M:%S')}] start  {job.label} ({job.cell.steps:,} steps) -> {job.dir}", flush=True)
+                print(f"[{time.strftime('%H:%M:%S')}] {'resume' if job.resumed_from else 'start '} {job.label} "
+                      f"({job.cell.steps:,} steps) -> {job.dir}", flush=True)
             time.sleep(0.2)
             for job in list(running):
                 timed_out = a.timeout and job.proc.poll() is None and time.time() - job.started > a.timeout
@@ -301,15 +415,13 @@ def main(argv: list[str] | None = None) -> int:
                     result.update(status="failed", error=f"timed out after {a.timeout:.0f} s (--timeout)")
                     (job.dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
                 finished.append((job, result))
-                s = result.get("summary") or {}
-                what = (f"eval {s.get('eval_return_mean'):.2f}, {s.get('sps'):,.0f} steps/s, {s.get('wall_seconds'):.0f} s"
-                        if result["status"] == "ok" else f"{result['error']} (log: {job.dir / 'log.txt'})")
-                print(f"[{time.strftime('%H:%M:%S')}] {result['status'].upper():6} {job.label}: {what}", flush=True)
+                print_end(job, result)
             if time.time() - last_status > a.status_every and running:
                 print(status_line(), flush=True)
                 last_status = time.time()
     except KeyboardInterrupt:
-        print("\ninterrupted: stopping the running runs (they will be run again next time)", flush=True)
+        print("\ninterrupted: stopping the running runs (next time they resume from a checkpoint where they wrote one, "
+              "else start over)", flush=True)
         for job in running:
             job.proc.send_signal(signal.SIGTERM)
         for job in running:
@@ -320,14 +432,26 @@ def main(argv: list[str] | None = None) -> int:
             job.log.close()
         return 130
 
+    return closing(suite.name, a, finished, done_ok, known_failed, missing, start)
+
+
+def print_end(job: Job, result: dict) -> None:
+    s = result.get("summary") or {}
+    what = (f"eval {s.get('eval_return_mean'):.2f}, {s.get('sps'):,.0f} steps/s, {s.get('wall_seconds'):.0f} s"
+            if result["status"] == "ok" else f"{result['error']} (log: {job.dir / 'log.txt'})")
+    print(f"[{time.strftime('%H:%M:%S')}] {result['status'].upper():6} {job.label}: {what}", flush=True)
+
+
+def closing(suite: str, a: argparse.Namespace, finished, done_ok, known_failed, missing, start: float) -> int:
+    """The sweep's last lines (either backend): what ran, what failed, the report command; the exit status."""
     failed = [(j, r) for j, r in finished if r["status"] != "ok"] + known_failed
-    print(f"\nsuite {suite.name}: {sum(r['status'] == 'ok' for _, r in finished)} ran ok, {len(done_ok)} were already ok, "
+    print(f"\nsuite {suite}: {sum(r['status'] == 'ok' for _, r in finished)} ran ok, {len(done_ok)} were already ok, "
           f"{len(failed)} failed, {len(missing)} script missing; {fmt_time(time.time() - start)}")
     for job, r in failed:
         print(f"  FAILED {job.label}: {r.get('error')}  (log: {job.dir / 'log.txt'})")
     for job in missing:
         print(f"  MISSING algos/{job.cell.algo}.py: {job.label} not run")
-    print(f"report: {report_command(suite.name, a)}")
+    print(f"report: {report_command(suite, a)}")
     return 1 if failed or missing else 0
 
 

@@ -1,0 +1,179 @@
+"""SLURM for run.py and tune.py, through submitit (pip install -r benchmarks/requirements-cluster.txt).
+
+A run of a suite is one task of a SLURM job array: `CellTask` starts the same child process as
+the local backend (run.Job: `python benchmarks/run.py --child spec.json`) and waits for it.
+Near the task's time limit, or when the cluster preempts it, submitit sends the task SIGUSR2
+(`--signal=USR2@90`) and calls `CellTask.checkpoint`: it sends the run SIGUSR1 (the script
+writes a checkpoint at its next step boundary and exits 75) and requeues the task, which then
+resumes the run from that checkpoint. A requeued task whose run has finished returns its result
+without running anything; a run killed outright goes on from its last `--checkpoint-every`
+checkpoint.
+
+A worker of a tuning study is one array task too (`StudyTask`, running tune.work); on a time
+limit or a preemption it stops the trial's run, is requeued, and its trial's parameters are
+tried again.
+
+submitit's `local` and `debug` executors run the same tasks without SLURM (`--submitit-cluster`),
+so the SLURM path can be tried, and is tested, on any machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import submitit
+
+import run as runner  # benchmarks/run.py: the same run.Job as the local backend
+from suite import Cell, read_result
+
+BENCH = Path(__file__).resolve().parent
+FINAL = ("ok", "failed", "killed")  # a killed run resumes next time, when the command is run again
+
+
+def make_executor(a, folder: Path, name: str, parallel: int) -> submitit.AutoExecutor:
+    """submitit's executor for the --submitit-cluster, with the time limit, partition, CPUs and the array's parallelism."""
+    # the tasks unpickle CellTask and StudyTask by module name: they import cluster, run and tune from benchmarks/
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(BENCH), *filter(None, [os.environ.get("PYTHONPATH")])])
+    executor = submitit.AutoExecutor(folder=folder, cluster=a.submitit_cluster)
+    params = dict(name=name, timeout_min=a.time_limit, cpus_per_task=a.cpus_per_task)
+    if a.submitit_cluster == "slurm":
+        params.update(slurm_array_parallelism=parallel, slurm_partition=a.partition)
+        if a.slurm_option:
+            params["slurm_additional_parameters"] = dict(x.split("=", 1) for x in a.slurm_option)
+    executor.update_parameters(**params)
+    return executor
+
+
+def stop(proc: subprocess.Popen, grace: float = 60.0) -> None:
+    """Ask a run for a checkpoint and a stop (SIGUSR1, exit 75); kill it if it has not stopped after `grace` s."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGUSR1)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+class CellTask(submitit.helpers.Checkpointable):
+    """One run (cell, seed) as a SLURM task: skipped when already ok, resumed from its checkpoint, requeued when stopped."""
+
+    def __init__(self, suite: str, cell: Cell, seed: int, results: str, checkpoint_every: int, fresh: bool):
+        self.suite, self.cell, self.seed, self.results = suite, cell, seed, results
+        self.checkpoint_every, self.fresh = checkpoint_every, fresh
+        self._job: runner.Job | None = None
+
+    def __call__(self) -> dict:
+        job = runner.Job(self.suite, self.cell, self.seed, Path(self.results))
+        prev = read_result(job.dir)
+        if prev and prev["status"] == "ok" and not self.fresh:
+            return prev  # a requeued task whose run had already finished
+        self._job = job
+        job.start(runner.git_commit(), self.checkpoint_every, self.fresh)
+        try:
+            while job.proc.poll() is None:  # polled, not wait(): checkpoint() waits on the same process from a signal handler
+                time.sleep(0.5)
+        finally:
+            stop(job.proc)  # the task is being ended (cancelled, or checkpoint() ran): the run checkpoints first
+        return job.finish()
+
+    def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
+        """Called by submitit on SIGUSR2 (time limit or preemption): stop the run at a checkpoint, requeue to resume it."""
+        job = self._job
+        if job is not None and job.proc is not None:
+            stop(job.proc)
+            job.finish()
+        print(f"[cluster] {self.cell.algo} {self.cell.env} s{self.seed}: stopped at a checkpoint, requeued", flush=True)
+        return submitit.helpers.DelayedSubmission(
+            CellTask(self.suite, self.cell, self.seed, self.results, self.checkpoint_every, fresh=False))
+
+
+class StudyTask(submitit.helpers.Checkpointable):
+    """One worker of a tuning study (tune.work) as a SLURM task; requeued when stopped, its trial tried again."""
+
+    def __init__(self, config: dict, worker: int, interrupted_trial: int | None = None):
+        self.config, self.worker, self.interrupted_trial = config, worker, interrupted_trial
+        self._state: dict = {}  # tune.work keeps the running trial and its run process here
+
+    def __call__(self) -> int:
+        import tune
+
+        return tune.work(self.config, self.worker, self._state, self.interrupted_trial)
+
+    def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
+        """Called by submitit on SIGUSR2: end the trial's run (trials are not resumed) and requeue the worker."""
+        proc = self._state.get("proc")
+        if proc is not None and proc.poll() is None:  # a trial's run is not resumed: its parameters are tried again
+            proc.kill()
+            proc.wait(10)
+        return submitit.helpers.DelayedSubmission(StudyTask(self.config, self.worker, self._state.get("trial")))
+
+
+def _failure(sj) -> str:
+    """What submitit knows about a task that ended without a result (its exception's first line)."""
+    try:
+        e = sj.exception()
+    except Exception as err:  # noqa: BLE001 - anything submitit raises here is the answer
+        e = err
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300] if e else f"submitit state {sj.state}"
+
+
+def run_jobs(suite: str, todo: list[runner.Job], a) -> list[tuple[runner.Job, dict]] | None:
+    """Run run.py's selected runs as submitit tasks and wait for them; (job, result) per run, None if interrupted."""
+    if not todo:
+        return []
+    folder = Path(a.submitit_dir or Path(a.results_dir) / suite / "submitit")
+    executor = make_executor(a, folder, f"bench-{suite}", a.workers)
+    tasks = [CellTask(j.suite, j.cell, j.seed, a.results_dir, a.checkpoint_every, j.fresh) for j in todo]
+    submitted: dict[int, object] = {}
+    pending = list(range(len(todo)))
+    if a.submitit_cluster == "slurm":  # one array, `--workers` tasks at a time
+        for i, sj in zip(pending, executor.submit_array(tasks)):
+            submitted[i] = sj
+        pending = []
+        print(f"submitted {len(tasks)} runs as SLURM array job {submitted[0].job_id.split('_')[0]} ({a.workers} at a time, "
+              f"{a.time_limit} min per task, requeued to resume where a run outlives it); submitit files: {folder}", flush=True)
+    finished, done = [], set()
+    last_status, poll = time.time(), 5.0 if a.submitit_cluster == "slurm" else 0.5
+    try:
+        while len(done) < len(todo):
+            while pending and len(submitted) - len(done) < a.workers:  # submitit's local executor would start every job at once
+                i = pending.pop(0)
+                submitted[i] = executor.submit(tasks[i])
+                print(f"[{time.strftime('%H:%M:%S')}] submit {todo[i].label} -> {todo[i].dir}", flush=True)
+            for i, sj in list(submitted.items()):
+                if i in done or not sj.done():
+                    continue
+                done.add(i)
+                job = todo[i]
+                result = read_result(job.dir)
+                if result is None:  # the task itself died (node failure, out of memory, cancelled)
+                    result = job.died(f"its SLURM task ended without a result: {_failure(sj)}")
+                elif result["status"] not in FINAL:  # stopped, and submitit gave up requeueing it
+                    result = {**result, "error": f"stopped ({result['status']}) and not requeued ({_failure(sj)}); "
+                                                 "run the same command again to resume it"}
+                finished.append((job, result))
+                runner.print_end(job, result)
+            if time.time() - last_status > a.status_every and len(done) < len(todo):
+                running = [f"{todo[i].label} {100 * todo[i].progress():.0f}%" for i in submitted if i not in done]
+                print(f"[{time.strftime('%H:%M:%S')}] {len(done)}/{len(todo)} finished, {len(pending)} not submitted yet; "
+                      f"not finished: {'; '.join(running) or '-'}", flush=True)
+                last_status = time.time()
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        print("\ninterrupted: cancelling the tasks (runs that wrote a checkpoint resume from it next time)", flush=True)
+        for i, sj in submitted.items():
+            if i not in done:
+                try:
+                    sj.cancel(check=False)
+                except Exception:  # noqa: BLE001 - cancel what can be cancelled, say what could not
+                    print(f"  could not cancel {sj.job_id}: {traceback.format_exc().splitlines()[-1]}", file=sys.stderr)
+        return None
+    return finished

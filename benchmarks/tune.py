@@ -1,0 +1,558 @@
+"""Tune one cell of a suite with Optuna: search the script's own flags for the best mean greedy evaluation.
+
+    python benchmarks/tune.py --suite classic --algo a2c --env MountainCar-v0 --trials 40 --workers 2
+    python benchmarks/tune.py --suite classic --algo a2c --env MountainCar-v0 --trials 200 --workers 20 \\
+        --backend slurm --partition cpu --time-limit 120
+
+A trial runs the cell (its env, its budget in env steps, its evaluation period, its settings)
+with some of the script's `Args` replaced by values drawn from the algorithm's search space
+(SPACES below, or `--space FILE`), once per seed of `--seeds`. Its objective is the mean over
+those seeds of the final greedy evaluation (summary.json's eval_return_mean). The default seeds
+(1001-1003) are not the suite's, so that the suite's runs are not the ones the settings were
+picked on.
+
+Each seed is the runner's child process (`python benchmarks/run.py --child spec.json`), one after
+another. The scripts have no callback for a tuner, so the tuner reads the evaluations from the
+run's metrics.csv as they are written (every `eval_every` steps; the script flushes the file
+every few seconds) and reports to Optuna, at each evaluation point, the mean over the seeds run
+so far of their return at that point (Optuna's step: seed index x steps + env step, so that every
+trial reports at the same steps). Optuna's median rule prunes a trial that falls below the median
+of the earlier trials at the same step, once `--prune-after` trials have finished and past the
+first half of the first seed; the pruned run is killed.
+
+Storage: one Optuna JournalStorage file, <study-dir>/journal.log, appended to under a file lock
+by every worker: `--workers N` local processes, N SLURM tasks (`--backend slurm`), or several
+tune.py commands started by hand. The same command again continues the study up to `--trials`
+trials in all, and rewrites the table. A worker stopped by SLURM (time limit, preemption) is
+requeued and its interrupted trial's parameters are tried again.
+
+Output: <study-dir>/STUDY.md, a function of the storage: the cell, the objective, the search
+space, the commands, every trial (state, objective, each seed's evaluation, parameters), the
+best trial, and its settings as a line to paste into the cell in suites.toml. The trials' run
+folders are in <study-dir>/trials/.
+
+Exit status: 0 done; 1 no trial completed; 2 bad input (one line); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import gc
+import importlib
+import io
+import json
+import math
+import multiprocessing
+import shlex
+import statistics
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run as runner  # noqa: E402
+from suite import RESULTS_DIR, ROOT, SUITES_FILE, Cell, load_suites, load_suite  # noqa: E402
+
+# Search spaces over each script's own Args fields: {"low", "high"(, "log", "step")} for a range
+# (integers when both bounds are), {"choices": [...]} for a set. Ranges after rl-baselines3-zoo's
+# hyperparams_opt.py where it has the parameter; values that TOML cannot write (None) are left out.
+NETS = {"choices": [[64, 64], [120, 84], [256, 256]]}
+SPACES: dict[str, dict[str, dict]] = {
+    "dqn": {
+        "learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
+        "batch_size": {"choices": [32, 64, 128, 256]},
+        "buffer_size": {"choices": [10_000, 50_000, 100_000]},
+        "gamma": {"choices": [0.95, 0.98, 0.99, 0.995, 0.999]},
+        "target_every": {"choices": [250, 500, 1_000, 5_000, 10_000]},
+        "train_every": {"choices": [1, 4, 8, 16]},
+        "gradient_steps": {"choices": [1, 2, 4, 8]},
+        "exploration_fraction": {"low": 0.05, "high": 0.5},
+        "end_epsilon": {"low": 0.01, "high": 0.2},
+        "learning_starts": {"choices": [1_000, 5_000, 10_000]},
+        "hidden_sizes": NETS,
+        "loss": {"choices": ["mse", "huber"]},
+        "double_dqn": {"choices": [False, True]},
+    },
+    "n_step_q": {
+        "learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
+        "num_envs": {"choices": [4, 8, 16]},
+        "n_steps": {"choices": [3, 5, 10, 20]},
+        "gamma": {"choices": [0.95, 0.98, 0.99, 0.995, 0.999]},
+        "target_every": {"choices": [100, 500, 1_000, 5_000]},
+        "exploration_fraction": {"low": 0.05, "high": 0.5},
+        "end_epsilon": {"low": 0.01, "high": 0.1},
+        "paper_epsilons": {"choices": [False, True]},
+        "anneal_lr": {"choices": [False, True]},
+        "loss": {"choices": ["mse", "huber"]},
+        "clip_grad_norm": {"choices": [0.5, 1.0, 10.0, 40.0]},
+        "hidden_sizes": NETS,
+    },
+    "sarsa": {
+        "learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
+        "num_envs": {"choices": [4, 8, 16]},
+        "n_steps": {"choices": [3, 5, 10, 20]},
+        "gamma": {"choices": [0.95, 0.98, 0.99, 0.995, 0.999]},
+        "expected": {"choices": [False, True]},
+        "target_network": {"choices": [False, True]},
+        "target_every": {"choices": [100, 500, 1_000, 5_000]},
+        "exploration_fraction": {"low": 0.05, "high": 0.5},
+        "end_epsilon": {"low": 0.01, "high": 0.1},
+        "anneal_lr": {"choices": [False, True]},
+        "loss": {"choices": ["mse", "huber"]},
+        "clip_grad_norm": {"choices": [0.5, 1.0, 10.0, 40.0]},
+        "hidden_sizes": NETS,
+    },
+    "a2c": {
+        "learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
+        "num_envs": {"choices": [4, 8, 16]},
+        "n_steps": {"choices": [5, 8, 16, 32, 64]},
+        "gamma": {"choices": [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]},
+        "gae_lambda": {"choices": [0.8, 0.9, 0.92, 0.95, 0.98, 1.0]},
+        "entropy_coef": {"low": 1e-8, "high": 0.1, "log": True},
+        "value_coef": {"low": 0.2, "high": 1.0},
+        "clip_grad_norm": {"choices": [0.3, 0.5, 1.0, 2.0, 5.0]},
+        "optimizer": {"choices": ["rmsprop", "adam"]},
+        "anneal_lr": {"choices": [False, True]},
+        "activation": {"choices": ["tanh", "relu"]},
+        "hidden_sizes": {"choices": [[64, 64], [256, 256]]},
+        "normalize_obs": {"choices": [False, True]},
+        "normalize_reward": {"choices": [False, True]},
+    },
+    "ddpg": {
+        "actor_learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
+        "critic_learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
+        "batch_size": {"choices": [64, 128, 256]},
+        "gamma": {"choices": [0.95, 0.98, 0.99, 0.995, 0.999]},
+        "target_rate": {"choices": [0.001, 0.005, 0.01, 0.02]},
+        "noise": {"choices": ["gaussian", "ou"]},
+        "noise_std": {"low": 0.05, "high": 0.7},
+        "learning_starts": {"choices": [1_000, 10_000]},
+        "hidden_sizes": {"choices": [[64, 64], [256, 256], [400, 300]]},
+    },
+    "naf": {
+        "learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
+        "batch_size": {"choices": [64, 128, 256]},
+        "gamma": {"choices": [0.95, 0.98, 0.99, 0.995, 0.999]},
+        "target_rate": {"choices": [0.001, 0.005, 0.01, 0.02]},
+        "noise": {"choices": ["gaussian", "ou"]},
+        "noise_std": {"low": 0.05, "high": 0.7},
+        "learning_starts": {"choices": [1_000, 10_000]},
+        "hidden_sizes": {"choices": [[64, 64], [256, 256], [400, 300]]},
+    },
+}
+DEFAULT_SEEDS = [1001, 1002, 1003]
+
+
+class BadInput(ValueError):
+    """One line for the user, exit 2."""
+
+
+class RunFailed(RuntimeError):
+    """A seed's run did not finish ok (NaN stop, crash): the trial fails, the study goes on."""
+
+
+# --- search space -------------------------------------------------------------------------------
+def args_fields(algo: str) -> dict:
+    sys.path[:0] = [str(ROOT), str(ROOT / "algos")]
+    return {f.name: f for f in dataclasses.fields(importlib.import_module(algo).Args)}
+
+
+def check_space(algo: str, space: dict, origin: str) -> dict:
+    """The space, checked against the script's Args; BadInput names the first problem."""
+    if not space:
+        raise BadInput(f"the search space is empty ({origin} defines no parameter)")
+    fields = args_fields(algo)
+    for name, spec in space.items():
+        if name not in fields:
+            raise BadInput(f"{origin}: {name!r} is not a flag of algos/{algo}.py (its Args has no field {name})")
+        if not isinstance(spec, dict) or not ({"choices"} == set(spec) or {"low", "high"} <= set(spec) <= {"low", "high", "log", "step"}):
+            raise BadInput(f"{origin}: {name} needs {{choices = [...]}} or {{low = ..., high = ...}} (optional log, step), got {spec!r}")
+        if "choices" in spec:
+            if not isinstance(spec["choices"], list) or not spec["choices"]:
+                raise BadInput(f"{origin}: {name}: choices must be a non-empty list")
+        elif not (isinstance(spec["low"], (int, float)) and isinstance(spec["high"], (int, float)) and spec["low"] < spec["high"]):
+            raise BadInput(f"{origin}: {name}: needs numbers low < high, got {spec['low']!r} and {spec['high']!r}")
+        elif spec.get("log") and spec["low"] <= 0:
+            raise BadInput(f"{origin}: {name}: a log range needs low > 0, got {spec['low']}")
+    return space
+
+
+def load_space(algo: str, path: str | None, params: list[str] | None) -> dict:
+    if path:
+        try:
+            with open(path, "rb") as f:
+                space, origin = tomllib.load(f), path
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise BadInput(f"--space {path}: {e}") from None
+    else:
+        space, origin = dict(SPACES[algo]), f"the built-in space of {algo}"
+    if params is not None:
+        unknown = sorted(set(params) - set(space))
+        if unknown:
+            raise BadInput(f"--params {' '.join(unknown)}: not in {origin} ({', '.join(space)})")
+        space, origin = {k: v for k, v in space.items() if k in params}, f"{origin} with --params {' '.join(params) or '(none)'}"
+    return check_space(algo, space, origin)
+
+
+def sample(trial, space: dict) -> dict:
+    """The trial's values; floats rounded to 3 significant digits, so that the settings line is the run."""
+    values = {}
+    for name, spec in space.items():
+        if "choices" in spec:
+            keys = [json.dumps(c) for c in spec["choices"]]  # Optuna's choices must be scalars: lists go as JSON
+            values[name] = json.loads(trial.suggest_categorical(name, keys))
+        elif isinstance(spec["low"], int) and isinstance(spec["high"], int):
+            values[name] = trial.suggest_int(name, spec["low"], spec["high"], step=spec.get("step", 1), log=spec.get("log", False))
+        else:
+            x = trial.suggest_float(name, spec["low"], spec["high"], log=spec.get("log", False), step=spec.get("step"))
+            values[name] = float(f"{x:.3g}")
+    return values
+
+
+def toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return f"{v:_}" if abs(v) >= 10_000 else str(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return json.dumps(v)
+
+
+def settings_line(settings: dict) -> str:
+    return "settings = { " + ", ".join(f"{k} = {toml_value(v)}" for k, v in settings.items()) + " }"
+
+
+# --- one trial ----------------------------------------------------------------------------------
+def eval_rows(job: runner.Job) -> list[tuple[int, float]]:
+    """(global_step, eval_return) of the evaluations in the run's metrics.csv so far (whole lines only)."""
+    path = runner.metrics_file(job.dir)
+    if path is None:
+        return []
+    text = path.read_text(errors="ignore")
+    text = text[:text.rfind("\n") + 1]
+    return [(int(r["global_step"]), float(r["eval_return"])) for r in csv.DictReader(io.StringIO(text)) if r.get("eval_return")]
+
+
+def objective(trial, config: dict, state: dict) -> float:
+    import optuna
+
+    settings = {**config["cell"]["settings"], **sample(trial, config["space"])}
+    trial.set_user_attr("settings", settings)
+    cell = Cell(**{**config["cell"], "settings": settings})
+    steps, seeds = cell.steps, config["seeds"]
+    at_point: dict[int, list[float]] = {}  # env step of an evaluation -> the returns there of the seeds so far
+    evals: dict[str, float] = {}
+    state["trial"] = trial.number
+    for i, seed in enumerate(seeds):
+        job = runner.Job(f"{trial.number:04d}", cell, seed, Path(config["study_dir"]) / "trials")
+        job.start(runner.git_commit(), fresh=True)
+        state["proc"] = job.proc
+        seen, t0 = 0, time.time()
+        try:
+            while True:
+                ended = job.proc.poll() is not None
+                rows = eval_rows(job)
+                for step, value in rows[seen:]:
+                    at_point.setdefault(step, []).append(value)
+                    trial.report(statistics.fmean(at_point[step]), i * steps + step)
+                    if trial.should_prune():
+                        trial.set_user_attr("pruned_at", f"seed {seed}, step {step:,}")
+                        trial.set_user_attr("evals", evals)
+                        print(f"trial {trial.number} pruned at seed {seed}, step {step:,}", flush=True)
+                        raise optuna.TrialPruned(f"seed {seed} at step {step:,}: {statistics.fmean(at_point[step]):.1f}")
+                seen = len(rows)
+                if ended:
+                    break
+                time.sleep(1.0)
+        finally:
+            if job.proc.poll() is None:  # pruned, or the worker is being stopped: the run is not needed
+                job.proc.kill()
+                job.proc.wait()
+            result = job.finish()
+            state["proc"] = None
+        if result["status"] != "ok":
+            trial.set_user_attr("error", f"seed {seed}: {result.get('error')}")
+            raise RunFailed(f"trial {trial.number} seed {seed}: {result.get('error')} (log: {job.dir / 'log.txt'})")
+        evals[str(seed)] = result["summary"]["eval_return_mean"]
+        trial.set_user_attr("evals", evals)
+        print(f"trial {trial.number} seed {seed}: eval {evals[str(seed)]:.2f} ({time.time() - t0:.0f} s)", flush=True)
+    print(f"trial {trial.number}: objective {statistics.fmean(evals.values()):.2f}", flush=True)
+    return statistics.fmean(evals.values())
+
+
+def open_study(config: dict, worker: int = 0):
+    """The study in the config's journal file, with the TPE sampler (seeded per worker) and the median pruner."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(Path(config["study_dir"]) / "journal.log")))
+    pruner = (optuna.pruners.MedianPruner(n_startup_trials=config["prune_after"], n_warmup_steps=config["cell"]["steps"] // 2)
+              if config["prune_after"] >= 0 else optuna.pruners.NopPruner())
+    existing = len(optuna.load_study(study_name=config["name"], storage=storage).trials) if config.get("exists") else 0
+    sampler = optuna.samplers.TPESampler(n_startup_trials=5, seed=config["sampler_seed"] + 1000 * worker + existing)
+    return optuna.create_study(study_name=config["name"], storage=storage, sampler=sampler, pruner=pruner,
+                               direction="maximize", load_if_exists=True)
+
+
+def counted(study) -> int:
+    """Trials that count towards --trials: every trial begun, but not one stopped by SLURM and queued again."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get("retry_of") for t in trials}
+    return sum(t.state != TrialState.WAITING and t.number not in retried for t in trials)
+
+
+def work(config: dict, worker: int = 0, state: dict | None = None, interrupted_trial: int | None = None) -> int:
+    """One worker: trials until the study holds `trials` of them (any state, other workers' included)."""
+    import optuna
+
+    state = {} if state is None else state
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines per seed and trial; failures still show
+    study = open_study({**config, "exists": True}, worker)
+    if interrupted_trial is not None:  # this worker was stopped by SLURM during that trial: try its parameters again
+        trial = next(t for t in study.get_trials(deepcopy=False) if t.number == interrupted_trial)
+        if trial.state == optuna.trial.TrialState.RUNNING:
+            study.tell(interrupted_trial, state=optuna.trial.TrialState.FAIL)
+            study.enqueue_trial(trial.params, user_attrs={"retry_of": interrupted_trial})
+    ran = 0
+    while counted(study) < config["trials"]:
+        study.optimize(lambda t: objective(t, config, state), n_trials=1, catch=(RunFailed,))
+        ran += 1
+    return ran
+
+
+def _work_process(config: dict, worker: int) -> None:  # a local worker process
+    try:
+        work(config, worker)
+    except KeyboardInterrupt:
+        pass
+
+
+def wait_for(jobs: list, poll: float) -> None:
+    """Until every submitit job has ended (Ctrl-C cancels them); a worker that failed is one line."""
+    try:
+        while not all(j.done() for j in jobs):
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        for j in jobs:
+            j.cancel(check=False)
+        raise
+    for j in jobs:
+        if j.exception() is not None:
+            print(f"worker {j.job_id} failed: {str(j.exception()).strip().splitlines()[0]} (log: {j.paths.stderr})", flush=True)
+
+
+# --- the table ----------------------------------------------------------------------------------
+def fmt(x, digits: int = 1) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def study_markdown(study, config: dict) -> tuple[str, str | None]:
+    """STUDY.md's text, and the best trial's settings block (None without a completed trial)."""
+    from optuna.trial import TrialState
+
+    cell, seeds, space = config["cell"], config["seeds"], config["space"]
+    trials = study.get_trials(deepcopy=False)
+    attrs = study.user_attrs
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    counts = {s: sum(t.state == s for t in trials) for s in TrialState}
+    retried = {t.user_attrs.get("retry_of") for t in trials}
+    steps = cell["steps"]
+    budget = f"{steps / 1e6:g}M" if steps >= 1_000_000 else f"{steps / 1e3:g}k" if steps >= 1000 else str(steps)
+    threshold = (f"; the cell's threshold: {cell['threshold']:g} ({cell['pass_rule']} of the suite's seeds {cell['seeds']})"
+                 if cell.get("threshold") is not None else "")
+    starts = [t.datetime_start for t in trials if t.datetime_start]
+    ends = [t.datetime_complete for t in trials if t.datetime_complete]
+    run_minutes = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
+                      if t.datetime_start and t.datetime_complete) / 60
+    lines = [f"# Tuning study: `{cell['algo']}` on `{cell['env']}` (suite `{config['suite']}`)", "",
+             f"- **Objective**: the mean over seeds {', '.join(map(str, seeds))} of the final greedy evaluation "
+             f"(eval_return_mean: {cell['settings'].get('eval_episodes', 10)} episodes), each seed trained for the cell's "
+             f"{budget} env steps with the cell's settings and the trial's values{threshold}.",
+             "- **Pruning**: " + (f"Optuna's median rule on the evaluations every {cell['eval_every']:,} steps (the mean over the "
+                                   f"seeds run so far at each point), after {config['prune_after']} finished trials and from "
+                                   f"step {steps // 2:,} of the first seed" if config["prune_after"] >= 0 else "none") +
+             "; sampler: TPE.",
+             "- **Search space**: " + "; ".join(
+                 f"`{k}` in {v['choices']}" if "choices" in v else
+                 f"`{k}` from {v['low']:g} to {v['high']:g}{' (log)' if v.get('log') else ''}" for k, v in space.items()) + ".",
+             f"- **Cell's settings** (kept unless searched): `{settings_line(cell['settings'])}`",
+             "- **Commands** (" + ", ".join(attrs.get("dates", [])) + "):", "",
+             *[f"  `{c}`" for c in attrs.get("commands", [])], "",
+             f"- **Trials**: {len(trials)} ({counts[TrialState.COMPLETE]} complete, {counts[TrialState.PRUNED]} pruned, "
+             f"{counts[TrialState.FAIL]} failed, {counts[TrialState.RUNNING] + counts[TrialState.WAITING]} unfinished); "
+             + (f"started {min(starts):%Y-%m-%d %H:%M}, last finished {max(ends):%Y-%m-%d %H:%M}; " if starts and ends else "")
+             + f"{run_minutes:.1f} min of trial time in all.", ""]
+    header = ["trial", "state", "objective", *[f"seed {s}" for s in seeds], "pruned at", "min", *space]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    order = {TrialState.COMPLETE: 0, TrialState.PRUNED: 1}
+    for t in sorted(trials, key=lambda t: (order.get(t.state, 2), -t.value if t.state == TrialState.COMPLETE else 0, t.number)):
+        evals = t.user_attrs.get("evals", {})
+        settings = t.user_attrs.get("settings", {})
+        state = t.state.name.lower()
+        if t.state == TrialState.FAIL:
+            state += ": " + (t.user_attrs.get("error") or ("stopped by SLURM, retried" if t.number in retried else "stopped"))
+        elif t.state == TrialState.PRUNED:
+            last = t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None
+            state += f" (at {fmt(last)})"
+        minutes = (t.datetime_complete - t.datetime_start).total_seconds() / 60 if t.datetime_start and t.datetime_complete else None
+        cells = [str(t.number), state.replace("|", "\\|"), fmt(t.value if t.state == TrialState.COMPLETE else None), *[fmt(evals.get(str(s))) for s in seeds],
+                 t.user_attrs.get("pruned_at", "-"), fmt(minutes), *[toml_value(settings[k]) if k in settings else "-" for k in space]]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    block = None
+    if complete:
+        best = max(complete, key=lambda t: t.value)
+        table = Path(config["study_dir"]).resolve() / "STUDY.md"
+        where = table.relative_to(ROOT).as_posix() if table.is_relative_to(ROOT) else str(table)
+        reaches = ""
+        if cell.get("threshold") is not None:
+            reaches = (f" On these tuning seeds it {'reaches' if best.value >= cell['threshold'] else 'stays below'} the cell's "
+                       f"threshold {cell['threshold']:g}; the suite's own runs (seeds {cell['seeds']}) decide the cell's verdict.")
+        block = "\n".join([settings_line(best.user_attrs["settings"]),
+                           f'settings_source = "{where}: best of '
+                           f'{len(trials)} trials (trial {best.number}, mean greedy eval {best.value:.1f} over seeds '
+                           f'{", ".join(map(str, seeds))})"'])
+        lines += [f"**Best: trial {best.number}**, objective {best.value:.1f} (seeds: "
+                  + ", ".join(f"{s}: {fmt(best.user_attrs['evals'].get(str(s)))}" for s in seeds) + f").{reaches}", "",
+                  "Its settings, to paste into the cell in `benchmarks/suites.toml` (replacing `settings` and "
+                  "`settings_source`; the new settings give the cell new run folders):", "", "```toml", block, "```", ""]
+    else:
+        lines += ["No trial has completed yet.", ""]
+    return "\n".join(lines), block
+
+
+# --- command line -------------------------------------------------------------------------------
+def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
+    p = runner.OneLineParser(prog="benchmarks/tune.py", description=__doc__.splitlines()[0],
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", required=True, help="suite holding the cell (classic, continuous, ...)")
+    p.add_argument("--algo", required=True, help="the cell's algorithm")
+    p.add_argument("--env", required=True, help="the cell's env id")
+    p.add_argument("--trials", type=int, default=20, help="trials in the study in all, over every worker and earlier commands (default 20)")
+    p.add_argument("--seeds", type=int, nargs="+", default=DEFAULT_SEEDS, help="seeds of each trial (default 1001 1002 1003)")
+    p.add_argument("--workers", type=int, default=1, help="trials at a time: local processes, or SLURM tasks")
+    p.add_argument("--backend", choices=("local", "slurm"), default="local", help="local processes, or a SLURM job array through submitit")
+    p.add_argument("--space", help="TOML file: the search space (name = {low = .., high = .., log = true} or {choices = [..]}) "
+                                   "instead of the built-in one")
+    p.add_argument("--params", nargs="*", help="search only these parameters of the space")
+    p.add_argument("--prune-after", type=int, default=5, help="finished trials before pruning starts (-1: never prune; default 5)")
+    p.add_argument("--sampler-seed", type=int, default=0, help="seed of the TPE sampler (worker w: seed + 1000 w)")
+    p.add_argument("--study-dir", help="storage, table and trial runs (default benchmarks/results/tuning/<suite>__<algo>__<env>)")
+    p.add_argument("--suites-file", default=str(SUITES_FILE), help=argparse.SUPPRESS)
+    runner.add_slurm_flags(p)
+    a = p.parse_args(argv)
+
+    if a.trials < 1:
+        raise BadInput(f"--trials must be >= 1, got {a.trials}")
+    if a.workers < 1:
+        raise BadInput(f"--workers must be >= 1, got {a.workers}")
+    if len(set(a.seeds)) != len(a.seeds):
+        raise BadInput(f"--seeds has repeats: {a.seeds}")
+    error = runner.slurm_flags_error(a)
+    if error:
+        raise BadInput(error)
+    try:
+        suites = load_suites(a.suites_file)
+    except OSError as e:
+        raise BadInput(f"cannot read the suites file: {e}") from None
+    if a.suite not in suites:
+        raise BadInput(f"unknown suite {a.suite!r}; the suites: {', '.join(suites)}")
+    suite = load_suite(a.suite, a.suites_file)
+    algos = sorted({c.algo for c in suite.cells})
+    if a.algo not in algos:
+        raise BadInput(f"unknown algorithm {a.algo!r} in suite {a.suite}; its algorithms: {', '.join(algos)}")
+    if a.algo not in SPACES and not a.space:
+        raise BadInput(f"no built-in search space for {a.algo}; give one with --space FILE")
+    cell = next((c for c in suite.cells if c.algo == a.algo and c.env == a.env), None)
+    if cell is None:
+        envs = [c.env for c in suite.cells if c.algo == a.algo]
+        raise BadInput(f"unknown env {a.env!r} for {a.algo} in suite {a.suite}; its envs there: {', '.join(envs)}")
+    space = load_space(a.algo, a.space, a.params)
+    name = f"{a.suite}__{a.algo}__{a.env.replace('/', '-')}"
+    study_dir = Path(a.study_dir or RESULTS_DIR / "tuning" / name)
+    config = {"name": name, "suite": a.suite, "cell": dataclasses.asdict(cell), "space": space, "seeds": a.seeds,
+              "trials": a.trials, "prune_after": a.prune_after, "sampler_seed": a.sampler_seed, "study_dir": str(study_dir)}
+    return a, config
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        a, config = parse(argv)
+        try:
+            import optuna
+        except ImportError:
+            raise BadInput("tune.py needs optuna: pip install -r benchmarks/requirements-cluster.txt") from None
+        study_dir = Path(config["study_dir"])
+        study_dir.mkdir(parents=True, exist_ok=True)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own line per seed and per trial
+        study = open_study(config)
+        same = {"cell": {k: config["cell"][k] for k in ("algo", "env", "steps", "settings", "eval_every")},
+                "space": config["space"], "seeds": config["seeds"]}  # what the trials' numbers depend on
+        made = study.user_attrs.get("config")
+        if made is None:
+            study.set_user_attr("config", same)
+        elif made != json.loads(json.dumps(same)):
+            changed = [k for k in same if json.loads(json.dumps(same[k])) != made.get(k)]
+            raise BadInput(f"the study in {study_dir} was made with another {', '.join(changed)}; "
+                           "give a new --study-dir, or the same flags and cell as before")
+    except BadInput as e:
+        print(f"tune: error: {e}", file=sys.stderr)
+        return 2
+
+    command = "python benchmarks/tune.py " + " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
+    study.set_user_attr("commands", [*study.user_attrs.get("commands", []), command])
+    study.set_user_attr("dates", sorted({*study.user_attrs.get("dates", []), time.strftime("%Y-%m-%d")}))
+    todo = config["trials"] - counted(study)
+    cell = config["cell"]
+    print(f"study {config['name']} in {study_dir}: {counted(study)} trials so far, {max(todo, 0)} to run with "
+          f"{a.workers} worker(s); each: {len(config['seeds'])} seeds x {cell['steps']:,} steps; "
+          f"searching {', '.join(config['space'])}", flush=True)
+    try:
+        if todo > 0 and a.backend == "slurm":
+            try:
+                import cluster
+            except ImportError as e:
+                print(f"tune: error: --backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt", file=sys.stderr)
+                return 2
+            executor = cluster.make_executor(a, Path(a.submitit_dir or study_dir / "submitit"), f"tune-{config['name']}", a.workers)
+            tasks = [cluster.StudyTask(config, w) for w in range(min(a.workers, todo))]
+            jobs = executor.submit_array(tasks) if a.submitit_cluster == "slurm" else [executor.submit(t) for t in tasks]
+            print(f"submitted {len(jobs)} workers ({jobs[0].job_id.split('_')[0]}); submitit files: {executor.folder}", flush=True)
+            wait_for(jobs, poll=5.0 if a.submitit_cluster == "slurm" else 0.5)
+            jobs.clear()
+            gc.collect()  # submitit's jobs sit in reference cycles: collected now, not at interpreter exit, where their __del__ fails
+        elif todo > 0 and a.workers == 1:
+            work(config)
+        elif todo > 0:
+            ctx = multiprocessing.get_context("spawn")
+            procs = [ctx.Process(target=_work_process, args=(config, w)) for w in range(min(a.workers, todo))]
+            for proc in procs:
+                proc.start()
+            for proc in procs:
+                proc.join()
+    except KeyboardInterrupt:
+        print("\ninterrupted: the trials in progress are recorded as failed; the same command continues the study", flush=True)
+        status = 130
+    else:
+        status = None
+
+    study = open_study(config)
+    text, block = study_markdown(study, config)
+    (study_dir / "STUDY.md").write_text(text)
+    print(f"\nwrote {study_dir / 'STUDY.md'}")
+    if block:
+        print("settings for the cell in suites.toml:\n" + block)
+    return status if status is not None else 0 if block else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

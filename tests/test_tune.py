@@ -1,0 +1,209 @@
+"""tune.py: a study of a few trials on a tiny budget (storage, table, settings line), pruning on the
+evaluations, a trial stopped by SLURM tried again, the built-in search spaces, and bad input."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import run  # noqa: E402
+import tune  # noqa: E402
+
+TINY = """
+[suites.tiny]
+description = "test suite"
+seeds = [1, 2]
+eval_points = 2
+
+[[suites.tiny.cells]]
+algo = "a2c"
+env = "CartPole-v1"
+steps = 2_000
+settings = { num_envs = 4, eval_episodes = 2 }
+threshold = 50.0
+"""
+SPACE = """
+learning_rate = { low = 1e-4, high = 3e-3, log = true }
+n_steps = { choices = [5, 16] }
+hidden_sizes = { choices = [[16], [32, 32]] }
+"""
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict:
+    base = tmp_path_factory.mktemp("tune")
+    (base / "suites.toml").write_text(TINY)
+    (base / "space.toml").write_text(SPACE)
+    (base / "empty.toml").write_text("# no parameter\n")
+    return {"suites": str(base / "suites.toml"), "space": str(base / "space.toml"), "empty": str(base / "empty.toml")}
+
+
+def argv(files: dict, study_dir: Path, *extra: str) -> list[str]:
+    return ["--suite", "tiny", "--suites-file", files["suites"], "--algo", "a2c", "--env", "CartPole-v1",
+            "--space", files["space"], "--study-dir", str(study_dir), *extra]
+
+
+def load(study_dir: Path):
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return optuna.load_study(study_name="tiny__a2c__CartPole-v1", storage=JournalStorage(JournalFileBackend(str(study_dir / "journal.log"))))
+
+
+@pytest.fixture(scope="module")
+def study(files, tmp_path_factory) -> dict:
+    """Three trials of one seed each (about 2k env steps per trial), pruning off."""
+    study_dir = tmp_path_factory.mktemp("study")
+    rc = tune.main(argv(files, study_dir, "--trials", "3", "--seeds", "7", "--prune-after", "-1"))
+    return {"rc": rc, "dir": study_dir}
+
+
+def test_study_writes_its_storage_its_table_and_a_settings_line(study, files):
+    assert study["rc"] == 0
+    s = load(study["dir"])
+    trials = s.get_trials()
+    assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    for t in trials:  # the objective is the run's own final greedy evaluation (one seed here)
+        (run_dir,) = (study["dir"] / "trials" / f"{t.number:04d}" / "runs").iterdir()
+        result = json.loads((run_dir / "result.json").read_text())
+        assert result["status"] == "ok" and result["spec"]["seed"] == 7 and result["spec"]["steps"] == 2_000
+        assert result["spec"]["settings"] == t.user_attrs["settings"], "the run ran the trial's settings"
+        assert t.value == result["summary"]["eval_return_mean"] == t.user_attrs["evals"]["7"]
+        assert t.user_attrs["settings"]["num_envs"] == 4 and set(t.params) == {"learning_rate", "n_steps", "hidden_sizes"}
+    best = max(trials, key=lambda t: t.value)
+
+    text = (study["dir"] / "STUDY.md").read_text()
+    rows = [x for x in text.splitlines() if x.startswith("| ") and x.split("|")[1].strip().isdigit()]
+    assert len(rows) == 3 and rows[0].startswith(f"| {best.number} | complete | {best.value:.1f} |")
+    assert "python benchmarks/tune.py --suite tiny" in text and "--trials 3" in text, "the command that made it"
+    block = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    pasted = tomllib.loads(block)
+    assert pasted["settings"] == {**{"num_envs": 4, "eval_episodes": 2}, **best.user_attrs["settings"]}
+    assert set(best.user_attrs["settings"]) == {"num_envs", "eval_episodes", "learning_rate", "n_steps", "hidden_sizes"}
+    assert f"trial {best.number}, mean greedy eval {best.value:.1f} over seeds 7" in pasted["settings_source"]
+
+
+def test_running_the_study_again_adds_no_trial_and_a_changed_one_is_refused(study, files, capsys):
+    before = (study["dir"] / "journal.log").stat().st_size
+    assert tune.main(argv(files, study["dir"], "--trials", "3", "--seeds", "7", "--prune-after", "-1")) == 0
+    assert "3 trials so far, 0 to run" in capsys.readouterr().out
+    assert len(load(study["dir"]).trials) == 3
+    assert (study["dir"] / "journal.log").stat().st_size > before  # only the command was recorded
+    assert tune.main(argv(files, study["dir"], "--trials", "3", "--seeds", "8")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tune: error: ") and "made with another seeds" in err and err.count("\n") == 1
+
+
+class _Folder:  # what eval_rows reads of a run.Job
+    def __init__(self, folder: Path):
+        self.dir = folder
+
+
+def test_a_trial_below_the_median_is_pruned_at_an_evaluation(files, tmp_path):
+    """An earlier trial that scored 1000 at every evaluation point: the new trial's first evaluation
+    past the warmup (the first half of the first seed) is below that median, so it is pruned there."""
+    study_dir = tmp_path / "study"
+    _, config = tune.parse(argv(files, study_dir, "--trials", "2", "--seeds", "7", "8", "--prune-after", "1"))
+    study_dir.mkdir()
+    s = tune.open_study(config)
+    steps = config["cell"]["steps"]
+    s.add_trial(optuna.trial.create_trial(value=1000.0, intermediate_values={k: 1000.0 for k in range(0, 2 * steps + 1, 8)}))
+    assert tune.work(config) == 1
+    (t,) = [t for t in load(study_dir).get_trials() if t.number == 1]
+    assert t.state == optuna.trial.TrialState.PRUNED
+    reported = sorted(t.intermediate_values)
+    assert reported[-1] >= steps // 2 and all(k < steps for k in reported), "pruned past the warmup, during the first seed"
+    assert t.user_attrs["pruned_at"] == f"seed 7, step {reported[-1]:,}"
+    (run_dir,) = (study_dir / "trials" / "0001" / "runs").iterdir()
+    evals = tune.eval_rows(_Folder(run_dir))
+    assert t.intermediate_values == {step: value for step, value in evals if step <= reported[-1]}, \
+        "reported: the run's own evaluations from metrics.csv, at their env steps"
+    assert [p.name.split("__")[2] for p in (study_dir / "trials" / "0001" / "runs").iterdir()] == ["s7"], "seed 8 never ran"
+
+
+def test_a_trial_stopped_by_slurm_is_failed_and_its_parameters_tried_again(files, tmp_path):
+    study_dir = tmp_path / "study"
+    _, config = tune.parse(argv(files, study_dir, "--trials", "1", "--seeds", "7"))
+    study_dir.mkdir()
+    s = tune.open_study(config)
+    stopped = s.ask()  # a trial that was running when its worker was stopped
+    stopped.suggest_float("learning_rate", 1e-4, 3e-3, log=True)
+    stopped.suggest_categorical("n_steps", ["5", "16"])
+    stopped.suggest_categorical("hidden_sizes", ["[16]", "[32, 32]"])
+    assert tune.work(config, interrupted_trial=stopped.number) == 1, "the stopped trial does not count: its retry is the one trial"
+    trials = load(study_dir).get_trials()
+    assert len(trials) == 2
+    assert trials[0].state == optuna.trial.TrialState.FAIL
+    assert trials[1].state == optuna.trial.TrialState.COMPLETE and trials[1].user_attrs["retry_of"] == 0
+    assert trials[1].params == trials[0].params
+
+
+def test_built_in_spaces_draw_valid_arguments_of_each_script():
+    for algo, space in tune.SPACES.items():
+        tune.check_space(algo, space, algo)
+        module = importlib.import_module(algo)
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0), direction="maximize")
+        for _ in range(20):
+            trial = study.ask()
+            values = tune.sample(trial, space)
+            args = run.build_args(module, {"settings": values, "algo": algo, "env": "CartPole-v1", "seed": 1, "steps": 50_000,
+                                           "run_dir": "unused", "eval_every": 0})
+            module.validate(args)  # the script's own checks (ValueError on a bad combination)
+            assert tomllib.loads(tune.settings_line(values))["settings"] == values
+            study.tell(trial, random.random())
+
+
+def test_settings_line_is_toml_for_every_kind_of_value():
+    values = {"learning_rate": 0.000123, "gamma": 0.99, "tiny": 1.5e-08, "buffer_size": 100_000, "n": 5, "flag": True,
+              "off": False, "loss": "huber", "hidden_sizes": [64, 64]}
+    assert tomllib.loads(tune.settings_line(values))["settings"] == values
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--algo", "nope"], "unknown algorithm 'nope' in suite tiny; its algorithms: a2c"),
+    (["--env", "Nope-v0"], "unknown env 'Nope-v0' for a2c in suite tiny; its envs there: CartPole-v1"),
+    (["--space", "EMPTY"], "the search space is empty"),
+    (["--params"], "the search space is empty"),
+    (["--params", "gamma"], "--params gamma: not in"),
+    (["--trials", "0"], "--trials must be >= 1"),
+])
+def test_bad_input_is_one_line_and_exit_2(files, tmp_path, capsys, extra, message):
+    a = argv(files, tmp_path / "study", *[files["empty"] if x == "EMPTY" else x for x in extra])  # argparse: the last one counts
+    assert tune.main(a) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tune: error: ") and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "study" / "journal.log").exists(), "nothing written"
+
+
+def test_search_space_names_must_be_flags_of_the_script(files, tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('not_a_flag = { choices = [1, 2] }\n')
+    assert tune.main(argv(files, tmp_path / "study", "--space", str(bad))) == 2
+    assert "'not_a_flag' is not a flag of algos/a2c.py" in capsys.readouterr().err
+
+
+def test_command_line_bad_input_exits_2_without_a_traceback(files):
+    r = subprocess.run([sys.executable, "benchmarks/tune.py", "--suite", "tiny", "--suites-file", files["suites"],
+                        "--algo", "ddpg", "--env", "CartPole-v1"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr == "tune: error: unknown algorithm 'ddpg' in suite tiny; its algorithms: a2c\n"
+
+
+def test_argument_errors_are_one_line_too(files, tmp_path, capsys):
+    for extra in (["--trials", "many"], ["--no-such-flag"]):
+        with pytest.raises(SystemExit) as e:
+            tune.main(argv(files, tmp_path / "study", *extra))
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("tune: error: ") and err.count("\n") == 1, err
