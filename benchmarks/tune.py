@@ -18,7 +18,8 @@ every few seconds) and reports to Optuna, at each evaluation point, the mean ove
 so far of their return at that point (Optuna's step: seed index x steps + env step, so that every
 trial reports at the same steps). Optuna's median rule prunes a trial that falls below the median
 of the earlier trials at the same step, once `--prune-after` trials have finished and past the
-first half of the first seed; the pruned run is killed.
+first half of the first seed (never at the last seed's final evaluation, which is the objective
+itself); the pruned run is killed.
 
 Storage: one Optuna JournalStorage file, <study-dir>/journal.log, appended to under a file lock
 by every worker: `--workers N` local processes, N SLURM tasks (`--backend slurm`), or several
@@ -261,7 +262,8 @@ def objective(trial, config: dict, state: dict) -> float:
                 for step, value in rows[seen:]:
                     at_point.setdefault(step, []).append(value)
                     trial.report(statistics.fmean(at_point[step]), i * steps + step)
-                    if trial.should_prune():
+                    last = i == len(seeds) - 1 and step >= steps  # the last seed's final evaluation: the objective itself
+                    if not last and trial.should_prune():
                         trial.set_user_attr("pruned_at", f"seed {seed}, step {step:,}")
                         trial.set_user_attr("evals", evals)
                         print(f"trial {trial.number} pruned at seed {seed}, step {step:,}", flush=True)
@@ -382,7 +384,7 @@ def study_markdown(study, config: dict) -> tuple[str, str | None]:
                                    f"step {steps // 2:,} of the first seed" if config["prune_after"] >= 0 else "none") +
              "; sampler: TPE.",
              "- **Search space**: " + "; ".join(
-                 f"`{k}` in {v['choices']}" if "choices" in v else
+                 f"`{k}` in {toml_value(v['choices'])}" if "choices" in v else
                  f"`{k}` from {v['low']:g} to {v['high']:g}{' (log)' if v.get('log') else ''}" for k, v in space.items()) + ".",
              f"- **Cell's settings** (kept unless searched): `{settings_line(cell['settings'])}`",
              "- **Commands** (" + ", ".join(attrs.get("dates", [])) + "):", "",
