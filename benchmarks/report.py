@@ -66,7 +66,7 @@ def script_command(cell: Cell, seed: int) -> str:
 def cell_runs(cell: Cell, runs_dir: Path) -> dict[int, dict]:
     """seed -> result.json (with the run folder added) for the cell's current settings hash."""
     out = {}
-    for d in sorted(runs_dir.glob(f"{cell.algo}__{cell.env.replace('/', '-')}__s*__{cell.digest}")):
+    for d in sorted(runs_dir.glob(f"{cell.slug}__s*__{cell.digest}")):
         r = read_result(d)
         if r is None:
             r = {"status": "incomplete", "error": "no result.json: the run is still going, or was killed"}
@@ -76,7 +76,7 @@ def cell_runs(cell: Cell, runs_dir: Path) -> dict[int, dict]:
 
 
 def stale_count(cell: Cell, runs_dir: Path) -> int:
-    return sum(1 for d in runs_dir.glob(f"{cell.algo}__{cell.env.replace('/', '-')}__s*__*") if not d.name.endswith(cell.digest))
+    return sum(1 for d in runs_dir.glob(f"{cell.slug}__s*__*") if not d.name.endswith(cell.digest))
 
 
 def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         if stale:
             details.append(f"| {cell.algo} | {cell.env} | - | {stale} run(s) with older settings ignored | | | | | | |")
         if not a.no_plots and runs:
-            png = out_dir / "plots" / f"{cell.algo}__{cell.env}.png"
+            png = out_dir / "plots" / f"{cell.slug}.png"
             if plot_cell(cell, runs, [refs[i] for i in cell.references if i in refs], png):
                 plots.append((cell, png))
         cell.__dict__["_settings_line"] = (

@@ -49,8 +49,13 @@ class Cell:
         spec = {"algo": self.algo, "env": self.env, "steps": self.steps, "settings": self.settings, "eval_every": self.eval_every}
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
 
+    @property
+    def slug(self) -> str:
+        """`name` as one file name: ALE/Breakout-v5 -> ALE-Breakout-v5 (a '/' would make a subfolder)."""
+        return f"{self.algo}__{self.env.replace('/', '-')}"
+
     def run_name(self, seed: int) -> str:
-        return f"{self.algo}__{self.env.replace('/', '-')}__s{seed}__{self.digest}"
+        return f"{self.slug}__s{seed}__{self.digest}"
 
     @property
     def name(self) -> str:

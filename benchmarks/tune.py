@@ -479,7 +479,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
         envs = [c.env for c in suite.cells if c.algo == a.algo]
         raise BadInput(f"unknown env {a.env!r} for {a.algo} in suite {a.suite}; its envs there: {', '.join(envs)}")
     space = load_space(a.algo, a.space, a.params)
-    name = f"{a.suite}__{a.algo}__{a.env.replace('/', '-')}"
+    name = f"{a.suite}__{cell.slug}"
     study_dir = Path(a.study_dir or RESULTS_DIR / "tuning" / name)
     config = {"name": name, "suite": a.suite, "cell": dataclasses.asdict(cell), "space": space, "seeds": a.seeds,
               "trials": a.trials, "prune_after": a.prune_after, "sampler_seed": a.sampler_seed, "study_dir": str(study_dir)}
