@@ -157,6 +157,8 @@ class FrameMemory:
         seed: sampler seed, as for `ReplayMemory`.
     """
 
+    _ARRAYS = ("frames", "actions", "rewards", "terminated", "has_transition", "first", "written", "starts_episode")
+
     def __init__(
         self,
         capacity: int,
@@ -256,27 +258,27 @@ class FrameMemory:
             raise RuntimeError("cannot sample from an empty replay memory")
         ranges = np.array([self._range(i) for i in range(self.num_envs)])  # [B, 2]
         counts = np.maximum(ranges[:, 1] - ranges[:, 0] + 1, 0)
+        ends = np.cumsum(counts)  # env i's entries are flat indices ends[i] - counts[i] .. ends[i] - 1
         env = np.empty(batch_size, dtype=np.int64)
         entry = np.empty(batch_size, dtype=np.int64)
         todo = np.arange(batch_size)
         while len(todo):  # redraw the entries that hold a final frame (one per episode)
-            flat = self.rng.integers(0, counts.sum(), size=len(todo))
-            env[todo] = np.searchsorted(np.cumsum(counts), flat, side="right")
-            entry[todo] = ranges[env[todo], 0] + flat - (np.cumsum(counts) - counts)[env[todo]]
+            flat = self.rng.integers(0, ends[-1], size=len(todo))
+            env[todo] = np.searchsorted(ends, flat, side="right")
+            entry[todo] = ranges[env[todo], 0] + flat - (ends - counts)[env[todo]]
             todo = todo[~self.has_transition[env[todo], entry[todo] % self.ring]]
         return self.transitions(env, entry)
 
     def state_dict(self) -> dict:
         """Everything `add` and `sample` depend on (for a checkpoint; the frames are most of it)."""
-        arrays = ("frames", "actions", "rewards", "terminated", "has_transition", "first", "written", "starts_episode")
-        return {**{k: torch.from_numpy(getattr(self, k).copy()) for k in arrays}, "size": self.size,
+        return {**{k: torch.from_numpy(getattr(self, k).copy()) for k in self._ARRAYS}, "size": self.size,
                 "capacity": self.capacity, "ring": self.ring, "rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of `state_dict`, into a memory of the same capacity, shapes and env count."""
         if state["ring"] != self.ring or tuple(state["frames"].shape) != self.frames.shape:
             raise ValueError(f"the checkpoint's frame memory has shape {tuple(state['frames'].shape)}, this one {self.frames.shape}")
-        for k in ("frames", "actions", "rewards", "terminated", "has_transition", "first", "written", "starts_episode"):
+        for k in self._ARRAYS:
             getattr(self, k)[...] = state[k].numpy()
         self.size = state["size"]
         self.rng.bit_generator.state = state["rng"]
