@@ -2,13 +2,14 @@
 
     python benchmarks/report.py --suite classic
 
-Per cell: mean +- std over seeds of the final greedy eval return and of the mean of the last 10
-training episodes, steps/s and wall time per run, the published references beside them, and a
-verdict against the cell's threshold: PASS, or FAIL with the reason (below the threshold, a run
-that crashed, seeds not run, script missing). Cells without a threshold are reported without a
-verdict. Only results with the cell's current settings hash count. Also: per-run details with
-errors, the speed comparison (benchmarks/results/speed/, from benchmarks/speed.py), and the
-machine and package versions the runs ran on.
+Per cell: the final greedy eval return as the mean over seeds with a bootstrap 95% confidence
+interval, the std, and from 5 seeds on the interquartile mean with its own interval; the mean of
+the last 10 training episodes (mean +- std over seeds); steps/s and wall time per run; the
+published references beside them; and a verdict against the cell's threshold: PASS, or FAIL with
+the reason (below the threshold, a run that crashed, seeds not run, script missing). Cells without
+a threshold are reported without a verdict. Only results with the cell's current settings hash
+count. Also: per-run details with errors, the speed comparison (benchmarks/results/speed/, from
+benchmarks/speed.py), and the machine and package versions the runs ran on.
 """
 
 from __future__ import annotations
@@ -22,12 +23,85 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from suite import RESULTS_DIR, SUITES_FILE, Cell, load_references, load_suite, metrics_file, read_result, script_path  # noqa: E402
 
 
 def mean_std(xs: list[float]) -> tuple[float, float]:
     return (statistics.fmean(xs), statistics.pstdev(xs)) if xs else (math.nan, math.nan)
+
+
+# ---- statistics over seeds ----------------------------------------------------------------------
+# One seed's result moves with the machine (floating-point summation order, library versions), so
+# a verdict rests on what the seeds estimate, the mean, with an interval saying how well they pin
+# it down; the bootstrap's generator is seeded, so that the same runs give the same report.
+MANY_SEEDS = 5  # from this many finished seeds: the IQM is shown, and a verdict no longer says "few seeds"
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0
+
+
+def mean(x) -> float | np.ndarray:
+    """Mean along the last axis: of one sample [n], or of each bootstrap resample [R, n]."""
+    return np.mean(np.asarray(x, dtype=float), axis=-1)
+
+
+def iqm(x) -> float | np.ndarray:
+    """Interquartile mean along the last axis: the mean of the middle 50% of the sorted values.
+
+    Each of the n sorted values holds 1/n of the sample; a value straddling the 25% or 75% point
+    counts with the part of its 1/n that lies between them (n = 5: weights 0, .3, .4, .3, 0).
+    For n a multiple of 4 this is rliable's IQM, scipy.stats.trim_mean(x, 0.25); for other n
+    trim_mean drops floor(n/4) whole values at each end instead (n = 5: 0, 1/3, 1/3, 1/3, 0)."""
+    x = np.sort(np.asarray(x, dtype=float), axis=-1)
+    n = x.shape[-1]
+    i = np.arange(n)
+    inside = np.clip(np.minimum(i + 1, 0.75 * n) - np.maximum(i, 0.25 * n), 0.0, None)  # [n], in units of 1/n
+    return x @ (inside / (0.5 * n))
+
+
+def bootstrap_ci(x, statistic=mean, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES,
+                 seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+    """Percentile bootstrap interval of `statistic` over the values x (one per seed): draw n of
+    them with replacement `resamples` times and keep the central `level` of the statistic's values."""
+    x = np.asarray(x, dtype=float)
+    if x.ndim != 1 or len(x) == 0:
+        raise ValueError(f"bootstrap_ci wants a non-empty list of values, got shape {x.shape}")
+    idx = np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))  # [R, n]
+    lo, hi = np.percentile(statistic(x[idx]), [50 * (1 - level), 50 * (1 + level)])
+    return float(lo), float(hi)
+
+
+def fmt_eval(xs: list[float]) -> str:
+    """The eval column: mean [95% CI] over seeds (a CI from 2 seeds on), the std, and the
+    IQM [95% CI] from MANY_SEEDS seeds on."""
+    if not xs:
+        return "-"
+    m = statistics.fmean(xs)
+    if len(xs) == 1:
+        return f"{m:.1f}"
+    lo, hi = bootstrap_ci(xs)
+    text = f"{m:.1f} [{lo:.1f}, {hi:.1f}]<br>std {statistics.pstdev(xs):.1f}"
+    if len(xs) >= MANY_SEEDS:
+        lo, hi = bootstrap_ci(xs, iqm)
+        text += f"<br>IQM {float(iqm(xs)):.1f} [{lo:.1f}, {hi:.1f}]"
+    return text
+
+
+def ci_caution(xs: list[float], threshold: float) -> str:
+    """What follows a mean-rule verdict: whether the 95% CI of the mean clears the threshold too
+    (its lower bound, beside a mean at or above it; its upper bound, beside a mean below it), and
+    "few seeds" below MANY_SEEDS finished seeds."""
+    n = len(xs)
+    if n < 2:
+        return f"; few seeds ({n}): no CI"
+    lo, hi = bootstrap_ci(xs)
+    if statistics.fmean(xs) >= threshold:
+        text = f"; CI lower bound {lo:.1f} " + ("clears it too" if lo >= threshold else "below it")
+    else:
+        text = f"; CI upper bound {hi:.1f} " + ("reaches it" if hi >= threshold else "below it too")
+    return text + (f"; few seeds ({n})" if n < MANY_SEEDS else "")
 
 
 def fmt_ms(xs: list[float], digits: int = 1) -> str:
@@ -82,8 +156,12 @@ def stale_count(cell: Cell, runs_dir: Path) -> int:
 def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
     """('PASS' | 'FAIL' | 'partial' | 'n/a', reason).
 
-    FAIL only on what the finished runs show (a crash, or a result below the threshold that more
-    seeds cannot change); a cell with seeds still to run is otherwise 'partial: k of n seeds'."""
+    Rule "mean" (the default): PASS when the mean over the finished seeds meets the threshold; the
+    reason says whether the 95% CI of the mean clears it too, and "few seeds" below MANY_SEEDS.
+    Rule "all" (only where a published result judges every seed, suites.toml's pass_rule_source):
+    every seed must meet it. FAIL only on what the finished runs show (a crash, or a result below
+    the threshold that more seeds cannot change); a cell with seeds still to run is otherwise
+    'partial: k of n seeds'."""
     if not script_path(cell.algo).exists():
         return "FAIL", f"script missing: algos/{cell.algo}.py"
     ok = {s: r for s, r in runs.items() if r["status"] == "ok"}
@@ -100,7 +178,7 @@ def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
         else:
             m = statistics.fmean(evals.values())
             if m < t and not missing:
-                failures.append(f"below threshold: mean {m:.1f} < {t:g}")
+                failures.append(f"below threshold: mean {m:.1f} < {t:g}" + ci_caution(list(evals.values()), t))
             so_far = f"; mean so far {m:.1f} ({'≥' if m >= t else '<'} {t:g})"
     if missing:
         done = len([s for s in cell.seeds if s in ok])
@@ -118,8 +196,10 @@ def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
         return "FAIL", "; ".join(failures)
     if cell.threshold is None:
         return "n/a", "no threshold set"
-    rule = f"{len(evals)}/{len(evals)} seeds ≥ {cell.threshold:g}" if cell.pass_rule == "all" else f"mean ≥ {cell.threshold:g}"
-    return "PASS", rule
+    if cell.pass_rule == "all":
+        return "PASS", f"{len(evals)}/{len(evals)} seeds ≥ {cell.threshold:g}"
+    values = list(evals.values())
+    return "PASS", f"mean {statistics.fmean(values):.1f} ≥ {cell.threshold:g}" + ci_caution(values, cell.threshold)
 
 
 def read_curves(path: Path) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
@@ -144,7 +224,6 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path) ->
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     curves = []
     for seed, r in sorted(runs.items()):
@@ -268,11 +347,18 @@ def main(argv: list[str] | None = None) -> int:
     if not suite.runnable:
         lines += [f"**Declared, not runnable here:** {suite.not_runnable_reason}", ""]
     lines += ["- **eval**: mean greedy return over the script's evaluation episodes (10) of the final policy; "
-              "mean ± std over seeds. **train**: mean of the last 10 training episodes (CleanRL's convention); "
+              "the mean over seeds with its 95% confidence interval (CI) in brackets (percentile bootstrap over the seeds, "
+              f"{BOOTSTRAP_RESAMPLES:,} resamples, fixed generator seed; from 2 seeds on), then the std over seeds; from "
+              f"{MANY_SEEDS} seeds on also the interquartile mean (IQM: the mean of the middle 50% of the seeds' values) "
+              "with its own CI. **train**: mean of the last 10 training episodes (CleanRL's convention); "
               "mean ± std over seeds.",
               "- **steps/s**: env steps per second of the training loop (final evaluation excluded), mean over seeds; "
               "**wall**: mean wall time per run. One torch thread per run.",
-              "- **verdict**: against the cell's threshold (rule *all*: every seed; *mean*: the mean over seeds). "
+              "- **verdict**: against the cell's threshold. Rule *mean*: PASS when the mean over the finished seeds "
+              "meets it; the reason then says whether the CI's lower bound clears the threshold too (for a mean below "
+              "it: whether the CI's upper bound reaches it), and *few seeds* when fewer than "
+              f"{MANY_SEEDS} seeds finished, where the CI is rough. Rule *all*, only for a cell whose threshold "
+              "comes with a published result that asks it of every seed: every seed must meet it. "
               "FAIL gives the reason: below threshold, crashed, script missing; a cell with seeds still to run is "
               "*partial* (k of n seeds) unless its finished seeds already fail it.",
               "- **code**: each run records the git commit it ran on (`result.json`, and the list under *Machine and "
@@ -281,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
               f"- Reproduce a cell into a new folder: `python benchmarks/run.py --suite {suite.name} --algos ALGO --envs ENV "
               f"--results-dir my_results` then `python benchmarks/report.py --suite {suite.name} --results-dir my_results`.", ""]
 
-    header = ("| algo | env | steps | seeds ok | eval | train (last 10) | steps/s | wall/run | threshold | references | verdict |\n"
+    header = ("| algo | env | steps | seeds ok | eval: mean [95% CI] | train (last 10) | steps/s | wall/run | threshold | references | verdict |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|")
     ref_ids: list[str] = []
     table, details, failures, all_runs, plots = [header], [], [], [], []
@@ -318,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             verdict_txt += f". Why: {cell.note}"
         table.append(
             f"| {cell.algo} | {cell.env} | {fmt_steps(cell.steps)} | {len(ok)}/{len(cell.seeds)} | "
-            f"{fmt_ms([s['eval_return_mean'] for s in summaries])} | "
+            f"{fmt_eval([s['eval_return_mean'] for s in summaries])} | "
             f"{fmt_ms([s['train_return_last10'] for s in summaries if s.get('train_return_last10') is not None])} | "
             f"{fmt_ms([s['sps'] for s in summaries], 0).split(' ±')[0]} | {fmt_seconds(statistics.fmean(walls)) if walls else '-'} | "
             f"{thr} | {'<br>'.join(cell_refs) or '-'} | {verdict_txt} |")
@@ -342,7 +428,9 @@ def main(argv: list[str] | None = None) -> int:
                 plots.append((cell, png))
         cell.__dict__["_settings_line"] = (
             f"- `{cell.algo}` `{cell.env}` (hash `{cell.digest}`), settings from {cell.settings_source or '-'}; "
-            f"threshold from {cell.threshold_source or '-'}. One seed by hand:\n  `{script_command(cell, cell.seeds[0])}`")
+            f"threshold from {cell.threshold_source or '-'}"
+            + (f"; every seed must reach it, as in {cell.pass_rule_source}" if cell.pass_rule == "all" else "")
+            + f". One seed by hand:\n  `{script_command(cell, cell.seeds[0])}`")
 
     lines += [f"**{len(suite.cells)} cells: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['partial']} partial "
               f"(seeds still to run), {counts['n/a']} without threshold.**", "", *table, ""]

@@ -39,6 +39,7 @@ class Cell:
     eval_every: int
     threshold: float | None = None
     pass_rule: str = "mean"
+    pass_rule_source: str = ""  # the published result that asks the threshold of every seed (pass_rule "all" only)
     threshold_source: str = ""
     settings_source: str = ""
     references: list[str] = field(default_factory=list)
@@ -92,17 +93,21 @@ def _build(name: str, raw: dict) -> Suite:
         envs, algos = include.get("envs"), include.get("algos")
         cells += [c for c in other.cells if (envs is None or c.env in envs) and (algos is None or c.algo in algos)]
     for c in s.get("cells", []):
-        unknown = set(c) - {"algo", "env", "steps", "settings", "seeds", "threshold", "pass_rule", "threshold_source", "settings_source", "references", "note"}
+        unknown = set(c) - {"algo", "env", "steps", "settings", "seeds", "threshold", "pass_rule", "pass_rule_source",
+                            "threshold_source", "settings_source", "references", "note"}
         if unknown:
             raise SystemExit(f"suite {name}: cell {c.get('algo')}/{c.get('env')} has unknown keys {sorted(unknown)}")
         if c.get("pass_rule", "mean") not in ("mean", "all"):
             raise SystemExit(f"suite {name}: cell {c['algo']}/{c['env']}: pass_rule must be 'mean' or 'all'")
+        if c.get("pass_rule") == "all" and not c.get("pass_rule_source"):
+            raise SystemExit(f"suite {name}: cell {c['algo']}/{c['env']}: pass_rule 'all' needs a pass_rule_source, the "
+                             "published result that asks the threshold of every seed; without one, use 'mean'")
         steps = int(c["steps"])
         cells.append(Cell(
             algo=c["algo"], env=c["env"], steps=steps, settings=dict(c.get("settings", {})),
             seeds=list(c.get("seeds", s.get("seeds", [1, 2, 3]))),
             eval_every=max(1, steps // int(s.get("eval_points", 20))) if s.get("eval_points", 20) else 0,
-            threshold=c.get("threshold"), pass_rule=c.get("pass_rule", "mean"),
+            threshold=c.get("threshold"), pass_rule=c.get("pass_rule", "mean"), pass_rule_source=c.get("pass_rule_source", ""),
             threshold_source=c.get("threshold_source", ""), settings_source=c.get("settings_source", ""),
             references=list(c.get("references", [])), note=c.get("note", ""),
         ))

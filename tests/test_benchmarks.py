@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +34,7 @@ steps = 300
 settings = { learning_starts = 100, buffer_size = 300, batch_size = 16, train_every = 4, hidden_sizes = [16] }
 threshold = 10.0
 pass_rule = "all"
+pass_rule_source = "a published result that asks the threshold of every seed (test)"
 references = ["cleanrl-dqn-cartpole"]
 
 [[suites.tiny.cells]]
@@ -99,9 +102,11 @@ def test_resume_runs_nothing_the_second_time(tiny, capsys):
 def test_report_has_table_verdicts_and_plot(tiny):
     assert report.main(["--suite", "tiny", "--suites-file", str(tiny["common"][3]), "--results-dir", str(tiny["results"])]) == 0
     text = (tiny["results"] / "tiny" / "REPORT.md").read_text()
-    assert "| algo | env | steps | seeds ok | eval | train (last 10) | steps/s | wall/run | threshold | references | verdict |" in text
+    assert "| algo | env | steps | seeds ok | eval: mean [95% CI] | train (last 10) | steps/s | wall/run | threshold | references | verdict |" in text
     row = next(x for x in text.splitlines() if x.startswith("| dqn | CartPole-v1 |"))
     assert "| 2/2 |" in row and "488.69 ± 16.11" in row and ("**PASS**" in row or "below threshold" in row)
+    assert re.search(r"\| \d+\.\d \[\d+\.\d, \d+\.\d\]<br>std \d+\.\d \|", row), "eval: mean [CI] and the std"
+    assert "every seed must reach it, as in a published result" in text, "an 'all' cell names its source"
     bad = next(x for x in text.splitlines() if x.startswith("| dqn | Acrobot-v1 |"))
     assert "**FAIL**" in bad and "crashed" in bad and "batch-size must be positive" in bad
     assert "Why: the batch size is zero on purpose" in bad, "a cell's note is shown beside its FAIL"
@@ -150,6 +155,74 @@ def test_verdict_rules():
     v, why = report.verdict(_cell(), {1: _ok(200), 2: _ok(200), 3: {"status": "failed", "error": "boom"}})
     assert v == "FAIL" and "seed 3 crashed: boom" in why
     assert report.verdict(_cell(threshold=None), {1: _ok(1), 2: _ok(2), 3: _ok(3)})[0] == "n/a"
+
+
+def test_bootstrap_ci_of_the_mean():
+    x = np.random.default_rng(1).normal(100.0, 20.0, size=5)
+    lo, hi = report.bootstrap_ci(x)
+    assert lo < x.mean() < hi
+    assert report.bootstrap_ci(x) == (lo, hi), "seeded: the same values give the same interval"
+    assert report.bootstrap_ci(x, seed=report.BOOTSTRAP_SEED + 1) != (lo, hi), "the generator seed is what fixes it"
+    lo50, hi50 = report.bootstrap_ci(np.tile(x, 10))  # the same spread over 50 seeds: about 1/sqrt(10) as wide
+    assert 0.2 * (hi - lo) < hi50 - lo50 < 0.5 * (hi - lo)
+    assert report.bootstrap_ci([3.25] * 4) == (3.25, 3.25)
+    assert report.bootstrap_ci([3.25] * 4, report.iqm) == (3.25, 3.25)
+    lo, hi = report.bootstrap_ci(x, report.iqm)
+    assert lo < report.iqm(x) < hi
+
+
+def test_iqm_is_the_mean_of_the_middle_half():
+    assert report.iqm([10.0, 1.0, 3.0, 2.0]) == pytest.approx(2.5)  # n = 4: the middle two of 1, 2, 3, 10
+    # n = 5: each value holds 20% of the sample; 1 lies at 20-40%, 2 at 40-60%, 10 at 60-80%, so the
+    # middle half (25-75%) holds 15% of 1, all of 2 and 15% of 10: (.15 * 1 + .2 * 2 + .15 * 10) / .5
+    assert report.iqm([100.0, 2.0, 0.0, 10.0, 1.0]) == pytest.approx(4.1)
+    assert report.iqm([50.0, 3.0, -5.0, 100.0, 1.0, 0.0, 4.0, 2.0]) == pytest.approx(2.5)  # n = 8: 1, 2, 3, 4
+    assert report.iqm([7.0]) == pytest.approx(7.0)
+    rows = np.array([[100.0, 2.0, 0.0, 10.0, 1.0], [1.0, 2.0, 3.0, 4.0, 5.0]])
+    assert report.iqm(rows) == pytest.approx([4.1, 3.0]), "one IQM per row, as the bootstrap asks"
+
+
+def test_iqm_is_rliables_where_n_is_a_multiple_of_4():
+    """rliable's IQM is scipy.stats.trim_mean(x, 0.25), which drops floor(n/4) whole values at each end."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    x = np.random.default_rng(2).normal(size=12)
+    for n in (4, 8, 12):
+        assert report.iqm(x[:n]) == pytest.approx(scipy_stats.trim_mean(x[:n], 0.25))
+    assert scipy_stats.trim_mean([0.0, 1.0, 2.0, 10.0, 100.0], 0.25) == pytest.approx(13 / 3), "not 4.1: no fractions"
+
+
+def test_eval_column_shows_the_ci_from_2_seeds_and_the_iqm_from_5():
+    assert report.fmt_eval([]) == "-"
+    assert report.fmt_eval([12.0]) == "12.0"
+    assert report.fmt_eval([10.0, 20.0]) == "15.0 [10.0, 20.0]<br>std 5.0"
+    four = report.fmt_eval([1.0, 2.0, 3.0, 4.0])
+    assert "IQM" not in four and four.startswith("2.5 [")
+    five = report.fmt_eval([0.0, 1.0, 2.0, 10.0, 100.0])
+    assert five.startswith("22.6 [") and "<br>std 38.9<br>IQM 4.1 [" in five
+
+
+def test_verdict_judges_5_seeds_by_the_mean_and_says_what_the_ci_shows():
+    cell = _cell(pass_rule="mean", threshold=450.0, seeds=[1, 2, 3, 4, 5])
+    lucky = {s: _ok(v) for s, v in zip(cell.seeds, [480.0, 480.0, 480.0, 480.0, 400.0])}
+    v, why = report.verdict(cell, lucky)  # mean 464; a resample with three 400s has mean 432
+    assert v == "PASS" and why.startswith("mean 464.0 ≥ 450; CI lower bound ") and why.endswith(" below it")
+    assert float(why.split("CI lower bound ")[1].split()[0]) < 450
+    firm = {s: _ok(v) for s, v in zip(cell.seeds, [480.0, 490.0, 500.0, 485.0, 495.0])}
+    assert report.verdict(cell, firm) == ("PASS", "mean 490.0 ≥ 450; CI lower bound 484.0 clears it too")
+    close = {s: _ok(v) for s, v in zip(cell.seeds, [400.0, 400.0, 400.0, 400.0, 500.0])}
+    v, why = report.verdict(cell, close)
+    assert v == "FAIL" and why.startswith("below threshold: mean 420.0 < 450; CI upper bound ") and why.endswith(" reaches it")
+    v, why = report.verdict(_cell(pass_rule="mean"), {1: _ok(150), 2: _ok(120), 3: _ok(130)})
+    assert v == "PASS" and why.endswith("; few seeds (3)"), "under 5 seeds the verdict says so"
+    v, why = report.verdict(_cell(pass_rule="mean", seeds=[1]), {1: _ok(150)})
+    assert (v, why) == ("PASS", "mean 150.0 ≥ 100; few seeds (1): no CI")
+
+
+def test_pass_rule_all_needs_a_published_source(tmp_path):
+    suites = tmp_path / "suites.toml"
+    suites.write_text(TINY.replace('pass_rule_source = "a published result that asks the threshold of every seed (test)"\n', ""))
+    with pytest.raises(SystemExit, match="needs a pass_rule_source"):
+        load_suite("tiny", suites)
 
 
 def test_settings_hash_identifies_the_run():
