@@ -34,7 +34,7 @@ COMPARISONS = {
     "dqn": ("speed_dqn.py", ["--total-timesteps", "500000", "--out", "{dir}/speed_dqn_raw.json"],
             ["--total-timesteps", "3000", "--learning-starts", "1000", "--out", "{dir}/speed_dqn_raw.json"]),
     "a2c": ("speed_a2c.py", ["--total-timesteps", "100000", "--repeats", "2"], ["--total-timesteps", "2000", "--repeats", "1"]),
-    "ddpg": ("speed_ddpg.py", ["--repeats", "3", "--threads", "1", "2", "default", "--out", "{dir}/speed_ddpg_raw.json"],
+    "ddpg": ("speed_ddpg.py", ["--repeats", "2", "--threads", "1", "default", "--out", "{dir}/speed_ddpg_raw.json"],
              ["--repeats", "1", "--threads", "1", "--total-timesteps", "600", "--learning-starts", "300", "--out", "{dir}/speed_ddpg_raw.json"]),
     "dqn-atari": ("speed_dqn_atari.py", ["--total-timesteps", "12000", "--repeats", "2", "--threads", "1", "2", "--profile",
                                         "--out", "{dir}/speed_dqn_atari_raw.json"],
