@@ -23,19 +23,24 @@ from torch import nn
 from common import distributed as _distributed
 
 
-@torch.no_grad()
-def soft_update(target: nn.Module, online: nn.Module, rate: float, parameters: bool = True) -> None:
+def soft_update(target: nn.Module, online: nn.Module, rate: float) -> None:
     """target <- rate * online + (1 - rate) * target, for parameters and floating buffers.
 
     `rate` is the weight on the *online* network: 1.0 is a hard copy, 0.0 leaves the target
     unchanged, 0.005 is DDPG's usual soft update. Integer buffers (e.g. BatchNorm's
     `num_batches_tracked`) cannot be averaged and are copied. One fused call per group of
-    tensors, no Python loop per element. `parameters=False`: the buffers only.
+    tensors, no Python loop per element.
     """
+    _lerp_tensors(_tensors(target), _tensors(online), rate)
+
+
+@torch.no_grad()
+def _lerp_tensors(targets: list[torch.Tensor], onlines: list[torch.Tensor], rate: float) -> None:
+    """soft_update's work on matching lists of tensors (NetworkWrapper.sync passes its flat copies)."""
     if not 0.0 <= rate <= 1.0:
         raise ValueError(f"rate must be in [0, 1], got {rate}")
     target_floats, online_floats = [], []
-    for t, o in zip(_tensors(target, parameters), _tensors(online, parameters)):
+    for t, o in zip(targets, onlines):
         if t.shape != o.shape:
             raise ValueError(f"target and online tensors differ in shape: {t.shape} vs {o.shape}")
         if t.is_floating_point():
@@ -79,8 +84,8 @@ def _flatten(params: list[nn.Parameter], grad: bool = True) -> tuple[nn.Paramete
     return flat_param, flat_grad
 
 
-def _tensors(module: nn.Module, parameters: bool = True) -> list[torch.Tensor]:
-    return (list(module.parameters()) if parameters else []) + list(module.buffers())
+def _tensors(module: nn.Module) -> list[torch.Tensor]:
+    return list(module.parameters()) + list(module.buffers())
 
 
 class NetworkWrapper:
@@ -160,7 +165,6 @@ class NetworkWrapper:
         self.clip_grad_norm = clip_grad_norm
         self.clip_grad_value = clip_grad_value
         self.updates = 0
-        self._adam = optimizer == "adam"  # see _step
 
     def train_step(self, loss: torch.Tensor, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """One gradient step on `loss`; returns (loss, global grad norm before clipping).
@@ -200,7 +204,7 @@ class NetworkWrapper:
         without ~35 us of per-call bookkeeping for grouping tensors by device, hooks and
         param-group loops, which is ~1% of a DDPG update at batch 256 and more for small batches."""
         state = self.optimizer.state.get(self.flat_param)
-        if not self._adam or not state:
+        if not isinstance(self.optimizer, torch.optim.Adam) or not state:
             self.optimizer.step()
             return
         group = self.optimizer.param_groups[0]
@@ -229,15 +233,8 @@ class NetworkWrapper:
             raise RuntimeError("this NetworkWrapper has no target network (target=False)")
         if self.target_flat is None:
             soft_update(self.target, self.online, rate)
-            return
-        if not 0.0 <= rate <= 1.0:
-            raise ValueError(f"rate must be in [0, 1], got {rate}")
-        with torch.no_grad():  # one kernel for all parameters (both copies are flat), then the buffers
-            if rate == 1.0:
-                self.target_flat.copy_(self.flat_param)
-            elif rate > 0.0:
-                self.target_flat.lerp_(self.flat_param, rate)
-        soft_update(self.target, self.online, rate, parameters=False)
+        else:  # both copies' parameters are one flat tensor each: one kernel for all of them, then the buffers
+            _lerp_tensors([self.target_flat, *self.target.buffers()], [self.flat_param, *self.online.buffers()], rate)
 
     def state_dict(self) -> dict:
         """Online and target weights, optimizer and schedule state, update count: all a resumed run needs."""
