@@ -50,7 +50,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/naf.py` finds common/
 from common import NetworkWrapper, ReplayMemory, is_image, pixels, true_next_obs  # noqa: E402
-from common.run import Run, Stopped, parse_args, record_first_episode, refuse_workers  # noqa: E402
+from common.run import Run, Stopped, flush_denormals, parse_args, record_first_episode, refuse_workers  # noqa: E402
 from common.run import main as run_main  # noqa: E402
 
 ALGO = "naf"
@@ -365,12 +365,7 @@ def train(args: Args) -> dict:
     print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {run.path}", flush=True)
 
     global_step = 0
-    # values below ~1e-38 (e.g. Adam's second moments of near-zero gradients) become 0 instead of
-    # subnormals, which x86 computes ~100x slower: 19% more steps/s on MountainCarContinuous,
-    # same final policy in that check (benchmarks/results/ddpg_naf.md). The caller's setting is
-    # restored in `finally`; torch has no getter, so it is read off a product that is subnormal.
-    flush_denormal_before = (torch.tensor(1e-30) * 1e-10).item() == 0.0
-    torch.set_flush_denormal(True)
+    flush_before = flush_denormals()  # subnormals become 0 (x86 is ~100x slower on them); the caller's setting comes back in `finally`
     state = run.restore(envs)  # None for a new run; generators, envs and running episodes are already restored
     if state is None:
         obs, _ = envs.reset(seed=args.seed)
@@ -438,7 +433,7 @@ def train(args: Args) -> dict:
         error = run.stopped(e, global_step)
     finally:
         envs.close()
-        torch.set_flush_denormal(flush_denormal_before)
+        torch.set_flush_denormal(flush_before)
     if args.save_model and run.write and (completed or error in ("interrupted", "preempted")):  # a NaN model is not worth keeping
         torch.save(q_net.online.state_dict(), run.path / "model.pt")
     summary = run.summary(global_step, train_seconds or run.elapsed(), eval_returns,

@@ -8,6 +8,8 @@
   common/checkpoint.py's).
 - `evaluate(act, make_envs, episodes, seed, video_dir)`: greedy episodes, one per env.
 - `main(algo, train, args)`: runs `train` and turns its outcome into the exit status.
+- `flush_denormals()`: subnormal floats become 0 while a script trains (much faster on x86);
+  returns the caller's setting, which the script restores when it returns.
 - `tensorboard_tag(algo, name)`, `write_tensorboard(folder, writer)`: the TensorBoard tags of the
   metrics (CleanRL's names) and metrics.csv's rows as scalars, for `--tensorboard` and
   tensorboard_export.py.
@@ -78,6 +80,23 @@ class Stopped(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+def flush_denormals() -> bool:
+    """Make torch flush subnormal floats (below ~1.2e-38) to zero; returns the previous setting.
+
+    Adam's and RMSprop's moment estimates of gradients that are often zero (sparse inputs such as
+    MinAtar's boolean grids, dead ReLUs) decay geometrically into the subnormal range, where x86
+    arithmetic is ~100x slower: without flushing, the optimizer's step can cost as much as the
+    backward pass. Results differ only where a value would have been below 1.2e-38
+    (benchmarks/results/speed.md has the measurements). Each script calls this when training starts
+    and gives the returned setting back to `torch.set_flush_denormal` in its `finally`, so a caller
+    of `train()` keeps its own setting; torch has no getter, so it is read off a product that is
+    subnormal unless flushed. On a CPU that cannot flush, nothing changes.
+    """
+    before = (torch.tensor(1e-30) * 1e-10).item() == 0.0
+    torch.set_flush_denormal(True)
+    return before
 
 
 # command line ----------------------------------------------------------------------------------

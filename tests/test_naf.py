@@ -249,19 +249,6 @@ def test_exploration_and_replay_sampling_draw_independent_streams(tmp_path, monk
         assert np.array_equal(draws[k][0], draws[k][1]) and not np.array_equal(draws[k][0], draws[k][2])
 
 
-@pytest.mark.parametrize("flush", [True, False])
-def test_train_restores_the_callers_flush_denormal_setting(tmp_path, flush):
-    if not torch.set_flush_denormal(True):
-        pytest.skip("this CPU cannot flush subnormals")
-    try:
-        torch.set_flush_denormal(flush)
-        assert probes.flushes_denormals() is flush
-        train(box_args(tmp_path, total_timesteps=110))
-        assert probes.flushes_denormals() is flush
-    finally:
-        torch.set_flush_denormal(False)
-
-
 def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(naf, "naf_targets", lambda *a, **k: torch.full((32,), float("nan")))
     summary = train(small_args(tmp_path))

@@ -10,12 +10,17 @@ import sys
 import time
 from pathlib import Path
 
+import importlib
+
 import numpy as np
 import pytest
+import torch
 
 import common.run
 import ddpg
 import dqn
+import probes
+from common import NetworkWrapper
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,6 +111,33 @@ def test_help_says_what_the_script_is(algo):
     first_line = Path(ROOT / "algos" / f"{algo}.py").read_text().split('"""')[1].strip().splitlines()[0]
     assert first_line in r.stdout.split("╭")[0]  # before the first box of flags
     assert "--checkpoint-every" in r.stdout and "--resume" in r.stdout
+
+
+@pytest.mark.parametrize("flush", [True, False])
+@pytest.mark.parametrize("algo", ["dqn", "n_step_q", "sarsa", "a2c", "ddpg", "naf"])
+def test_training_flushes_subnormals_and_gives_the_callers_setting_back(tmp_path, monkeypatch, algo, flush):
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush subnormals")
+    module = importlib.import_module(algo)
+    seen = []
+    train_step = NetworkWrapper.train_step
+
+    def recording_train_step(self, *a, **kw):
+        seen.append(probes.flushes_denormals())
+        return train_step(self, *a, **kw)
+
+    monkeypatch.setattr(NetworkWrapper, "train_step", recording_train_step)
+    fields = {f.name for f in module.Args.__dataclass_fields__.values()}
+    kw = {"env_id": "Pendulum-v1" if algo in ("ddpg", "naf") else "CartPole-v1", "total_timesteps": 200,
+          "run_dir": str(tmp_path), "progress": False, "eval_episodes": 1}
+    kw.update({k: v for k, v in {"learning_starts": 100, "batch_size": 32, "num_envs": 2}.items() if k in fields})
+    try:
+        torch.set_flush_denormal(flush)
+        module.train(module.Args(**kw))
+        assert seen and all(seen)  # every gradient step ran with subnormals flushed
+        assert probes.flushes_denormals() is flush  # and the caller's setting is back
+    finally:
+        torch.set_flush_denormal(False)
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])
