@@ -365,7 +365,6 @@ def train(args: Args) -> dict:
     print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {run.path}", flush=True)
 
     global_step = 0
-    flush_before = flush_denormals()  # subnormals become 0 (x86 is ~100x slower on them); the caller's setting comes back in `finally`
     state = run.restore(envs)  # None for a new run; generators, envs and running episodes are already restored
     if state is None:
         obs, _ = envs.reset(seed=args.seed)
@@ -378,6 +377,7 @@ def train(args: Args) -> dict:
         obs, global_step = state["obs"], state["global_step"]
     obs = obs.reshape(B, obs_dim)
     error, completed, eval_returns, train_seconds = None, False, np.array([]), 0.0
+    flush_before = flush_denormals()  # subnormals become 0 (x86 is ~100x slower on them); the caller's setting comes back in `finally`
     try:
         while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B

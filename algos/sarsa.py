@@ -366,7 +366,6 @@ def train(args: Args) -> dict:
         return torch.from_numpy(x).to(device)  # zero-copy on CPU
 
     global_step = 0
-    flush_before = flush_denormals()  # subnormals become 0 (x86 is ~100x slower on them); the caller's setting comes back in `finally`
     state = run.restore(envs)  # None for a new run; generators, envs and running episodes are already restored
     if state is None:
         obs, _ = envs.reset(seed=seed)
@@ -381,6 +380,7 @@ def train(args: Args) -> dict:
             actions = select_actions(greedy, obs.reshape(B, *shape), epsilon, n_actions, rng)
     obs = obs.reshape(B, *shape)
     error, completed, eval_returns, train_seconds = None, False, np.array([]), 0.0
+    flush_before = flush_denormals()  # subnormals become 0 (x86 is ~100x slower on them); the caller's setting comes back in `finally`
     try:
         while global_step < args.total_timesteps:
             rollout_start = global_step
