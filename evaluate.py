@@ -63,8 +63,11 @@ def main(a: EvalArgs) -> int:
     video_dir = str(a.run / "eval_videos") if a.capture_video else None
     from common.run import evaluate
 
-    whole_games = {"training": False} if "training" in inspect.signature(module.make_env).parameters else {}  # Atari: as the run's evaluations
-    returns = evaluate(act, functools.partial(module.make_env, args.env_id, **whole_games), episodes, seed, video_dir)
+    env_flags = inspect.signature(module.make_env).parameters
+    as_in_the_run = {"training": False} if "training" in env_flags else {}  # Atari: whole games, as the run's evaluations
+    if "scale_obs" in env_flags:
+        as_in_the_run["scale_obs"] = args.scale_obs
+    returns = evaluate(act, functools.partial(module.make_env, args.env_id, **as_in_the_run), episodes, seed, video_dir)
     print(f"{algo} on {args.env_id}: return {returns.mean():.2f} +- {returns.std():.2f} over {episodes} episodes")
     return 0
 

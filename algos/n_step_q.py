@@ -130,6 +130,8 @@ class Args:
     """clip the global gradient norm to this value (None: no clipping)"""
     hidden_sizes: tuple[int, ...] = (120, 84)
     """widths of the Q-network's hidden layers (vector observations; image torsos are the papers')"""
+    scale_obs: bool = False
+    """map each bounded observation component from its [low, high] to [-1, 1] (vector envs; see common/pixels.py)"""
 
 
 def validate(args: Args) -> None:
@@ -158,18 +160,19 @@ def validate(args: Args) -> None:
 
 
 # 3. Environment ---------------------------------------------------------------------------------
-def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True) -> gym.vector.VectorEnv:
+def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True, scale_obs: bool = False) -> gym.vector.VectorEnv:
     """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"].
 
     Pixel ids get their standard preprocessing (common.pixels); `training=False` plays whole
-    Atari games (evaluation), `training=True` ends an episode at each lost life."""
+    Atari games (evaluation), `training=True` ends an episode at each lost life; `scale_obs`
+    rescales bounded vector observations to [-1, 1]."""
     pixels.kind(env_id)  # ValueError for an unknown id
 
     def thunk(i: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
             if video_dir is not None:
-                return record_first_episode(pixels.make(env_id, training, render_mode="rgb_array"), video_dir, i)
-            return pixels.make(env_id, training)
+                return record_first_episode(pixels.make(env_id, training, "rgb_array", scale_obs), video_dir, i)
+            return pixels.make(env_id, training, scale_obs=scale_obs)
 
         return make
 
@@ -276,7 +279,7 @@ def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
     """Greedy policy from a `--save-model` file (state dict, loaded with weights_only=True)."""
-    envs = make_env(args.env_id, 1)
+    envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
     q_net = QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
     envs.close()
     q_net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
@@ -297,7 +300,7 @@ def train(args: Args) -> dict:
     torch.manual_seed(seed)  # the network's init is overwritten by rank 0's anyway
     rng = np.random.default_rng(seed)  # exploration
 
-    envs = make_env(args.env_id, args.num_envs)
+    envs = make_env(args.env_id, args.num_envs, scale_obs=args.scale_obs)
     envs.action_space.seed(seed)
     envs.single_action_space.seed(seed)
     shape = obs_shape(envs.single_observation_space)  # images as they are, vectors flattened
@@ -323,7 +326,7 @@ def train(args: Args) -> dict:
     rollout_rewards = np.zeros((T, B), dtype=np.float32)
     rollout_terminated = np.zeros((T, B), dtype=bool)
     rollout_truncated = np.zeros((T, B), dtype=bool)
-    eval_envs = functools.partial(make_env, args.env_id, training=False)
+    eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"], write=distributed.is_main())
     if run.write:
         workers = f" x {world} workers" if world > 1 else ""

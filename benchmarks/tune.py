@@ -76,6 +76,7 @@ SPACES: dict[str, dict[str, dict]] = {
         "hidden_sizes": NETS,
         "loss": {"choices": ["mse", "huber"]},
         "double_dqn": {"choices": [False, True]},
+        "scale_obs": {"choices": [False, True]},
     },
     "n_step_q": {
         "learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
@@ -90,6 +91,7 @@ SPACES: dict[str, dict[str, dict]] = {
         "loss": {"choices": ["mse", "huber"]},
         "clip_grad_norm": {"choices": [0.5, 1.0, 10.0, 40.0]},
         "hidden_sizes": NETS,
+        "scale_obs": {"choices": [False, True]},
     },
     "sarsa": {
         "learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
@@ -105,6 +107,7 @@ SPACES: dict[str, dict[str, dict]] = {
         "loss": {"choices": ["mse", "huber"]},
         "clip_grad_norm": {"choices": [0.5, 1.0, 10.0, 40.0]},
         "hidden_sizes": NETS,
+        "scale_obs": {"choices": [False, True]},
     },
     "a2c": {
         "learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},

@@ -1,7 +1,7 @@
 """Pixel envs: Atari with the DQN paper's preprocessing, and MinAtar.
 
 `make(env_id, training)` is `gym.make` for every id, plus the standard preprocessing when the id
-is a pixel env:
+is a pixel env (and, for vector envs, the optional rescaling described under `make`):
 
 - Atari (any `ale_py` id, e.g. `ALE/Breakout-v5`, `BreakoutNoFrameskip-v4`), Mnih et al. 2015:
   up to 30 no-op actions at the start of a game, each action repeated for 4 frames with the max
@@ -64,9 +64,16 @@ def kind(env_id: str) -> str | None:
     return None
 
 
-def make(env_id: str, training: bool = True, render_mode: str | None = None) -> gym.Env:
-    """One env, preprocessed as described above when `env_id` is a pixel env."""
+def make(env_id: str, training: bool = True, render_mode: str | None = None, scale_obs: bool = False) -> gym.Env:
+    """One env, preprocessed as described above when `env_id` is a pixel env.
+
+    `scale_obs` (vector envs only): each observation component with finite bounds in the
+    observation space is mapped linearly from [low, high] to [-1, 1] (gymnasium's
+    RescaleObservation); unbounded components pass unchanged. MountainCar's velocity, for one, lives
+    in [-0.07, 0.07], too small beside the position for a network's first layer to use it."""
     env_kind = kind(env_id)
+    if scale_obs and env_kind is not None:
+        raise ValueError(f"--scale-obs is for vector observations; {env_id} is a {env_kind} env")
     kwargs = {} if render_mode is None else {"render_mode": render_mode}  # not every env takes the argument
     if env_kind == "atari":
         env = gym.make(env_id, frameskip=1, **kwargs)  # AtariPreprocessing skips the frames
@@ -78,7 +85,16 @@ def make(env_id: str, training: bool = True, render_mode: str | None = None) -> 
         return gym.wrappers.FrameStackObservation(env, FRAME_STACK)  # pads a new episode with its first frame
     if env_kind == "minatar":
         return ChannelsFirst(gym.make(env_id, max_episode_steps=MINATAR_MAX_STEPS, **kwargs))
-    return gym.make(env_id, **kwargs)
+    env = gym.make(env_id, **kwargs)
+    if not scale_obs:
+        return env
+    space = env.observation_space
+    if not isinstance(space, gym.spaces.Box):
+        env.close()
+        raise ValueError(f"--scale-obs needs a Box observation space; {env_id} has {space}")
+    low = np.where(np.isfinite(space.low), -1.0, space.low).astype(space.dtype)
+    high = np.where(np.isfinite(space.high), 1.0, space.high).astype(space.dtype)
+    return gym.wrappers.RescaleObservation(env, low, high)
 
 
 def game_over(terminated: np.ndarray, truncated: np.ndarray, infos: dict) -> np.ndarray:

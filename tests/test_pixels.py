@@ -256,3 +256,33 @@ def test_minatar_observations_are_channels_first_uint8_with_a_time_limit():
     raw = env.unwrapped.game.state()  # [10, 10, C] booleans
     assert np.array_equal(obs, np.moveaxis(raw, -1, 0).astype(np.uint8))
     assert env.spec.max_episode_steps == pixels.MINATAR_MAX_STEPS
+
+
+# --- observation scaling (vector envs) ----------------------------------------------------------
+def test_scale_obs_maps_bounded_components_to_unit_range_and_leaves_unbounded_ones():
+    for env_id in ("MountainCar-v0", "CartPole-v1"):  # fully bounded; two bounded and two unbounded components
+        raw, scaled = pixels.make(env_id), pixels.make(env_id, scale_obs=True)
+        low, high = raw.observation_space.low, raw.observation_space.high
+        bounded = np.isfinite(low) & np.isfinite(high)
+        assert np.array_equal(scaled.observation_space.low, np.where(bounded, -1.0, low))
+        assert np.array_equal(scaled.observation_space.high, np.where(bounded, 1.0, high))
+        o_raw, _ = raw.reset(seed=5)
+        o_scaled, _ = scaled.reset(seed=5)
+        for _ in range(30):  # the same trajectory, seen through the affine map
+            expected = np.where(bounded, 2 * (o_raw - low) / np.where(bounded, high - low, 1) - 1, o_raw)
+            assert o_scaled.dtype == np.float32
+            np.testing.assert_allclose(o_scaled, expected, rtol=1e-5, atol=1e-6)
+            a = raw.action_space.sample()
+            o_raw, _, terminated, truncated, _ = raw.step(a)
+            o_scaled, *_ = scaled.step(a)
+            if terminated or truncated:
+                break
+        # the ends of each bounded range land on -1 and 1
+        if env_id == "MountainCar-v0":
+            np.testing.assert_allclose(scaled.observation(low), -1.0, atol=1e-6)
+            np.testing.assert_allclose(scaled.observation(high), 1.0, atol=1e-6)
+
+
+def test_scale_obs_refuses_pixel_envs():
+    with pytest.raises(ValueError, match="--scale-obs is for vector observations; MinAtar/Breakout-v1 is a minatar env"):
+        pixels.make("MinAtar/Breakout-v1", scale_obs=True)
