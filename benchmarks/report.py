@@ -400,8 +400,10 @@ def main(argv: list[str] | None = None) -> int:
             est_missing.append((cell, missing_seeds))
         thr = "-" if cell.threshold is None else f"{cell.threshold:g} ({cell.pass_rule})"
         verdict_txt = f"**{v}**" + (f": {reason.removeprefix('partial: ')}" if v == "partial" else f": {reason}" if reason else "")
-        if v == "FAIL" and cell.note:
+        if cell.note and v == "FAIL":
             verdict_txt += f". Why: {cell.note}"
+        elif cell.note and cell.threshold is None:  # no verdict to explain: what the reader should know about the cell
+            verdict_txt += f". Note: {cell.note}"
         table.append(
             f"| {cell.algo} | {cell.env} | {fmt_steps(cell.steps)} | {len(ok)}/{len(cell.seeds)} | "
             f"{fmt_eval([s['eval_return_mean'] for s in summaries])} | "

@@ -43,7 +43,7 @@ class Cell:
     threshold_source: str = ""
     settings_source: str = ""
     references: list[str] = field(default_factory=list)
-    note: str = ""  # why the cell falls short, once known (shown beside a FAIL; not part of the run identity)
+    note: str = ""  # why the cell falls short, once known (shown beside a FAIL, or beside a cell without threshold; not part of the run identity)
 
     @property
     def digest(self) -> str:

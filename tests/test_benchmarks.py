@@ -6,6 +6,7 @@ import dataclasses
 import importlib
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -122,6 +123,19 @@ def test_report_has_table_verdicts_and_plot(tiny):
         return
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "plots/dqn__CartPole-v1.png" in text
+
+
+def test_a_note_shows_beside_a_cell_without_threshold(tiny, tmp_path):
+    """A cell with no threshold gets no verdict, but its note (say, where earlier seeds are) is shown."""
+    suites = tmp_path / "suites.toml"
+    rule = 'threshold = 10.0\npass_rule = "all"\npass_rule_source = "a published result that asks the threshold of every seed (test)"\n'
+    assert rule in TINY
+    suites.write_text(TINY.replace(rule, 'note = "seeds 3-4 were run by hand"\n'))  # verdict fields only: the same runs count
+    results = tmp_path / "results"
+    shutil.copytree(tiny["results"], results)
+    assert report.main(["--suite", "tiny", "--suites-file", str(suites), "--results-dir", str(results)]) == 0
+    row = next(x for x in (results / "tiny" / "REPORT.md").read_text().splitlines() if x.startswith("| dqn | CartPole-v1 |"))
+    assert "| 2/2 |" in row and "**n/a**" in row and row.endswith("Note: seeds 3-4 were run by hand |"), row
 
 
 def test_retry_failed_runs_the_failed_run_again(tiny, capsys):
