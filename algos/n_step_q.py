@@ -171,7 +171,7 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
     def thunk(i: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
             if video_dir is not None:
-                return record_first_episode(pixels.make(env_id, training, "rgb_array", scale_obs), video_dir, i)
+                return record_first_episode(pixels.make(env_id, training, render_mode="rgb_array", scale_obs=scale_obs), video_dir, i)
             return pixels.make(env_id, training, scale_obs=scale_obs)
 
         return make
