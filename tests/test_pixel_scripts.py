@@ -58,9 +58,9 @@ def made(monkeypatch):
     flags = []
     real = pixels.make
 
-    def make(env_id, training=True, render_mode=None):
+    def make(env_id, training=True, render_mode=None, scale_obs=False):
         flags.append(training)
-        return real(env_id, training, render_mode)
+        return real(env_id, training, render_mode, scale_obs)
 
     monkeypatch.setattr(pixels, "make", make)
     return flags
