@@ -158,3 +158,12 @@ def assert_only_recorded_calls_move_the_networks(events: list) -> None:
             for k, what in enumerate(("online", "target")):
                 if after[n][k] is not None and not torch.equal(after[n][k], before[n][k]):
                     raise AssertionError(f"{n}'s {what} network moved between {kind} {name} and {next_kind} {next_name}")
+
+
+def tiny_args(module, algo: str, run_dir, **overrides):
+    """A 200-step run of `algo` on a classic env (Pendulum-v1 for the continuous-action scripts) that
+    still learns; `overrides` replace or add Args fields."""
+    kw = {"env_id": "Pendulum-v1" if algo in ("ddpg", "naf") else "CartPole-v1", "total_timesteps": 200,
+          "run_dir": str(run_dir), "progress": False, "eval_episodes": 1}
+    kw.update({k: v for k, v in {"learning_starts": 100, "batch_size": 32, "num_envs": 2}.items() if k in module.Args.__dataclass_fields__})
+    return module.Args(**{**kw, **overrides})

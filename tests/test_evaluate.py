@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import evaluate
+import probes
 
 
 @pytest.mark.parametrize("algo, kw", [
@@ -35,9 +36,8 @@ def test_scale_obs_reaches_every_env_of_the_run_and_evaluate_py(tmp_path, capsys
     asked = []
     make = pixels.make
     monkeypatch.setattr(pixels, "make", lambda *a, **kw: asked.append(kw.get("scale_obs", False)) or make(*a, **kw))
-    kw = {k: v for k, v in dict(learning_starts=100, batch_size=32, num_envs=2).items() if k in module.Args.__dataclass_fields__}
-    summary = module.train(module.Args(env_id="CartPole-v1", seed=3, total_timesteps=400, eval_episodes=3, save_model=True,
-                                       scale_obs=True, run_dir=str(tmp_path), progress=False, device="cpu", **kw))
+    summary = module.train(probes.tiny_args(module, algo, tmp_path, seed=3, total_timesteps=400, eval_episodes=3, save_model=True,
+                                            scale_obs=True, device="cpu"))
     assert summary["completed"] and len(asked) >= 5 and all(asked), asked  # 2 training envs, 3 evaluation envs
     asked.clear()
     capsys.readouterr()

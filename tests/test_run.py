@@ -129,7 +129,7 @@ def test_training_flushes_subnormals_and_gives_the_callers_setting_back(tmp_path
     monkeypatch.setattr(NetworkWrapper, "train_step", recording_train_step)
     try:
         torch.set_flush_denormal(flush)
-        module.train(tiny_args(module, algo, tmp_path))
+        module.train(probes.tiny_args(module, algo, tmp_path))
         assert seen and all(seen)  # every gradient step ran with subnormals flushed
         assert probes.flushes_denormals() is flush  # and the caller's setting is back
     finally:
@@ -149,18 +149,10 @@ def test_a_run_that_fails_before_training_leaves_the_callers_flush_setting(tmp_p
     try:
         torch.set_flush_denormal(False)
         with pytest.raises(OSError, match="checkpoint unreadable"):
-            module.train(tiny_args(module, algo, tmp_path))
+            module.train(probes.tiny_args(module, algo, tmp_path))
         assert probes.flushes_denormals() is False
     finally:
         torch.set_flush_denormal(False)
-
-
-def tiny_args(module, algo: str, tmp_path: Path):
-    """A 200-step run of `algo` on a classic env (Pendulum-v1 for the continuous-action scripts) that still learns."""
-    kw = {"env_id": "Pendulum-v1" if algo in ("ddpg", "naf") else "CartPole-v1", "total_timesteps": 200,
-          "run_dir": str(tmp_path), "progress": False, "eval_episodes": 1}
-    kw.update({k: v for k, v in {"learning_starts": 100, "batch_size": 32, "num_envs": 2}.items() if k in module.Args.__dataclass_fields__})
-    return module.Args(**kw)
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])
