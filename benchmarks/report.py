@@ -320,7 +320,7 @@ def machine_section(all_runs: list[dict]) -> list[str]:
     for (cpu, n, plat, versions), ms in seen.items():
         loads = [m["load_average"][0] for m in ms if m.get("load_average")]
         lines.append(f"- {len(ms)} run(s) on: {cpu}, {n} logical CPUs, {plat}")
-        lines.append(f"  - versions: " + ", ".join(f"{k} {v}" for k, v in json.loads(versions).items() if v))
+        lines.append("  - versions: " + ", ".join(f"{k} {v}" for k, v in json.loads(versions).items() if v))
         if loads:
             lines.append(f"  - 1-min load average at run start: {min(loads):.1f} to {max(loads):.1f} "
                          f"(the machine was shared: steps/s and wall times are pessimistic)")

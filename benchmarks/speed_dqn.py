@@ -52,7 +52,6 @@ def ours(a: SpeedArgs) -> dict:
 
 def sb3(a: SpeedArgs) -> dict:
     import gymnasium as gym
-    import numpy as np
     from stable_baselines3 import DQN
     from stable_baselines3.common.evaluation import evaluate_policy
 
