@@ -84,7 +84,9 @@ def git_commit() -> str | None:
 
 
 def build_args(module, spec: dict):
-    """The script's Args from the cell: unknown setting names are an error, lists become tuples."""
+    """The script's Args from the cell: unknown setting names are an error, lists become tuples. Each run
+    gets one torch thread (workers share the cores; DDPG's and NAF's own default of 2 would oversubscribe
+    them) unless the cell's settings name `torch_threads`."""
     fields = {f.name: f for f in dataclasses.fields(module.Args)}
     values = dict(spec["settings"])
     unknown = sorted(set(values) - set(fields))
@@ -97,6 +99,8 @@ def build_args(module, spec: dict):
                   checkpoint_every=spec.get("checkpoint_every", 0), resume=spec.get("resume"))
     if "eval_every" in fields:
         values["eval_every"] = spec["eval_every"]
+    if "torch_threads" in fields:
+        values.setdefault("torch_threads", 1)
     return module.Args(**values)
 
 

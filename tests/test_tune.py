@@ -165,6 +165,14 @@ def test_built_in_spaces_draw_valid_arguments_of_each_script():
             study.tell(trial, random.random())
 
 
+@pytest.mark.parametrize("algo", ["dqn", "n_step_q", "sarsa", "a2c", "ddpg", "naf"])
+def test_runs_get_one_torch_thread_unless_the_cell_names_it(algo):
+    module = importlib.import_module(algo)
+    spec = {"settings": {}, "algo": algo, "env": "CartPole-v1", "seed": 1, "steps": 1_000, "run_dir": "unused", "eval_every": 0}
+    assert run.build_args(module, spec).torch_threads == 1  # whatever the script's default (ddpg, naf: 2)
+    assert run.build_args(module, {**spec, "settings": {"torch_threads": 2}}).torch_threads == 2
+
+
 def test_settings_line_is_toml_for_every_kind_of_value():
     values = {"learning_rate": 0.000123, "gamma": 0.99, "tiny": 1.5e-08, "buffer_size": 100_000, "n": 5, "flag": True,
               "off": False, "loss": "huber", "hidden_sizes": [64, 64]}
