@@ -241,18 +241,25 @@ class ExplorationNoise:
         self.state[done] = 0.0
 
 
+LOG_DIAGONAL_MAX = 10.0  # cap on L's diagonal before exp (see lower_triangular)
+
+
 def lower_triangular(entries: torch.Tensor, action_dim: int) -> torch.Tensor:
     """L [B, A, A] from its A(A+1)/2 lower-triangle entries [B, A(A+1)/2] (row by row), with the
     diagonal exponentiated so that it is positive and P = L L^T is positive definite (paper eq. 5).
 
     Only the diagonal entries go through exp: exponentiating every entry and masking afterwards
     overflows for an off-diagonal entry above ~88 (float32), and the masked inf gives NaN gradients.
+    The exponent is capped at LOG_DIAGONAL_MAX: on HalfCheetah-v5 one state's diagonal entry grew
+    to ~81 after 264k steps (L ~ 3e35), |L^T (a - mu)|^2 overflowed and the loss became NaN. A
+    diagonal of e^10 already gives a curvature (P's diagonal, e^20 ~ 5e8) far beyond any return
+    scale; below the cap nothing changes, and above it the entry gets no gradient.
     """
     rows, cols = torch.tril_indices(action_dim, action_dim, device=entries.device)  # [A(A+1)/2] each
     diagonal = rows == cols
     L = entries.new_zeros(len(entries), action_dim, action_dim)
     L[:, rows[~diagonal], cols[~diagonal]] = entries[:, ~diagonal]
-    L[:, rows[diagonal], cols[diagonal]] = entries[:, diagonal].exp()
+    L[:, rows[diagonal], cols[diagonal]] = entries[:, diagonal].clamp(max=LOG_DIAGONAL_MAX).exp()
     return L
 
 

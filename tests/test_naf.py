@@ -4,6 +4,7 @@ import copy
 import csv
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,27 @@ def test_large_off_diagonal_entries_give_finite_values_and_gradients(A):
     assert torch.isfinite(advantage).all()
     advantage.sum().backward()
     assert torch.isfinite(entries.grad).all() and entries.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("A", [2, 6])
+def test_a_huge_diagonal_entry_is_capped_and_gives_finite_loss_and_gradients(A):
+    # a diagonal entry of ~81 made L ~ 3e35 on HalfCheetah-v5, and |L^T (a - mu)|^2 overflowed float32
+    rows, cols = torch.tril_indices(A, A)
+    entries = torch.zeros(3, A * (A + 1) // 2)
+    entries[0, rows == cols] = 81.0  # above the cap: capped
+    entries[1, rows == cols] = 9.5  # below it: exp as before
+    entries.requires_grad_(True)
+    L = lower_triangular(entries, A)
+    diagonal = torch.diagonal(L, dim1=1, dim2=2)
+    assert torch.equal(diagonal[0], torch.full((A,), math.exp(naf.LOG_DIAGONAL_MAX), dtype=torch.float32))
+    assert torch.equal(diagonal[1], torch.full((A,), 9.5).exp())
+    q = naf_advantage(torch.ones(3, A), -torch.ones(3, A), L)  # the largest action gap in [-1, 1]
+    loss = (q - 500.0).square().mean()
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert torch.isfinite(entries.grad).all()
+    assert torch.equal(entries.grad[0, rows == cols], torch.zeros(A))  # capped: no gradient pushes it further
+    assert (entries.grad[1, rows == cols] != 0).all()
 
 
 @pytest.mark.parametrize("A", [1, 2, 4])
