@@ -211,6 +211,10 @@ def write_tensorboard(folder: Path, writer) -> int:
 
 
 # the run ---------------------------------------------------------------------------------------
+def _mujoco_warning(message: str) -> None:
+    warnings.warn(f"MuJoCo: {message.strip()}", RuntimeWarning, stacklevel=2)
+
+
 class Run:
     """Run folder, config.json, metrics.csv (one row per event), progress line, wandb, summary.json,
     signals and checkpoints.
@@ -239,6 +243,11 @@ class Run:
         self.wandb = None
         self.tensorboard = None  # a SummaryWriter with --tensorboard
         self._handlers: dict = {}
+        if "mujoco" in sys.modules:
+            # the script made its MuJoCo envs: MuJoCo's warnings go through Python's, which show each
+            # once (gymnasium's HalfCheetah model warns of a deprecated attribute at every load, and
+            # every evaluation loads one per episode)
+            sys.modules["mujoco"].set_mju_user_warning(_mujoco_warning)
         if (self.checkpoint_every or args.resume) and distributed.launched():
             raise ValueError("--checkpoint-every and --resume work in one process; under torchrun leave them out")
         if args.tensorboard:
