@@ -24,7 +24,9 @@ itself); the pruned run is killed.
 Storage: one Optuna JournalStorage file, <study-dir>/journal.log, appended to under a file lock
 by every worker: `--workers N` local processes, N SLURM tasks (`--backend slurm`), or several
 tune.py commands started by hand. The same command again continues the study up to `--trials`
-trials in all, and rewrites the table. A worker stopped by SLURM (time limit, preemption) is
+trials in all, and rewrites the table; it refuses a changed space, seed list or cell, except for
+the cell's values of searched parameters (every trial overrides those), so a cell that took a
+study's best settings can still continue that study. A worker stopped by SLURM (time limit, preemption) is
 requeued and its interrupted trial's parameters are tried again.
 
 Output: <study-dir>/STUDY.md, a function of the storage: the cell, the objective, the search
@@ -489,6 +491,14 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
     return a, config
 
 
+def unsearched(config: dict) -> dict:
+    """A study's config without the cell's settings that the search space draws: every trial overrides
+    those, so a cell that adopted a study's best settings can still continue that study."""
+    cell = config.get("cell", {})
+    settings = {k: v for k, v in cell.get("settings", {}).items() if k not in config.get("space", {})}
+    return {**config, "cell": {**cell, "settings": settings}}
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         a, config = parse(argv)
@@ -505,8 +515,8 @@ def main(argv: list[str] | None = None) -> int:
         made = study.user_attrs.get("config")
         if made is None:
             study.set_user_attr("config", same)
-        elif made != json.loads(json.dumps(same)):
-            changed = [k for k in same if json.loads(json.dumps(same[k])) != made.get(k)]
+        elif unsearched(made) != unsearched(json.loads(json.dumps(same))):
+            changed = [k for k in same if unsearched(json.loads(json.dumps(same)))[k] != unsearched(made).get(k)]
             raise BadInput(f"the study in {study_dir} was made with another {', '.join(changed)}; "
                            "give a new --study-dir, or the same flags and cell as before")
     except BadInput as e:

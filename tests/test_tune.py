@@ -106,6 +106,21 @@ def test_running_the_study_again_adds_no_trial_and_a_changed_one_is_refused(stud
     assert err.startswith("tune: error: ") and "made with another seeds" in err and err.count("\n") == 1
 
 
+def test_a_cell_that_took_the_best_settings_continues_its_study_and_another_cell_is_refused(study, files, tmp_path, capsys):
+    best = max(load(study["dir"]).get_trials(), key=lambda t: t.value)
+    block = (study["dir"] / "STUDY.md").read_text().split("```toml\n", 1)[1].split("```", 1)[0]
+    adopted = tmp_path / "adopted.toml"  # the cell with the study's settings line pasted in, as STUDY.md says
+    adopted.write_text(TINY.replace("settings = { num_envs = 4, eval_episodes = 2 }", block.splitlines()[0]))
+    assert tomllib.loads(adopted.read_text())["suites"]["tiny"]["cells"][0]["settings"] == best.user_attrs["settings"]
+    assert tune.main([*argv({**files, "suites": str(adopted)}, study["dir"]), "--trials", "3", "--seeds", "7"]) == 0
+    assert "3 trials so far, 0 to run" in capsys.readouterr().out
+    changed = tmp_path / "changed.toml"  # a setting the space does not draw changes the trials' numbers
+    changed.write_text(adopted.read_text().replace("eval_episodes = 2", "eval_episodes = 3"))
+    assert tune.main([*argv({**files, "suites": str(changed)}, study["dir"]), "--trials", "3", "--seeds", "7"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tune: error: ") and "made with another cell" in err and err.count("\n") == 1
+
+
 class _Folder:  # what eval_rows reads of a run.Job
     def __init__(self, folder: Path):
         self.dir = folder
