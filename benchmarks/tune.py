@@ -15,8 +15,11 @@ Each seed is the runner's child process (`python benchmarks/run.py --child spec.
 another. The scripts have no callback for a tuner, so the tuner reads the evaluations from the
 run's metrics.csv as they are written (every `eval_every` steps; the script flushes the file
 every few seconds) and reports to Optuna, at each evaluation point, the mean over the seeds run
-so far of their return at that point (Optuna's step: seed index x steps + env step, so that every
-trial reports at the same steps). Optuna's median rule prunes a trial that falls below the median
+so far of their return at that point. Optuna's step is the evaluation's index (seed index x
+(evaluations per seed) + the evaluation's index in its run), never its env step: a run evaluates
+at the end of the rollout that passes each multiple of `eval_every`, so trials whose rollouts
+differ in size (num_envs x n_steps) evaluate at different env steps, and Optuna compares trials
+only at equal steps. Optuna's median rule prunes a trial that falls below the median
 of the earlier trials at the same step, once `--prune-after` trials have finished and past the
 first half of the first seed (never at the last seed's final evaluation, which is the objective
 itself); the pruned run is killed.
@@ -245,6 +248,19 @@ def eval_rows(job: runner.Job) -> list[tuple[int, float]]:
     return [(int(r["global_step"]), float(r["eval_return"])) for r in csv.DictReader(io.StringIO(text)) if r.get("eval_return")]
 
 
+def points(cell: Cell) -> int:
+    """Evaluations per seed before the final one: one each time the run passes a multiple of eval_every."""
+    return cell.steps // cell.eval_every if cell.eval_every else 0
+
+
+def point(cell: Cell, step: int) -> int:
+    """The evaluation's index in its run: k for the one made on passing k * eval_every env steps, and
+    points(cell) for the final one. A run evaluates at the end of the rollout that passes the mark, so
+    the env step differs between trials whose rollouts differ in size (num_envs x n_steps); the
+    pruner compares trials at the same key, so the key is this index, never the env step."""
+    return min(step // cell.eval_every, points(cell)) if cell.eval_every else 0
+
+
 def objective(trial, config: dict, state: dict) -> float:
     import optuna
 
@@ -252,7 +268,7 @@ def objective(trial, config: dict, state: dict) -> float:
     trial.set_user_attr("settings", settings)
     cell = Cell(**{**config["cell"], "settings": settings})
     steps, seeds = cell.steps, config["seeds"]
-    at_point: dict[int, list[float]] = {}  # env step of an evaluation -> the returns there of the seeds so far
+    at_point: dict[int, list[float]] = {}  # an evaluation's point -> the returns there of the seeds so far
     evals: dict[str, float] = {}
     state["trial"] = trial.number
     for i, seed in enumerate(seeds):
@@ -265,14 +281,15 @@ def objective(trial, config: dict, state: dict) -> float:
                 ended = job.proc.poll() is not None
                 rows = eval_rows(job)
                 for step, value in rows[seen:]:
-                    at_point.setdefault(step, []).append(value)
-                    trial.report(statistics.fmean(at_point[step]), i * steps + step)
+                    k = point(cell, step)
+                    at_point.setdefault(k, []).append(value)
+                    trial.report(statistics.fmean(at_point[k]), i * (points(cell) + 1) + k)
                     last = i == len(seeds) - 1 and step >= steps  # the last seed's final evaluation: the objective itself
                     if not last and trial.should_prune():
                         trial.set_user_attr("pruned_at", f"seed {seed}, step {step:,}")
                         trial.set_user_attr("evals", evals)
                         print(f"trial {trial.number} pruned at seed {seed}, step {step:,}", flush=True)
-                        raise optuna.TrialPruned(f"seed {seed} at step {step:,}: {statistics.fmean(at_point[step]):.1f}")
+                        raise optuna.TrialPruned(f"seed {seed} at step {step:,}: {statistics.fmean(at_point[k]):.1f}")
                 seen = len(rows)
                 if ended:
                     break
@@ -300,7 +317,7 @@ def open_study(config: dict, worker: int = 0):
     from optuna.storages.journal import JournalFileBackend
 
     storage = JournalStorage(JournalFileBackend(str(Path(config["study_dir"]) / "journal.log")))
-    pruner = (optuna.pruners.MedianPruner(n_startup_trials=config["prune_after"], n_warmup_steps=config["cell"]["steps"] // 2)
+    pruner = (optuna.pruners.MedianPruner(n_startup_trials=config["prune_after"], n_warmup_steps=points(Cell(**config["cell"])) // 2)
               if config["prune_after"] >= 0 else optuna.pruners.NopPruner())
     existing = len(optuna.load_study(study_name=config["name"], storage=storage).trials) if config.get("exists") else 0
     sampler = optuna.samplers.TPESampler(n_startup_trials=5, seed=config["sampler_seed"] + 1000 * worker + existing)

@@ -134,18 +134,38 @@ def test_a_trial_below_the_median_is_pruned_at_an_evaluation(files, tmp_path):
     study_dir.mkdir()
     s = tune.open_study(config)
     steps = config["cell"]["steps"]
-    s.add_trial(optuna.trial.create_trial(value=1000.0, intermediate_values={k: 1000.0 for k in range(0, 2 * steps + 1, 8)}))
+    per_seed = tune.points(tune.Cell(**config["cell"])) + 1
+    s.add_trial(optuna.trial.create_trial(value=1000.0, intermediate_values={k: 1000.0 for k in range(2 * per_seed)}))
     assert tune.work(config) == 1
     (t,) = [t for t in load(study_dir).get_trials() if t.number == 1]
     assert t.state == optuna.trial.TrialState.PRUNED
-    reported = sorted(t.intermediate_values)
-    assert reported[-1] >= steps // 2 and all(k < steps for k in reported), "pruned past the warmup, during the first seed"
-    assert t.user_attrs["pruned_at"] == f"seed 7, step {reported[-1]:,}"
     (run_dir,) = (study_dir / "trials" / "0001" / "runs").iterdir()
     evals = tune.eval_rows(_Folder(run_dir))
-    assert t.intermediate_values == {step: value for step, value in evals if step <= reported[-1]}, \
-        "reported: the run's own evaluations from metrics.csv, at their env steps"
+    reported = sorted(t.intermediate_values)
+    pruned_at = [step for step, _ in evals][len(reported) - 1]
+    assert pruned_at >= steps // 2 and all(step < steps for step, _ in evals[:len(reported)]), "pruned past the warmup, during the first seed"
+    assert t.user_attrs["pruned_at"] == f"seed 7, step {pruned_at:,}"
+    assert t.intermediate_values == {step // config["cell"]["eval_every"]: value for step, value in evals[:len(reported)]}, \
+        "reported: the run's own evaluations from metrics.csv, keyed by their index in the run"
     assert [p.name.split("__")[2] for p in (study_dir / "trials" / "0001" / "runs").iterdir()] == ["s7"], "seed 8 never ran"
+
+
+def test_trials_whose_rollouts_differ_in_size_report_their_evaluations_at_the_same_steps(files, tmp_path):
+    """4 envs x 5 steps evaluate at env steps 1,000 and 2,000; 4 envs x 16 steps at 1,024 and 2,048.
+    Both report at the same Optuna steps (the evaluations' indices), where the pruner compares them."""
+    study_dir = tmp_path / "study"
+    _, config = tune.parse(argv(files, study_dir, "--trials", "2", "--seeds", "7", "--prune-after", "-1"))
+    study_dir.mkdir()
+    s = tune.open_study(config)
+    for n_steps in ("5", "16"):
+        s.enqueue_trial({"learning_rate": 1e-3, "n_steps": n_steps, "hidden_sizes": "[16]"})
+    assert tune.work(config) == 2
+    trials = load(study_dir).get_trials()
+    steps = [[step for step, _ in tune.eval_rows(_Folder(next((study_dir / "trials" / f"{t.number:04d}" / "runs").iterdir())))]
+             for t in trials]
+    assert [t.user_attrs["settings"]["n_steps"] for t in trials] == [5, 16]
+    assert steps == [[1_000, 2_000], [1_024, 2_048]], "the runs evaluated at different env steps"
+    assert sorted(trials[0].intermediate_values) == sorted(trials[1].intermediate_values) == [1, 2]
 
 
 def test_a_trial_stopped_by_slurm_is_failed_and_its_parameters_tried_again(files, tmp_path):
