@@ -267,7 +267,7 @@ def objective(trial, config: dict, state: dict) -> float:
     settings = {**config["cell"]["settings"], **sample(trial, config["space"])}
     trial.set_user_attr("settings", settings)
     cell = Cell(**{**config["cell"], "settings": settings})
-    steps, seeds = cell.steps, config["seeds"]
+    steps, seeds, per_seed = cell.steps, config["seeds"], points(cell) + 1  # Optuna steps per seed: its evaluations and the final one
     at_point: dict[int, list[float]] = {}  # an evaluation's point -> the returns there of the seeds so far
     evals: dict[str, float] = {}
     state["trial"] = trial.number
@@ -283,7 +283,7 @@ def objective(trial, config: dict, state: dict) -> float:
                 for step, value in rows[seen:]:
                     k = point(cell, step)
                     at_point.setdefault(k, []).append(value)
-                    trial.report(statistics.fmean(at_point[k]), i * (points(cell) + 1) + k)
+                    trial.report(statistics.fmean(at_point[k]), i * per_seed + k)
                     last = i == len(seeds) - 1 and step >= steps  # the last seed's final evaluation: the objective itself
                     if not last and trial.should_prune():
                         trial.set_user_attr("pruned_at", f"seed {seed}, step {step:,}")
@@ -532,8 +532,8 @@ def main(argv: list[str] | None = None) -> int:
         made = study.user_attrs.get("config")
         if made is None:
             study.set_user_attr("config", same)
-        elif unsearched(made) != unsearched(json.loads(json.dumps(same))):
-            changed = [k for k in same if unsearched(json.loads(json.dumps(same)))[k] != unsearched(made).get(k)]
+        elif unsearched(made) != (now := unsearched(json.loads(json.dumps(same)))):
+            changed = [k for k in now if now[k] != unsearched(made).get(k)]
             raise BadInput(f"the study in {study_dir} was made with another {', '.join(changed)}; "
                            "give a new --study-dir, or the same flags and cell as before")
     except BadInput as e:
