@@ -26,12 +26,14 @@ starts over. A failed run is kept and reported; it is run again, from the start,
 selected again from the start.
 
 Exit status: 0 when every selected run is ok; 1 when any failed, or its script is missing;
-2 bad input (one line); 130 interrupted.
+2 bad input (one line); 130 interrupted (Ctrl-C, or SIGTERM to the runner, which passes it on to
+its runs: they write a checkpoint and stop).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -41,6 +43,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -231,6 +234,31 @@ class Job:
         return result
 
 
+@contextlib.contextmanager
+def stop_on_signals():
+    """While a driver (this runner, tune.py and its workers) waits on its runs, SIGTERM (kill's default,
+    a scheduler stopping the job) stops it as Ctrl-C does, with a KeyboardInterrupt, instead of killing
+    it and leaving its runs going. After the first of the two signals both are ignored, so that
+    stopping the runs and writing what is left ends. The previous handlers come back on exit."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def stop(signum, frame):
+        for sig in previous:  # a Python no-op, not SIG_IGN: a signal already on its way would print a warning
+            signal.signal(sig, lambda signum, frame: None)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for sig in previous:
+        signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
 def fmt_time(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
@@ -373,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run: error: --backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt", file=sys.stderr)
             return 2
         start = time.time()
-        finished = cluster.run_jobs(suite.name, todo, a)
+        with stop_on_signals():
+            finished = cluster.run_jobs(suite.name, todo, a)
         if finished is None:
             return 130
         return closing(suite.name, a, finished, done_ok, known_failed, missing, start)
@@ -393,48 +422,49 @@ def main(argv: list[str] | None = None) -> int:
         return (f"[{time.strftime('%H:%M:%S')} +{fmt_time(time.time() - start)}] {len(finished)}/{total} finished "
                 f"({ok} ok, {len(finished) - ok} not ok), {len(pending)} waiting; running: {'; '.join(parts) or '-'}")
 
-    try:
-        while pending or running:
-            while pending and len(running) < a.workers:
-                job = pending.pop(0)
-                job.start(git_commit(), a.checkpoint_every, job.fresh)  # per run: the code may change while a long sweep runs
-                running.append(job)
-                print(f"[{time.strftime('%H:%M:%S')}] {'resume' if job.resumed_from else 'start '} {job.label} "
-                      f"({job.cell.steps:,} steps) -> {job.dir}", flush=True)
-            time.sleep(0.2)
-            for job in list(running):
-                timed_out = a.timeout and job.proc.poll() is None and time.time() - job.started > a.timeout
-                if timed_out:
-                    job.proc.send_signal(signal.SIGTERM)
-                    try:
-                        job.proc.wait(30)
-                    except subprocess.TimeoutExpired:
-                        job.proc.kill()
-                        job.proc.wait()
-                if job.proc.poll() is None:
-                    continue
-                running.remove(job)
-                result = job.finish()
-                if timed_out:
-                    result.update(status="failed", error=f"timed out after {a.timeout:.0f} s (--timeout)")
-                    (job.dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
-                finished.append((job, result))
-                print_end(job, result)
-            if time.time() - last_status > a.status_every and running:
-                print(status_line(), flush=True)
-                last_status = time.time()
-    except KeyboardInterrupt:
-        print("\ninterrupted: stopping the running runs (next time they resume from a checkpoint where they wrote one, "
-              "else start over)", flush=True)
-        for job in running:
-            job.proc.send_signal(signal.SIGTERM)
-        for job in running:
-            try:
-                job.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                job.proc.kill()
-            job.log.close()
-        return 130
+    with stop_on_signals():  # SIGTERM too: the runs are stopped (with a checkpoint), not left going
+        try:
+            while pending or running:
+                while pending and len(running) < a.workers:
+                    job = pending.pop(0)
+                    job.start(git_commit(), a.checkpoint_every, job.fresh)  # per run: the code may change while a long sweep runs
+                    running.append(job)
+                    print(f"[{time.strftime('%H:%M:%S')}] {'resume' if job.resumed_from else 'start '} {job.label} "
+                          f"({job.cell.steps:,} steps) -> {job.dir}", flush=True)
+                time.sleep(0.2)
+                for job in list(running):
+                    timed_out = a.timeout and job.proc.poll() is None and time.time() - job.started > a.timeout
+                    if timed_out:
+                        job.proc.send_signal(signal.SIGTERM)
+                        try:
+                            job.proc.wait(30)
+                        except subprocess.TimeoutExpired:
+                            job.proc.kill()
+                            job.proc.wait()
+                    if job.proc.poll() is None:
+                        continue
+                    running.remove(job)
+                    result = job.finish()
+                    if timed_out:
+                        result.update(status="failed", error=f"timed out after {a.timeout:.0f} s (--timeout)")
+                        (job.dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
+                    finished.append((job, result))
+                    print_end(job, result)
+                if time.time() - last_status > a.status_every and running:
+                    print(status_line(), flush=True)
+                    last_status = time.time()
+        except KeyboardInterrupt:
+            print("\ninterrupted: stopping the running runs (next time they resume from a checkpoint where they wrote one, "
+                  "else start over)", flush=True)
+            for job in running:
+                job.proc.send_signal(signal.SIGTERM)
+            for job in running:
+                try:
+                    job.proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    job.proc.kill()
+                job.log.close()
+            return 130
 
     return closing(suite.name, a, finished, done_ok, known_failed, missing, start)
 

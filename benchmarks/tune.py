@@ -30,14 +30,16 @@ tune.py commands started by hand. The same command again continues the study up 
 trials in all, and rewrites the table; it refuses a changed space, seed list or cell, except for
 the cell's values of searched parameters (every trial overrides those), so a cell that took a
 study's best settings can still continue that study. A worker stopped by SLURM (time limit, preemption) is
-requeued and its interrupted trial's parameters are tried again.
+requeued and its interrupted trial's parameters are tried again; a trial stopped by Ctrl-C or SIGTERM
+(which stops tune.py as Ctrl-C does, its workers and their runs included) is tried again by the next
+command on the study.
 
 Output: <study-dir>/STUDY.md, a function of the storage: the cell, the objective, the search
 space, the commands, every trial (state, objective, each seed's evaluation, parameters), the
 best trial, and its settings as a line to paste into the cell in suites.toml. The trials' run
 folders are in <study-dir>/trials/.
 
-Exit status: 0 done; 1 no trial completed; 2 bad input (one line); 130 interrupted.
+Exit status: 0 done; 1 no trial completed; 2 bad input (one line); 130 interrupted (Ctrl-C or SIGTERM).
 """
 
 from __future__ import annotations
@@ -262,6 +264,20 @@ def point(cell: Cell, step: int) -> int:
 
 
 def objective(trial, config: dict, state: dict) -> float:
+    """The trial's objective; a trial stopped by Ctrl-C or SIGTERM is failed by Optuna and marked
+    `interrupted`, so that the next tune.py command on the study tries its parameters again."""
+    try:
+        return run_trial(trial, config, state)
+    except KeyboardInterrupt:
+        import optuna
+
+        trial.set_user_attr("interrupted", True)
+        optuna.logging.set_verbosity(optuna.logging.ERROR)  # the process is stopping: our own line says so, not a traceback
+        raise
+
+
+def run_trial(trial, config: dict, state: dict) -> float:
+    """Each seed of the trial in turn, its evaluations reported to Optuna as they come; the mean eval."""
     import optuna
 
     settings = {**config["cell"]["settings"], **sample(trial, config["space"])}
@@ -326,7 +342,8 @@ def open_study(config: dict, worker: int = 0):
 
 
 def counted(study) -> int:
-    """Trials that count towards --trials: every trial begun, but not one stopped by SLURM and queued again."""
+    """Trials that count towards --trials: every trial begun, but not one stopped (by SLURM, Ctrl-C or
+    SIGTERM) and queued again."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
@@ -353,11 +370,25 @@ def work(config: dict, worker: int = 0, state: dict | None = None, interrupted_t
     return ran
 
 
+def retry_interrupted(study) -> list[int]:
+    """Queue again the parameters of the trials stopped by Ctrl-C or SIGTERM and not yet queued again
+    (run by the next worker to ask for a trial); their numbers."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get("retry_of") for t in trials}
+    stopped = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get("interrupted") and t.number not in retried]
+    for t in stopped:
+        study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
+    return [t.number for t in stopped]
+
+
 def _work_process(config: dict, worker: int) -> None:  # a local worker process
-    try:
-        work(config, worker)
-    except KeyboardInterrupt:
-        pass
+    with runner.stop_on_signals():  # SIGTERM, from the main process or anyone: stop the trial's run, fail the trial
+        try:
+            work(config, worker)
+        except KeyboardInterrupt:
+            pass
 
 
 def wait_for(jobs: list, poll: float) -> None:
@@ -423,7 +454,7 @@ def study_markdown(study, config: dict) -> tuple[str, str | None]:
         settings = t.user_attrs.get("settings", {})
         state = t.state.name.lower()
         if t.state == TrialState.FAIL:
-            state += ": " + (t.user_attrs.get("error") or ("stopped by SLURM, retried" if t.number in retried else "stopped"))
+            state += ": " + (t.user_attrs.get("error") or ("stopped, retried" if t.number in retried else "stopped"))
         elif t.state == TrialState.PRUNED:
             last = t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None
             state += f" (at {fmt(last)})"
@@ -543,39 +574,51 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/tune.py " + " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
     study.set_user_attr("commands", [*study.user_attrs.get("commands", []), command])
     study.set_user_attr("dates", sorted({*study.user_attrs.get("dates", []), time.strftime("%Y-%m-%d")}))
+    again = retry_interrupted(study)
     todo = config["trials"] - counted(study)
     cell = config["cell"]
     print(f"study {config['name']} in {study_dir}: {counted(study)} trials so far, {max(todo, 0)} to run with "
           f"{a.workers} worker(s); each: {len(config['seeds'])} seeds x {cell['steps']:,} steps; "
-          f"searching {', '.join(config['space'])}", flush=True)
-    try:
-        if todo > 0 and a.backend == "slurm":
-            try:
-                import cluster
-            except ImportError as e:
-                print(f"tune: error: --backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt", file=sys.stderr)
-                return 2
-            executor = cluster.make_executor(a, Path(a.submitit_dir or study_dir / "submitit"), f"tune-{config['name']}", a.workers)
-            tasks = [cluster.StudyTask(config, w) for w in range(min(a.workers, todo))]
-            jobs = executor.submit_array(tasks) if a.submitit_cluster == "slurm" else [executor.submit(t) for t in tasks]
-            print(f"submitted {len(jobs)} workers ({jobs[0].job_id.split('_')[0]}); submitit files: {executor.folder}", flush=True)
-            wait_for(jobs, poll=5.0 if a.submitit_cluster == "slurm" else 0.5)
-            jobs.clear()
-            gc.collect()  # submitit's jobs sit in reference cycles: collected now, not at interpreter exit, where their __del__ fails
-        elif todo > 0 and a.workers == 1:
-            work(config)
-        elif todo > 0:
-            ctx = multiprocessing.get_context("spawn")
-            procs = [ctx.Process(target=_work_process, args=(config, w)) for w in range(min(a.workers, todo))]
-            for proc in procs:
-                proc.start()
-            for proc in procs:
-                proc.join()
-    except KeyboardInterrupt:
-        print("\ninterrupted: the trials in progress are recorded as failed; the same command continues the study", flush=True)
-        status = 130
-    else:
-        status = None
+          f"searching {', '.join(config['space'])}"
+          + (f"; trying again the parameters of trial(s) {', '.join(map(str, again))}, stopped before" if again else ""), flush=True)
+    with runner.stop_on_signals():  # SIGTERM stops the study as Ctrl-C does
+        try:
+            if todo > 0 and a.backend == "slurm":
+                try:
+                    import cluster
+                except ImportError as e:
+                    print(f"tune: error: --backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt", file=sys.stderr)
+                    return 2
+                executor = cluster.make_executor(a, Path(a.submitit_dir or study_dir / "submitit"), f"tune-{config['name']}", a.workers)
+                tasks = [cluster.StudyTask(config, w) for w in range(min(a.workers, todo))]
+                jobs = executor.submit_array(tasks) if a.submitit_cluster == "slurm" else [executor.submit(t) for t in tasks]
+                print(f"submitted {len(jobs)} workers ({jobs[0].job_id.split('_')[0]}); submitit files: {executor.folder}", flush=True)
+                wait_for(jobs, poll=5.0 if a.submitit_cluster == "slurm" else 0.5)
+                jobs.clear()
+                gc.collect()  # submitit's jobs sit in reference cycles: collected now, not at interpreter exit, where their __del__ fails
+            elif todo > 0 and a.workers == 1:
+                work(config)
+            elif todo > 0:
+                ctx = multiprocessing.get_context("spawn")
+                procs = [ctx.Process(target=_work_process, args=(config, w)) for w in range(min(a.workers, todo))]
+                try:
+                    for proc in procs:
+                        proc.start()
+                    for proc in procs:
+                        proc.join()
+                except KeyboardInterrupt:  # Ctrl-C reaches the workers too, SIGTERM only this process: pass it on
+                    started = [proc for proc in procs if proc.pid is not None]
+                    for proc in started:
+                        proc.terminate()
+                    for proc in started:
+                        proc.join()
+                    raise
+        except KeyboardInterrupt:
+            print("\ninterrupted: the trials in progress are recorded as failed; the same command tries their parameters "
+                  "again and continues the study", flush=True)
+            status = 130
+        else:
+            status = None
 
     study = open_study(config)
     text, block = study_markdown(study, config)

@@ -4,6 +4,7 @@ A tiny suite runs as submitit tasks; a finished run is skipped; a task stopped m
 stops it at a time limit or a preemption (SIGUSR2 to the task) is requeued and resumes the run
 from its checkpoint; a run killed outright (SIGKILL) resumes from its last periodic checkpoint
 when the command is run again; both end with the metrics and evaluation of a run never stopped.
+The local backend stopped by SIGTERM stops its run with a checkpoint, and that run resumes too.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import csv
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -197,6 +199,38 @@ def test_run_killed_mid_run_resumes_from_its_checkpoint_next_time(suites, straig
     assert r["status"] == "ok", r.get("error")
     (resumed_at,) = r["summary"]["resumed_at"]
     assert resumed_at > 0 and resumed_at % 1000 == 0, "from the last periodic checkpoint, not from the start"
+    assert metrics(run_dir) == metrics(straight)
+    assert r["summary"]["eval_return_mean"] == result(straight)["summary"]["eval_return_mean"]
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the run's process in /proc")
+def test_local_sweep_stopped_by_sigterm_stops_its_run_with_a_checkpoint_and_resumes_it(suites, straight, tmp_path):
+    """SIGTERM to the runner alone (kill's default, a scheduler's stop) stops it as Ctrl-C does: it
+    passes the signal on to its run, which writes a checkpoint and stops, rather than dying and
+    leaving the run going. The same command again resumes the run to the uninterrupted result."""
+    results = tmp_path / "results"
+    argv = args(suites, results, "--envs", "Acrobot-v1")
+    sweep = subprocess.Popen([sys.executable, "benchmarks/run.py", *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    cell = next(c for c in load_suite("tiny", suites).cells if c.env == "Acrobot-v1")
+    run_dir = results / "tiny" / "runs" / cell.run_name(1)
+    deadline = time.time() + 120
+    while not (list(run_dir.glob("*/metrics.csv")) and metrics(run_dir)) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not (run_dir / "result.json").exists(), "the run ended before it could be stopped: make it longer"
+    pid = _pid_of_run(run_dir / "spec.json")
+    sweep.send_signal(signal.SIGTERM)
+    out, _ = sweep.communicate(timeout=120)
+    assert sweep.returncode == 130 and "interrupted: stopping the running runs" in out, out
+    assert not Path(f"/proc/{pid}").exists(), "the run was left going"
+    r = result(run_dir)
+    assert r["status"] == "preempted" and list(run_dir.glob("*/checkpoint.pt"))
+
+    assert run.main(argv) == 0
+    r = result(run_dir)
+    assert r["status"] == "ok", r.get("error")
+    (resumed_at,) = r["summary"]["resumed_at"]
+    assert resumed_at > 0
     assert metrics(run_dir) == metrics(straight)
     assert r["summary"]["eval_return_mean"] == result(straight)["summary"]["eval_return_mean"]
 

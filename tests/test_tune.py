@@ -1,13 +1,16 @@
 """tune.py: a study of a few trials on a tiny budget (storage, table, settings line), pruning on the
-evaluations, a trial stopped by SLURM tried again, the built-in search spaces, and bad input."""
+evaluations, a trial stopped by SLURM, Ctrl-C or SIGTERM tried again, the built-in search spaces,
+and bad input."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import random
+import signal
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -183,6 +186,65 @@ def test_a_trial_stopped_by_slurm_is_failed_and_its_parameters_tried_again(files
     assert trials[0].state == optuna.trial.TrialState.FAIL
     assert trials[1].state == optuna.trial.TrialState.COMPLETE and trials[1].user_attrs["retry_of"] == 0
     assert trials[1].params == trials[0].params
+
+
+def test_a_trial_stopped_by_ctrl_c_or_sigterm_is_tried_again_by_the_next_command(files, tmp_path):
+    study_dir = tmp_path / "study"
+    _, config = tune.parse(argv(files, study_dir, "--trials", "1", "--seeds", "7"))
+    study_dir.mkdir()
+    s = tune.open_study(config)
+    stopped = s.ask()  # what objective() leaves of a trial that a KeyboardInterrupt stopped
+    stopped.suggest_float("learning_rate", 1e-4, 3e-3, log=True)
+    stopped.suggest_categorical("n_steps", ["5", "16"])
+    stopped.suggest_categorical("hidden_sizes", ["[16]", "[32, 32]"])
+    stopped.set_user_attr("interrupted", True)
+    s.tell(stopped, state=optuna.trial.TrialState.FAIL)
+    assert tune.main(argv(files, study_dir, "--trials", "1", "--seeds", "7")) == 0
+    trials = load(study_dir).get_trials()
+    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
+    assert trials[1].user_attrs["retry_of"] == 0 and trials[1].params == trials[0].params
+    assert "| 0 | fail: stopped, retried |" in (study_dir / "STUDY.md").read_text()
+
+
+LONG = TINY.replace("steps = 2_000", "steps = 500_000")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the runs' processes in /proc")
+def test_sigterm_stops_the_study_its_workers_and_their_runs(tmp_path):
+    """SIGTERM to tune.py alone (kill's default, a scheduler's stop) stops it as Ctrl-C does: it
+    passes the signal on to its worker processes, which kill their trials' runs and fail the trials
+    as interrupted; tune.py writes the table and exits 130, without a traceback."""
+    (tmp_path / "suites.toml").write_text(LONG)
+    (tmp_path / "space.toml").write_text(SPACE)
+    study_dir = tmp_path / "study"
+    cmd = [sys.executable, "benchmarks/tune.py", "--suite", "tiny", "--suites-file", str(tmp_path / "suites.toml"), "--algo", "a2c",
+           "--env", "CartPole-v1", "--space", str(tmp_path / "space.toml"), "--study-dir", str(study_dir),
+           "--trials", "2", "--seeds", "7", "--workers", "2"]
+    study = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 180
+    while len(specs := list(study_dir.glob("trials/*/runs/*/spec.json"))) < 2 or not all(_run_pid(f) for f in specs):
+        assert time.time() < deadline and study.poll() is None, "the two trials' runs did not start"
+        time.sleep(0.1)
+    pids = [_run_pid(f) for f in specs]
+    study.send_signal(signal.SIGTERM)
+    out, _ = study.communicate(timeout=120)
+    assert study.returncode == 130 and "interrupted: the trials in progress are recorded as failed" in out, out
+    assert "Traceback" not in out, out
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids), "a trial's run was left going"
+    trials = load(study_dir).get_trials()
+    assert [(t.state, t.user_attrs.get("interrupted")) for t in trials] == [(optuna.trial.TrialState.FAIL, True)] * 2
+    assert (study_dir / "STUDY.md").read_text().count("| fail: stopped |") == 2
+
+
+def _run_pid(spec: Path) -> int | None:
+    """The process running that spec.json (run.py --child), if any."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(spec) in (proc / "cmdline").read_bytes().decode(errors="ignore"):
+                return int(proc.name)
+        except OSError:
+            continue
+    return None
 
 
 def test_built_in_spaces_draw_valid_arguments_of_each_script():
