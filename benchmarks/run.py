@@ -163,6 +163,7 @@ class Job:
         self.log = None
         self.resumed_from: Path | None = None
         self.fresh = False  # start from scratch even where a checkpoint is (--force, --retry-failed)
+        self._since: tuple[float, float] | None = None  # (fraction done, time) where this attempt's speed is measured from
 
     @property
     def label(self) -> str:
@@ -194,6 +195,7 @@ class Job:
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", str(self.dir / "spec.json")],
                                      stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
         self.started = time.time()
+        self._since = None if self.resumed_from else (0.0, self.started)  # a resumed run starts part-way: see eta()
 
     def progress(self) -> float:
         """Fraction done, from the last global_step in the script's metrics.csv (0 before any row)."""
@@ -211,6 +213,17 @@ class Job:
         except OSError:
             pass
         return 0.0
+
+    def eta(self, frac: float) -> float | None:
+        """Seconds left at `frac` done, at this attempt's speed so far; None until it has done 2% more.
+        A resumed run is measured from its first reading, not from 0: its steps before the checkpoint
+        are not this attempt's (and its metrics.csv, cut back to the checkpoint's step on resume, may
+        read further at first: the lowest reading is the start)."""
+        now = time.time()
+        if self._since is None or frac < self._since[0]:
+            self._since = (frac, now)
+        done = frac - self._since[0]
+        return (now - self._since[1]) / done * (1 - frac) if done > 0.02 else None
 
     def finish(self) -> dict:
         self.log.close()
@@ -415,8 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         parts = []
         for job in running:
             frac = job.progress()
-            el = time.time() - job.started
-            eta = f" ETA {fmt_time(el / frac - el)}" if frac > 0.02 else ""
+            left = job.eta(frac)
+            eta = f" ETA {fmt_time(left)}" if left is not None else ""
             parts.append(f"{job.label} {100 * frac:.0f}%{eta}")
         ok = sum(r["status"] == "ok" for _, r in finished)
         return (f"[{time.strftime('%H:%M:%S')} +{fmt_time(time.time() - start)}] {len(finished)}/{total} finished "

@@ -153,6 +153,21 @@ def _ok(v: float) -> dict:
     return {"status": "ok", "summary": {"eval_return_mean": v}}
 
 
+def test_eta_of_a_resumed_run_is_from_this_attempts_speed(tmp_path, monkeypatch):
+    """A run resumed at 30% that does 10% in 100 s has 600 s left (not 165 s, as from 40% in 110 s);
+    its first reading may be the step before the checkpoint's (34%, metrics.csv not yet cut back)."""
+    clock = [0.0]
+    monkeypatch.setattr(run.time, "time", lambda: clock[0])
+    fresh, resumed = run.Job("tiny", _cell(), 1, tmp_path), run.Job("tiny", _cell(), 2, tmp_path)
+    fresh._since = (0.0, 0.0)  # what start() sets for a run from scratch
+    assert fresh.eta(0.01) is None
+    for t, frac, left in ((0.0, 0.34, None), (10.0, 0.30, None), (110.0, 0.40, 600.0)):
+        clock[0] = t
+        got = resumed.eta(frac)
+        assert got is None if left is None else got == pytest.approx(left)
+    assert fresh.eta(0.1) == pytest.approx(110 / 0.1 * 0.9)
+
+
 def test_verdict_rules():
     assert report.verdict(_cell(), {1: _ok(100), 2: _ok(120), 3: _ok(500)})[0] == "PASS"
     v, why = report.verdict(_cell(), {1: _ok(99), 2: _ok(120), 3: _ok(500)})
