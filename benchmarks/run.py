@@ -220,8 +220,10 @@ class Job:
         are not this attempt's (and its metrics.csv, cut back to the checkpoint's step on resume, may
         read further at first: the lowest reading is the start)."""
         now = time.time()
-        if self._since is None or frac < self._since[0]:
+        if frac > 0 and (self._since is None or frac < self._since[0]):  # 0: nothing read yet (or a read failed)
             self._since = (frac, now)
+        if self._since is None:
+            return None
         done = frac - self._since[0]
         return (now - self._since[1]) / done * (1 - frac) if done > 0.02 else None
 
@@ -440,8 +442,8 @@ def main(argv: list[str] | None = None) -> int:
             while pending or running:
                 while pending and len(running) < a.workers:
                     job = pending.pop(0)
+                    running.append(job)  # before its process exists: a stop that comes while it starts still stops it
                     job.start(git_commit(), a.checkpoint_every, job.fresh)  # per run: the code may change while a long sweep runs
-                    running.append(job)
                     print(f"[{time.strftime('%H:%M:%S')}] {'resume' if job.resumed_from else 'start '} {job.label} "
                           f"({job.cell.steps:,} steps) -> {job.dir}", flush=True)
                 time.sleep(0.2)
@@ -469,13 +471,16 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("\ninterrupted: stopping the running runs (next time they resume from a checkpoint where they wrote one, "
                   "else start over)", flush=True)
-            for job in running:
+            started = [job for job in running if job.proc is not None]
+            for job in started:
                 job.proc.send_signal(signal.SIGTERM)
-            for job in running:
+            deadline = time.time() + 30
+            for job in started:
                 try:
-                    job.proc.wait(30)
+                    job.proc.wait(max(0.0, deadline - time.time()))
                 except subprocess.TimeoutExpired:
                     job.proc.kill()
+                    job.proc.wait()
                 job.log.close()
             return 130
 

@@ -30,9 +30,10 @@ tune.py commands started by hand. The same command again continues the study up 
 trials in all, and rewrites the table; it refuses a changed space, seed list or cell, except for
 the cell's values of searched parameters (every trial overrides those), so a cell that took a
 study's best settings can still continue that study. A worker stopped by SLURM (time limit, preemption) is
-requeued and its interrupted trial's parameters are tried again; a trial stopped by Ctrl-C or SIGTERM
-(which stops tune.py as Ctrl-C does, its workers and their runs included) is tried again by the next
-command on the study.
+requeued and its interrupted trial's parameters are tried again. Ctrl-C or SIGTERM stops tune.py (its
+local workers and their runs, or its SLURM tasks, cancelled); a trial stopped so, or whose run a
+signal stopped, is failed and marked interrupted, and the next command on the study tries its
+parameters again.
 
 Output: <study-dir>/STUDY.md, a function of the storage: the cell, the objective, the search
 space, the commands, every trial (state, objective, each seed's evaluation, parameters), the
@@ -289,10 +290,10 @@ def run_trial(trial, config: dict, state: dict) -> float:
     state["trial"] = trial.number
     for i, seed in enumerate(seeds):
         job = runner.Job(f"{trial.number:04d}", cell, seed, Path(config["study_dir"]) / "trials")
-        job.start(runner.git_commit(), fresh=True)
-        state["proc"] = job.proc
         seen, t0 = 0, time.time()
         try:
+            job.start(runner.git_commit(), fresh=True)  # inside: a stop that comes while it starts still ends the run
+            state["proc"] = job.proc
             while True:
                 ended = job.proc.poll() is not None
                 rows = eval_rows(job)
@@ -311,11 +312,13 @@ def run_trial(trial, config: dict, state: dict) -> float:
                     break
                 time.sleep(1.0)
         finally:
-            if job.proc.poll() is None:  # pruned, or the worker is being stopped: the run is not needed
+            if job.proc is not None and job.proc.poll() is None:  # pruned, or the worker is being stopped: the run is not needed
                 job.proc.kill()
                 job.proc.wait()
-            result = job.finish()
+            result = job.finish() if job.proc is not None else None  # None only on the way out with an exception
             state["proc"] = None
+        if result["status"] in ("preempted", "interrupted"):  # the run was stopped by a signal (Ctrl-C, SLURM's scancel)
+            raise KeyboardInterrupt(f"trial {trial.number} seed {seed}: the run was {result['status']}")
         if result["status"] != "ok":
             trial.set_user_attr("error", f"seed {seed}: {result.get('error')}")
             raise RunFailed(f"trial {trial.number} seed {seed}: {result.get('error')} (log: {job.dir / 'log.txt'})")
@@ -348,7 +351,17 @@ def counted(study) -> int:
 
     trials = study.get_trials(deepcopy=False)
     retried = {t.user_attrs.get("retry_of") for t in trials}
-    return sum(t.state != TrialState.WAITING and t.number not in retried for t in trials)
+    n, retries = 0, set()
+    for t in trials:
+        if t.state == TrialState.WAITING or t.number in retried:
+            continue
+        of = t.user_attrs.get("retry_of")
+        if of is not None:  # two commands started at once may both have queued a stopped trial again: one counts
+            if of in retries:
+                continue
+            retries.add(of)
+        n += 1
+    return n
 
 
 def work(config: dict, worker: int = 0, state: dict | None = None, interrupted_trial: int | None = None) -> int:
@@ -620,12 +633,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             status = None
 
-    study = open_study(config)
-    text, block = study_markdown(study, config)
-    (study_dir / "STUDY.md").write_text(text)
-    print(f"\nwrote {study_dir / 'STUDY.md'}")
-    if block:
-        print("settings for the cell in suites.toml:\n" + block)
+        study = open_study(config)  # still within: a second Ctrl-C or SIGTERM does not stop the table half-written
+        text, block = study_markdown(study, config)
+        (study_dir / "STUDY.md").write_text(text)
+        print(f"\nwrote {study_dir / 'STUDY.md'}")
+        if block:
+            print("settings for the cell in suites.toml:\n" + block)
     return status if status is not None else 0 if block else 1
 
 

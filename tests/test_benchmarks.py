@@ -166,6 +166,12 @@ def test_eta_of_a_resumed_run_is_from_this_attempts_speed(tmp_path, monkeypatch)
         got = resumed.eta(frac)
         assert got is None if left is None else got == pytest.approx(left)
     assert fresh.eta(0.1) == pytest.approx(110 / 0.1 * 0.9)
+    clock[0] = 120.0
+    assert resumed.eta(0.0) is None, "a failed read (0) is not where the attempt started"
+    clock[0] = 210.0
+    assert resumed.eta(0.50) == pytest.approx(200 / 0.2 * 0.5)
+    late = run.Job("tiny", _cell(), 3, tmp_path)  # resumed, its metrics.csv not read yet
+    assert late.eta(0.0) is None and late.eta(0.3) is None
 
 
 def test_verdict_rules():

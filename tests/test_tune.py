@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import random
 import signal
 import subprocess
@@ -234,6 +235,49 @@ def test_sigterm_stops_the_study_its_workers_and_their_runs(tmp_path):
     trials = load(study_dir).get_trials()
     assert [(t.state, t.user_attrs.get("interrupted")) for t in trials] == [(optuna.trial.TrialState.FAIL, True)] * 2
     assert (study_dir / "STUDY.md").read_text().count("| fail: stopped |") == 2
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the run's process in /proc")
+def test_a_trial_whose_run_a_signal_stopped_is_interrupted_not_failed(tmp_path):
+    """SIGTERM to a trial's run alone (SLURM's scancel signals every process of a task): the run
+    checkpoints and stops as preempted, which stops the study (130) with the trial marked
+    interrupted, for the next command to try again, rather than failed for good."""
+    (tmp_path / "suites.toml").write_text(LONG)
+    (tmp_path / "space.toml").write_text(SPACE)
+    study_dir = tmp_path / "study"
+    cmd = [sys.executable, "benchmarks/tune.py", "--suite", "tiny", "--suites-file", str(tmp_path / "suites.toml"), "--algo", "a2c",
+           "--env", "CartPole-v1", "--space", str(tmp_path / "space.toml"), "--study-dir", str(study_dir),
+           "--trials", "2", "--seeds", "7"]
+    study = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 180
+    while not (specs := list(study_dir.glob("trials/*/runs/*/spec.json"))) or not (pid := _run_pid(specs[0])):
+        assert time.time() < deadline and study.poll() is None, "the trial's run did not start"
+        time.sleep(0.1)
+    while not any(f.read_text().count("\n") > 1 for f in specs[0].parent.glob("*/metrics.csv")):  # in its training loop
+        assert time.time() < deadline and study.poll() is None, "the trial's run wrote no metrics"
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGTERM)  # there it means: checkpoint at the next step boundary and stop
+    out, _ = study.communicate(timeout=120)
+    assert study.returncode == 130 and "Traceback" not in out, out
+    (t,) = load(study_dir).get_trials()
+    assert t.state == optuna.trial.TrialState.FAIL and t.user_attrs.get("interrupted") and "error" not in t.user_attrs
+    assert json.loads(next(study_dir.glob("trials/*/runs/*/result.json")).read_text())["status"] == "preempted"
+
+
+def test_trials_count_once_each_however_often_a_stopped_one_was_queued_again():
+    """Two commands started at once may both queue a stopped trial again: the two runs of its
+    parameters count as one trial towards --trials."""
+    s = optuna.create_study()
+    stopped = s.ask()
+    stopped.suggest_float("x", 0.0, 1.0)
+    stopped.set_user_attr("interrupted", True)
+    s.tell(stopped, state=optuna.trial.TrialState.FAIL)
+    assert tune.counted(s) == 1 and tune.retry_interrupted(s) == [0] and tune.retry_interrupted(s) == []
+    assert tune.counted(s) == 0, "a stopped trial queued again counts when its retry runs"
+    s.enqueue_trial(stopped.params, user_attrs={"retry_of": 0})  # the other command's
+    s.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=3)
+    assert [t.user_attrs.get("retry_of") for t in s.trials] == [None, 0, 0, None]
+    assert tune.counted(s) == 2
 
 
 def _run_pid(spec: Path) -> int | None:
