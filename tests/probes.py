@@ -167,3 +167,16 @@ def tiny_args(module, algo: str, run_dir, **overrides):
           "run_dir": str(run_dir), "progress": False, "eval_episodes": 1}
     kw.update({k: v for k, v in {"learning_starts": 100, "batch_size": 32, "num_envs": 2}.items() if k in module.Args.__dataclass_fields__})
     return module.Args(**{**kw, **overrides})
+
+
+def pid_of_run(spec) -> int | None:
+    """The process running a benchmark run's spec.json (`run.py --child SPEC`), found in /proc; None if none."""
+    from pathlib import Path
+
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(spec) in (proc / "cmdline").read_bytes().decode(errors="ignore"):
+                return int(proc.name)
+        except OSError:
+            continue
+    return None

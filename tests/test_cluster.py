@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import cluster  # noqa: E402
+import probes  # noqa: E402
 import run  # noqa: E402
 from suite import load_suite  # noqa: E402
 
@@ -165,13 +166,9 @@ def _children(pid: int) -> list[int]:
 
 
 def _pid_of_run(spec: Path) -> int:
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and str(spec) in (proc / "cmdline").read_bytes().decode(errors="ignore"):
-                return int(proc.name)
-        except OSError:
-            continue
-    raise AssertionError(f"no process runs {spec}")
+    pid = probes.pid_of_run(spec)
+    assert pid is not None, f"no process runs {spec}"
+    return pid
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the run's process in /proc")
@@ -209,15 +206,12 @@ def test_local_sweep_stopped_by_sigterm_stops_its_run_with_a_checkpoint_and_resu
     passes the signal on to its run, which writes a checkpoint and stops, rather than dying and
     leaving the run going. The same command again resumes the run to the uninterrupted result."""
     results = tmp_path / "results"
-    argv = args(suites, results, "--envs", "Acrobot-v1")
+    argv = args(suites, results, "--envs", "Acrobot-v1", "--checkpoint-every", "1000")
     sweep = subprocess.Popen([sys.executable, "benchmarks/run.py", *argv], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
     cell = next(c for c in load_suite("tiny", suites).cells if c.env == "Acrobot-v1")
     run_dir = results / "tiny" / "runs" / cell.run_name(1)
-    deadline = time.time() + 120
-    while not (list(run_dir.glob("*/metrics.csv")) and metrics(run_dir)) and time.time() < deadline:
-        time.sleep(0.05)
-    assert not (run_dir / "result.json").exists(), "the run ended before it could be stopped: make it longer"
+    wait_for_checkpoint(run_dir)  # in its training loop (metrics.csv is flushed every few seconds: too late a sign)
     pid = _pid_of_run(run_dir / "spec.json")
     sweep.send_signal(signal.SIGTERM)
     out, _ = sweep.communicate(timeout=120)

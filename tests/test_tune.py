@@ -22,6 +22,7 @@ optuna = pytest.importorskip("optuna")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import probes  # noqa: E402
 import run  # noqa: E402
 import tune  # noqa: E402
 
@@ -223,10 +224,10 @@ def test_sigterm_stops_the_study_its_workers_and_their_runs(tmp_path):
            "--trials", "2", "--seeds", "7", "--workers", "2"]
     study = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 180
-    while len(specs := list(study_dir.glob("trials/*/runs/*/spec.json"))) < 2 or not all(_run_pid(f) for f in specs):
+    while len(specs := list(study_dir.glob("trials/*/runs/*/spec.json"))) < 2 or not all(probes.pid_of_run(f) for f in specs):
         assert time.time() < deadline and study.poll() is None, "the two trials' runs did not start"
         time.sleep(0.1)
-    pids = [_run_pid(f) for f in specs]
+    pids = [probes.pid_of_run(f) for f in specs]
     study.send_signal(signal.SIGTERM)
     out, _ = study.communicate(timeout=120)
     assert study.returncode == 130 and "interrupted: the trials in progress are recorded as failed" in out, out
@@ -250,7 +251,7 @@ def test_a_trial_whose_run_a_signal_stopped_is_interrupted_not_failed(tmp_path):
            "--trials", "2", "--seeds", "7"]
     study = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 180
-    while not (specs := list(study_dir.glob("trials/*/runs/*/spec.json"))) or not (pid := _run_pid(specs[0])):
+    while not (specs := list(study_dir.glob("trials/*/runs/*/spec.json"))) or not (pid := probes.pid_of_run(specs[0])):
         assert time.time() < deadline and study.poll() is None, "the trial's run did not start"
         time.sleep(0.1)
     while not any(f.read_text().count("\n") > 1 for f in specs[0].parent.glob("*/metrics.csv")):  # in its training loop
@@ -278,17 +279,6 @@ def test_trials_count_once_each_however_often_a_stopped_one_was_queued_again():
     s.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=3)
     assert [t.user_attrs.get("retry_of") for t in s.trials] == [None, 0, 0, None]
     assert tune.counted(s) == 2
-
-
-def _run_pid(spec: Path) -> int | None:
-    """The process running that spec.json (run.py --child), if any."""
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and str(spec) in (proc / "cmdline").read_bytes().decode(errors="ignore"):
-                return int(proc.name)
-        except OSError:
-            continue
-    return None
 
 
 def test_built_in_spaces_draw_valid_arguments_of_each_script():
