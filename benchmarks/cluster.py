@@ -1,7 +1,7 @@
 """SLURM for run.py and tune.py, through submitit (pip install -r benchmarks/requirements-cluster.txt).
 
 A run of a suite is one task of a SLURM job array: `CellTask` starts the same child process as
-the local backend (run.Job: `python benchmarks/run.py --child spec.json`) and waits for it.
+the local backend (job.Job: `python benchmarks/job.py spec.json`) and waits for it.
 Near the task's time limit, or when the cluster preempts it, submitit sends the task SIGUSR2
 (`--signal=USR2@90`) and calls `CellTask.checkpoint`: it sends the run SIGUSR1 (the script
 writes a checkpoint at its next step boundary and exits 75) and requeues the task, which then
@@ -9,9 +9,11 @@ resumes the run from that checkpoint. A requeued task whose run has finished ret
 without running anything; a run killed outright goes on from its last `--checkpoint-every`
 checkpoint.
 
-A worker of a tuning study is one array task too (`StudyTask`, running tune.work); on a time
-limit or a preemption it stops the trial's run, is requeued, and its trial's parameters are
-tried again.
+A worker of a tuning study is one array task too (`StudyTask`, running the function tune.py
+hands it); on a time limit or a preemption it stops the trial's run, is requeued, and its
+trial's parameters are tried again.
+
+The SLURM backend of the command-line tools: it imports the core (job.py, suite.py), never a tool.
 
 submitit's `local` and `debug` executors run the same tasks without SLURM (`--submitit-cluster`),
 so the SLURM path can be tried, and is tested, on any machine.
@@ -29,7 +31,8 @@ from pathlib import Path
 
 import submitit
 
-import run as runner  # benchmarks/run.py: the same run.Job as the local backend
+from job import Job, print_end  # the same Job as the local backend
+from provenance import code_state
 from suite import Cell, read_result
 
 BENCH = Path(__file__).resolve().parent
@@ -38,7 +41,7 @@ FINAL = ("ok", "failed", "killed")  # a killed run resumes next time, when the c
 
 def make_executor(a, folder: Path, name: str, parallel: int) -> submitit.AutoExecutor:
     """submitit's executor for the --submitit-cluster, with the time limit, partition, CPUs and the array's parallelism."""
-    # the tasks unpickle CellTask and StudyTask by module name: they import cluster, run and tune from benchmarks/
+    # the tasks unpickle CellTask and StudyTask (and the function a StudyTask runs) by module name, from benchmarks/
     os.environ["PYTHONPATH"] = os.pathsep.join([str(BENCH), *filter(None, [os.environ.get("PYTHONPATH")])])
     executor = submitit.AutoExecutor(folder=folder, cluster=a.submitit_cluster)
     params = dict(name=name, timeout_min=a.time_limit, cpus_per_task=a.cpus_per_task)
@@ -68,15 +71,15 @@ class CellTask(submitit.helpers.Checkpointable):
     def __init__(self, suite: str, cell: Cell, seed: int, results: str, checkpoint_every: int, fresh: bool):
         self.suite, self.cell, self.seed, self.results = suite, cell, seed, results
         self.checkpoint_every, self.fresh = checkpoint_every, fresh
-        self._job: runner.Job | None = None
+        self._job: Job | None = None
 
     def __call__(self) -> dict:
-        job = runner.Job(self.suite, self.cell, self.seed, Path(self.results))
+        job = Job(self.suite, self.cell, self.seed, Path(self.results))
         prev = read_result(job.dir)
         if prev and prev["status"] == "ok" and not self.fresh:
             return prev  # a requeued task whose run had already finished
         self._job = job
-        job.start(runner.git_commit(), self.checkpoint_every, self.fresh)
+        job.start(code_state(), self.checkpoint_every, self.fresh)
         try:
             while job.proc.poll() is None:  # polled, not wait(): checkpoint() waits on the same process from a signal handler
                 time.sleep(0.5)
@@ -96,16 +99,15 @@ class CellTask(submitit.helpers.Checkpointable):
 
 
 class StudyTask(submitit.helpers.Checkpointable):
-    """One worker of a tuning study (tune.work) as a SLURM task; requeued when stopped, its trial tried again."""
+    """One worker of a tuning study as a SLURM task: `work(config, worker, state, interrupted_trial)`
+    (tune.py's worker loop, handed in by tune.py); requeued when stopped, its trial tried again."""
 
-    def __init__(self, config: dict, worker: int, interrupted_trial: int | None = None):
-        self.config, self.worker, self.interrupted_trial = config, worker, interrupted_trial
-        self._state: dict = {}  # tune.work keeps the running trial and its run process here
+    def __init__(self, work, config: dict, worker: int, interrupted_trial: int | None = None):
+        self.work, self.config, self.worker, self.interrupted_trial = work, config, worker, interrupted_trial
+        self._state: dict = {}  # the worker keeps the running trial ("trial") and its run's process ("proc") here
 
     def __call__(self) -> int:
-        import tune
-
-        return tune.work(self.config, self.worker, self._state, self.interrupted_trial)
+        return self.work(self.config, self.worker, self._state, self.interrupted_trial)
 
     def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on SIGUSR2: end the trial's run (trials are not resumed) and requeue the worker."""
@@ -113,7 +115,7 @@ class StudyTask(submitit.helpers.Checkpointable):
         if proc is not None and proc.poll() is None:  # a trial's run is not resumed: its parameters are tried again
             proc.kill()
             proc.wait(10)
-        return submitit.helpers.DelayedSubmission(StudyTask(self.config, self.worker, self._state.get("trial")))
+        return submitit.helpers.DelayedSubmission(StudyTask(self.work, self.config, self.worker, self._state.get("trial")))
 
 
 def _failure(sj) -> str:
@@ -125,7 +127,7 @@ def _failure(sj) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:300] if e else f"submitit state {sj.state}"
 
 
-def run_jobs(suite: str, todo: list[runner.Job], a) -> list[tuple[runner.Job, dict]] | None:
+def run_jobs(suite: str, todo: list[Job], a) -> list[tuple[Job, dict]] | None:
     """Run run.py's selected runs as submitit tasks and wait for them; (job, result) per run, None if interrupted."""
     if not todo:
         return []
@@ -160,7 +162,7 @@ def run_jobs(suite: str, todo: list[runner.Job], a) -> list[tuple[runner.Job, di
                     result = {**result, "error": f"stopped ({result['status']}) and not requeued ({_failure(sj)}); "
                                                  "run the same command again to resume it"}
                 finished.append((job, result))
-                runner.print_end(job, result)
+                print_end(job, result)
             if time.time() - last_status > a.status_every and len(done) < len(todo):
                 running = [f"{todo[i].label} {100 * todo[i].progress():.0f}%" for i in submitted if i not in done]
                 print(f"[{time.strftime('%H:%M:%S')}] {len(done)}/{len(todo)} finished, {len(pending)} not submitted yet; "

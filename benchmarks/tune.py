@@ -11,7 +11,7 @@ those seeds of the final greedy evaluation (summary.json's eval_return_mean). Th
 (1001-1003) are not the suite's, so that the suite's runs are not the ones the settings were
 picked on.
 
-Each seed is the runner's child process (`python benchmarks/run.py --child spec.json`), one after
+Each seed is the runner's child process (`python benchmarks/job.py spec.json`), one after
 another. The scripts have no callback for a tuner, so the tuner reads the evaluations from the
 run's metrics.csv as they are written (every `eval_every` steps; the script flushes the file
 every few seconds) and reports to Optuna, at each evaluation point, the mean over the seeds run
@@ -35,12 +35,21 @@ local workers and their runs, or its SLURM tasks, cancelled); a trial stopped so
 signal stopped, is failed and marked interrupted, and the next command on the study tries its
 parameters again.
 
+The cell's current settings are a trial too (the first the study runs, and again whenever the
+cell's settings change; not counted in `--trials`, never pruned): the baseline a settings line
+must beat.
+
 Output: <study-dir>/STUDY.md, a function of the storage: the cell, the objective, the search
 space, the commands, every trial (state, objective, each seed's evaluation, parameters), the
-best trial, and its settings as a line to paste into the cell in suites.toml. The trials' run
-folders are in <study-dir>/trials/.
+best trial, and, where it scores above the cell's current settings on the same seeds, its
+settings as a line to paste into the cell in suites.toml. The trials' run folders are in
+<study-dir>/trials/. The default study dir is runs/tuning/<suite>__<algo>__<env>/, which git
+ignores; a study meant to be kept goes to benchmarks/results/tuning/ with --study-dir.
 
-Exit status: 0 done; 1 no trial completed; 2 bad input (one line); 130 interrupted (Ctrl-C or SIGTERM).
+Smoke tries: `--total-timesteps N` trains each seed for N env steps instead of the cell's budget
+(its own study, `__steps<N>`); its runs are marked not comparable, and it offers no settings line.
+
+Exit status: 0 done; 1 no searched trial completed; 2 bad input (one line); 130 interrupted (Ctrl-C or SIGTERM).
 """
 
 from __future__ import annotations
@@ -62,8 +71,10 @@ import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import run as runner  # noqa: E402
-from suite import RESULTS_DIR, ROOT, SUITES_FILE, Cell, load_suites, load_suite  # noqa: E402
+from cli import OneLineParser, add_slurm_flags, slurm_flags_error  # noqa: E402
+from job import Job, stop_on_signals  # noqa: E402
+from provenance import code_state  # noqa: E402
+from suite import ROOT, SUITES_FILE, Cell, load_suite, load_suites, metrics_file  # noqa: E402
 
 # Search spaces over each script's own Args fields: {"low", "high"(, "log", "step")} for a range
 # (integers when both bounds are), {"choices": [...]} for a set. Ranges after rl-baselines3-zoo's
@@ -156,6 +167,7 @@ SPACES: dict[str, dict[str, dict]] = {
     },
 }
 DEFAULT_SEEDS = [1001, 1002, 1003]
+STUDIES_DIR = ROOT / "runs" / "tuning"  # the default: untracked (.gitignore's runs/); committed studies live in benchmarks/results/tuning/
 
 
 class BadInput(ValueError):
@@ -241,9 +253,9 @@ def settings_line(settings: dict) -> str:
 
 
 # --- one trial ----------------------------------------------------------------------------------
-def eval_rows(job: runner.Job) -> list[tuple[int, float]]:
+def eval_rows(job: Job) -> list[tuple[int, float]]:
     """(global_step, eval_return) of the evaluations in the run's metrics.csv so far (whole lines only)."""
-    path = runner.metrics_file(job.dir)
+    path = metrics_file(job.dir)
     if path is None:
         return []
     text = path.read_text(errors="ignore")
@@ -281,7 +293,8 @@ def run_trial(trial, config: dict, state: dict) -> float:
     """Each seed of the trial in turn, its evaluations reported to Optuna as they come; the mean eval."""
     import optuna
 
-    settings = {**config["cell"]["settings"], **sample(trial, config["space"])}
+    baseline = bool(trial.user_attrs.get("baseline"))  # the cell's own settings, nothing drawn
+    settings = dict(config["cell"]["settings"]) if baseline else {**config["cell"]["settings"], **sample(trial, config["space"])}
     trial.set_user_attr("settings", settings)
     cell = Cell(**{**config["cell"], "settings": settings})
     steps, seeds, per_seed = cell.steps, config["seeds"], points(cell) + 1  # Optuna steps per seed: its evaluations and the final one
@@ -289,10 +302,10 @@ def run_trial(trial, config: dict, state: dict) -> float:
     evals: dict[str, float] = {}
     state["trial"] = trial.number
     for i, seed in enumerate(seeds):
-        job = runner.Job(f"{trial.number:04d}", cell, seed, Path(config["study_dir"]) / "trials")
+        job = Job(f"{trial.number:04d}", cell, seed, Path(config["study_dir"]) / "trials")
         seen, t0 = 0, time.time()
         try:
-            job.start(runner.git_commit(), fresh=True)  # inside: a stop that comes while it starts still ends the run
+            job.start(code_state(), fresh=True)  # inside: a stop that comes while it starts still ends the run
             state["proc"] = job.proc
             while True:
                 ended = job.proc.poll() is not None
@@ -302,7 +315,7 @@ def run_trial(trial, config: dict, state: dict) -> float:
                     at_point.setdefault(k, []).append(value)
                     trial.report(statistics.fmean(at_point[k]), i * per_seed + k)
                     last = i == len(seeds) - 1 and step >= steps  # the last seed's final evaluation: the objective itself
-                    if not last and trial.should_prune():
+                    if not last and not baseline and trial.should_prune():
                         trial.set_user_attr("pruned_at", f"seed {seed}, step {step:,}")
                         trial.set_user_attr("evals", evals)
                         print(f"trial {trial.number} pruned at seed {seed}, step {step:,}", flush=True)
@@ -346,14 +359,14 @@ def open_study(config: dict, worker: int = 0):
 
 def counted(study) -> int:
     """Trials that count towards --trials: every trial begun, but not one stopped (by SLURM, Ctrl-C or
-    SIGTERM) and queued again."""
+    SIGTERM) and queued again, nor a run of the cell's own settings (the baseline)."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
     retried = {t.user_attrs.get("retry_of") for t in trials}
     n, retries = 0, set()
     for t in trials:
-        if t.state == TrialState.WAITING or t.number in retried:
+        if t.state == TrialState.WAITING or t.number in retried or t.user_attrs.get("baseline"):
             continue
         of = t.user_attrs.get("retry_of")
         if of is not None:  # two commands started at once may both have queued a stopped trial again: one counts
@@ -375,9 +388,9 @@ def work(config: dict, worker: int = 0, state: dict | None = None, interrupted_t
         trial = next(t for t in study.get_trials(deepcopy=False) if t.number == interrupted_trial)
         if trial.state == optuna.trial.TrialState.RUNNING:
             study.tell(interrupted_trial, state=optuna.trial.TrialState.FAIL)
-            study.enqueue_trial(trial.params, user_attrs={"retry_of": interrupted_trial})
+            queue_again(study, trial)
     ran = 0
-    while counted(study) < config["trials"]:
+    while counted(study) < config["trials"] or waiting_baseline(study):
         study.optimize(lambda t: objective(t, config, state), n_trials=1, catch=(RunFailed,))
         ran += 1
     return ran
@@ -392,12 +405,54 @@ def retry_interrupted(study) -> list[int]:
     retried = {t.user_attrs.get("retry_of") for t in trials}
     stopped = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get("interrupted") and t.number not in retried]
     for t in stopped:
-        study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
+        queue_again(study, t)
     return [t.number for t in stopped]
 
 
+def queue_again(study, trial) -> None:
+    """Queue a stopped trial's parameters again (a baseline stays a baseline)."""
+    attrs = {"retry_of": trial.number}
+    if trial.user_attrs.get("baseline"):
+        attrs.update(baseline=True, settings=trial.user_attrs.get("settings"))
+    study.enqueue_trial(trial.params, user_attrs=attrs)
+
+
+def same_settings(a: dict | None, b: dict | None) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # lists and tuples alike, as stored
+
+
+def baseline_trial(study, settings: dict):
+    """The trial that scored the cell's current `settings` as they are: a completed one (a trial whose
+    drawn values the cell took counts too), else the latest one queued or run for them; None if none."""
+    from optuna.trial import TrialState
+
+    found = [t for t in study.get_trials(deepcopy=False) if same_settings(t.user_attrs.get("settings"), settings)]
+    complete = [t for t in found if t.state == TrialState.COMPLETE]
+    found = complete or [t for t in found if t.user_attrs.get("baseline")]
+    return found[-1] if found else None
+
+
+def waiting_baseline(study) -> bool:
+    from optuna.trial import TrialState
+
+    return any(t.user_attrs.get("baseline") and t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
+
+
+def queue_baseline(study, settings: dict) -> bool:
+    """Queue the cell's current settings as a trial, unless they already ran, or are queued or running."""
+    from optuna.trial import TrialState
+
+    t = baseline_trial(study, settings)
+    if t is not None and t.state in (TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING):
+        return False
+    if t is not None and t.state == TrialState.FAIL and t.user_attrs.get("interrupted"):
+        return False  # retry_interrupted queues it again
+    study.enqueue_trial({}, user_attrs={"baseline": True, "settings": settings})
+    return True
+
+
 def _work_process(config: dict, worker: int) -> None:  # a local worker process
-    with runner.stop_on_signals():  # SIGTERM, from the main process or anyone: stop the trial's run, fail the trial
+    with stop_on_signals():  # SIGTERM, from the main process or anyone: stop the trial's run, fail the trial
         try:
             work(config, worker)
         except KeyboardInterrupt:
@@ -472,35 +527,51 @@ def study_markdown(study, config: dict) -> tuple[str, str | None]:
             last = t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None
             state += f" (at {fmt(last)})"
         minutes = (t.datetime_complete - t.datetime_start).total_seconds() / 60 if t.datetime_start and t.datetime_complete else None
-        cells = [str(t.number), state.replace("|", "\\|"), fmt(t.value if t.state == TrialState.COMPLETE else None), *[fmt(evals.get(str(s))) for s in seeds],
+        cells = [f"{t.number} (the cell's settings)" if t.user_attrs.get("baseline") else str(t.number), state.replace("|", "\\|"), fmt(t.value if t.state == TrialState.COMPLETE else None), *[fmt(evals.get(str(s))) for s in seeds],
                  t.user_attrs.get("pruned_at", "-"), fmt(minutes), *[toml_value(settings[k]) if k in settings else "-" for k in space]]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     block = None
-    if complete:
-        best = max(complete, key=lambda t: t.value)
+    searched = [t for t in complete if not t.user_attrs.get("baseline")]
+    base = baseline_trial(study, cell["settings"])
+    base_value = base.value if base is not None and base.state == TrialState.COMPLETE else None
+    if searched:
+        best = max(searched, key=lambda t: t.value)
         table = Path(config["study_dir"]).resolve() / "STUDY.md"
         where = table.relative_to(ROOT).as_posix() if table.is_relative_to(ROOT) else str(table)
         reaches = ""
         if cell.get("threshold") is not None:
             reaches = (f" On these tuning seeds it {'reaches' if best.value >= cell['threshold'] else 'stays below'} the cell's "
                        f"threshold {cell['threshold']:g}; the suite's own runs (seeds {cell['seeds']}) decide the cell's verdict.")
-        block = "\n".join([settings_line(best.user_attrs["settings"]),
-                           f'settings_source = "{where}: best of '
-                           f'{len(trials)} trials (trial {best.number}, mean greedy eval {best.value:.1f} over seeds '
-                           f'{", ".join(map(str, seeds))})"'])
         lines += [f"**Best: trial {best.number}**, objective {best.value:.1f} (seeds: "
-                  + ", ".join(f"{s}: {fmt(best.user_attrs['evals'].get(str(s)))}" for s in seeds) + f").{reaches}", "",
-                  "Its settings, to paste into the cell in `benchmarks/suites.toml` (replacing `settings` and "
-                  "`settings_source`; the new settings give the cell new run folders):", "", "```toml", block, "```", ""]
+                  + ", ".join(f"{s}: {fmt(best.user_attrs['evals'].get(str(s)))}" for s in seeds) + f").{reaches}", ""]
+        if base_value is not None:
+            lines += [f"The cell's current settings (trial {base.number}) score {base_value:.1f} on the same seeds.", ""]
+        if not cell.get("comparable", True):
+            lines += [f"No settings line: the trials ran {budget} env steps, a smoke try (`--total-timesteps`), not the "
+                      "cell's budget.", ""]
+        elif base_value is None:
+            lines += ["No settings line: the cell's current settings have no score on these seeds yet (the next tune.py "
+                      "command on this study runs them first).", ""]
+        elif best.number == base.number:
+            lines += ["No settings line: the cell has these settings already.", ""]
+        elif best.value <= base_value:
+            lines += [f"No settings line: no trial scores above the cell's current settings ({base_value:.1f}).", ""]
+        else:
+            block = "\n".join([settings_line(best.user_attrs["settings"]),
+                               f'settings_source = "{where}: best of '
+                               f'{counted(study)} trials (trial {best.number}, mean greedy eval {best.value:.1f} over seeds '
+                               f'{", ".join(map(str, seeds))}, where the settings it replaces score {base_value:.1f})"'])
+            lines += ["Its settings, to paste into the cell in `benchmarks/suites.toml` (replacing `settings` and "
+                      "`settings_source`; the new settings give the cell new run folders):", "", "```toml", block, "```", ""]
     else:
-        lines += ["No trial has completed yet.", ""]
+        lines += ["No searched trial has completed yet.", ""]
     return "\n".join(lines), block
 
 
 # --- command line -------------------------------------------------------------------------------
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
-    p = runner.OneLineParser(prog="benchmarks/tune.py", description=__doc__.splitlines()[0],
+    p = OneLineParser(prog="benchmarks/tune.py", description=__doc__.splitlines()[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", required=True, help="suite holding the cell (classic, continuous, ...)")
     p.add_argument("--algo", required=True, help="the cell's algorithm")
@@ -514,18 +585,24 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
     p.add_argument("--params", nargs="*", help="search only these parameters of the space")
     p.add_argument("--prune-after", type=int, default=5, help="finished trials before pruning starts (-1: never prune; default 5)")
     p.add_argument("--sampler-seed", type=int, default=0, help="seed of the TPE sampler (worker w: seed + 1000 w)")
-    p.add_argument("--study-dir", help="storage, table and trial runs (default benchmarks/results/tuning/<suite>__<algo>__<env>)")
+    p.add_argument("--study-dir", help="storage, table and trial runs (default runs/tuning/<suite>__<algo>__<env>, untracked: "
+                                       "give benchmarks/results/tuning/<name> for a study to commit)")
+    p.add_argument("--total-timesteps", type=int, metavar="N",
+                   help="smoke try: each seed trains N env steps instead of the cell's budget (must be smaller); its own "
+                        "study, runs marked not comparable, no settings line")
     p.add_argument("--suites-file", default=str(SUITES_FILE), help=argparse.SUPPRESS)
-    runner.add_slurm_flags(p)
+    add_slurm_flags(p)
     a = p.parse_args(argv)
 
     if a.trials < 1:
         raise BadInput(f"--trials must be >= 1, got {a.trials}")
     if a.workers < 1:
         raise BadInput(f"--workers must be >= 1, got {a.workers}")
+    if a.total_timesteps is not None and a.total_timesteps < 1:
+        raise BadInput(f"--total-timesteps must be >= 1, got {a.total_timesteps}")
     if len(set(a.seeds)) != len(a.seeds):
         raise BadInput(f"--seeds has repeats: {a.seeds}")
-    error = runner.slurm_flags_error(a)
+    error = slurm_flags_error(a)
     if error:
         raise BadInput(error)
     try:
@@ -546,7 +623,11 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
         raise BadInput(f"unknown env {a.env!r} for {a.algo} in suite {a.suite}; its envs there: {', '.join(envs)}")
     space = load_space(a.algo, a.space, a.params)
     name = f"{a.suite}__{cell.slug}"
-    study_dir = Path(a.study_dir or RESULTS_DIR / "tuning" / name)
+    if a.total_timesteps:
+        if a.total_timesteps >= cell.steps:
+            raise BadInput(f"--total-timesteps {a.total_timesteps:,} must be below the cell's budget ({cell.steps:,})")
+        cell, name = cell.with_budget(a.total_timesteps), f"{name}__steps{a.total_timesteps}"
+    study_dir = Path(a.study_dir or STUDIES_DIR / name)
     config = {"name": name, "suite": a.suite, "cell": dataclasses.asdict(cell), "space": space, "seeds": a.seeds,
               "trials": a.trials, "prune_after": a.prune_after, "sampler_seed": a.sampler_seed, "study_dir": str(study_dir)}
     return a, config
@@ -588,13 +669,15 @@ def main(argv: list[str] | None = None) -> int:
     study.set_user_attr("commands", [*study.user_attrs.get("commands", []), command])
     study.set_user_attr("dates", sorted({*study.user_attrs.get("dates", []), time.strftime("%Y-%m-%d")}))
     again = retry_interrupted(study)
-    todo = config["trials"] - counted(study)
     cell = config["cell"]
+    baseline = queue_baseline(study, cell["settings"])
+    todo = max(config["trials"] - counted(study), 0) + waiting_baseline(study)
     print(f"study {config['name']} in {study_dir}: {counted(study)} trials so far, {max(todo, 0)} to run with "
           f"{a.workers} worker(s); each: {len(config['seeds'])} seeds x {cell['steps']:,} steps; "
           f"searching {', '.join(config['space'])}"
+          + ("; first the cell's own settings, the baseline a settings line must beat" if baseline else "")
           + (f"; trying again the parameters of trial(s) {', '.join(map(str, again))}, stopped before" if again else ""), flush=True)
-    with runner.stop_on_signals():  # SIGTERM stops the study as Ctrl-C does
+    with stop_on_signals():  # SIGTERM stops the study as Ctrl-C does
         try:
             if todo > 0 and a.backend == "slurm":
                 try:
@@ -603,7 +686,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"tune: error: --backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt", file=sys.stderr)
                     return 2
                 executor = cluster.make_executor(a, Path(a.submitit_dir or study_dir / "submitit"), f"tune-{config['name']}", a.workers)
-                tasks = [cluster.StudyTask(config, w) for w in range(min(a.workers, todo))]
+                import tune  # this module by its name: a task unpickles tune.work, where __main__.work would not resolve
+
+                tasks = [cluster.StudyTask(tune.work, config, w) for w in range(min(a.workers, todo))]
                 jobs = executor.submit_array(tasks) if a.submitit_cluster == "slurm" else [executor.submit(t) for t in tasks]
                 print(f"submitted {len(jobs)} workers ({jobs[0].job_id.split('_')[0]}); submitit files: {executor.folder}", flush=True)
                 wait_for(jobs, poll=5.0 if a.submitit_cluster == "slurm" else 0.5)
@@ -639,7 +724,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwrote {study_dir / 'STUDY.md'}")
         if block:
             print("settings for the cell in suites.toml:\n" + block)
-    return status if status is not None else 0 if block else 1
+        else:
+            print(next((x for x in text.splitlines() if x.startswith("No ")), ""))
+        from optuna.trial import TrialState
+
+        completed = any(t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False))
+    return status if status is not None else 0 if completed else 1
 
 
 if __name__ == "__main__":

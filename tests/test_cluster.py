@@ -1,4 +1,5 @@
-"""run.py's SLURM backend through submitit's local executor (the same tasks, without a cluster).
+"""run.py's SLURM backend through submitit's local executor (the same tasks, without a cluster), and
+the direction of the imports in benchmarks/.
 
 A tiny suite runs as submitit tasks; a finished run is skipped; a task stopped mid-run as SLURM
 stops it at a time limit or a preemption (SIGUSR2 to the task) is requeued and resumes the run
@@ -268,3 +269,38 @@ def test_the_documented_slurm_and_tuning_commands_parse(tmp_path, capsys):
     for argv in tunes:
         a, config = tune.parse(argv)
         assert config["cell"]["algo"] == a.algo and config["space"], argv
+
+
+def test_a_tuning_worker_task_unpickles_the_worker_function_by_its_module():
+    """tune.py hands its worker loop to the task: pickled by reference to `tune.work` (as a SLURM
+    node unpickles it), never to `__main__`."""
+    import pickle
+
+    import tune
+
+    task = pickle.loads(pickle.dumps(cluster.StudyTask(tune.work, {"name": "x"}, 3)))
+    assert task.work is tune.work and (task.config, task.worker, task.interrupted_trial) == ({"name": "x"}, 3, None)
+
+
+def test_the_core_imports_no_command_line_tool():
+    """One direction: run.py, tune.py, report.py, equivalence.py (and cluster.py, their SLURM
+    backend) on top of suite.py, job.py, provenance.py and cli.py, which import none of them."""
+    import ast
+
+    tools = {"run", "tune", "report", "equivalence", "cluster"}
+
+    def imports(name: str) -> set[str]:
+        tree = ast.parse((ROOT / "benchmarks" / f"{name}.py").read_text())
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module.split(".")[0])
+        return found
+
+    for core in ("suite", "job", "provenance", "cli"):
+        assert not imports(core) & tools, core
+    assert not imports("cluster") & (tools - {"cluster"}), "the SLURM backend imports the core only"
+    assert imports("run") & tools <= {"cluster"} and imports("tune") & tools <= {"cluster", "tune"}
+    assert not imports("report") & tools and not imports("equivalence") & tools

@@ -22,8 +22,8 @@ optuna = pytest.importorskip("optuna")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import job  # noqa: E402
 import probes  # noqa: E402
-import run  # noqa: E402
 import tune  # noqa: E402
 
 TINY = """
@@ -75,24 +75,37 @@ def study(files, tmp_path_factory) -> dict:
     return {"rc": rc, "dir": study_dir}
 
 
+def searched(trials):
+    return [t for t in trials if not t.user_attrs.get("baseline")]
+
+
 def test_study_writes_its_storage_its_table_and_a_settings_line(study, files):
     assert study["rc"] == 0
     s = load(study["dir"])
     trials = s.get_trials()
-    assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert len(trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), "3 trials and the baseline"
+    (base,) = [t for t in trials if t.user_attrs.get("baseline")]
+    assert base.number == 0 and base.params == {} and base.user_attrs["settings"] == {"num_envs": 4, "eval_episodes": 2}, \
+        "the cell's own settings run first, nothing drawn"
     for t in trials:  # the objective is the run's own final greedy evaluation (one seed here)
         (run_dir,) = (study["dir"] / "trials" / f"{t.number:04d}" / "runs").iterdir()
         result = json.loads((run_dir / "result.json").read_text())
         assert result["status"] == "ok" and result["spec"]["seed"] == 7 and result["spec"]["steps"] == 2_000
         assert result["spec"]["settings"] == t.user_attrs["settings"], "the run ran the trial's settings"
         assert t.value == result["summary"]["eval_return_mean"] == t.user_attrs["evals"]["7"]
-        assert t.user_attrs["settings"]["num_envs"] == 4 and set(t.params) == {"learning_rate", "n_steps", "hidden_sizes"}
-    best = max(trials, key=lambda t: t.value)
+        if t is not base:
+            assert t.user_attrs["settings"]["num_envs"] == 4 and set(t.params) == {"learning_rate", "n_steps", "hidden_sizes"}
+    best = max(searched(trials), key=lambda t: t.value)
 
     text = (study["dir"] / "STUDY.md").read_text()
     rows = [x for x in text.splitlines() if x.startswith("| ") and x.split("|")[1].strip().isdigit()]
     assert len(rows) == 3 and rows[0].startswith(f"| {best.number} | complete | {best.value:.1f} |")
+    assert f"| 0 (the cell's settings) | complete | {base.value:.1f} |" in text
     assert "python benchmarks/tune.py --suite tiny" in text and "--trials 3" in text, "the command that made it"
+    assert f"The cell's current settings (trial 0) score {base.value:.1f} on the same seeds." in text
+    if best.value <= base.value:  # no line from a trial that does not beat the cell's settings
+        assert "```toml" not in text and "No settings line: no trial scores above the cell's current settings" in text
+        return
     block = text.split("```toml\n", 1)[1].split("```", 1)[0]
     pasted = tomllib.loads(block)
     assert pasted["settings"] == {**{"num_envs": 4, "eval_episodes": 2}, **best.user_attrs["settings"]}
@@ -100,11 +113,64 @@ def test_study_writes_its_storage_its_table_and_a_settings_line(study, files):
     assert f"trial {best.number}, mean greedy eval {best.value:.1f} over seeds 7" in pasted["settings_source"]
 
 
+def _config(tmp_path, cell: dict) -> dict:
+    return {"cell": cell, "seeds": [7], "space": {"learning_rate": {"low": 1e-4, "high": 1e-2, "log": True}}, "suite": "tiny",
+            "prune_after": -1, "study_dir": str(tmp_path)}
+
+
+def test_a_settings_line_is_offered_only_from_a_trial_that_beats_the_cells_settings(files, tmp_path):
+    _, config = tune.parse(argv(files, tmp_path / "study"))
+    cell = config["cell"]
+
+    def study_with(*trials):
+        s = optuna.create_study(direction="maximize")
+        for value, attrs in trials:
+            s.add_trial(optuna.trial.create_trial(value=value, user_attrs={"evals": {"7": value}, **attrs}))
+        return s
+
+    base = (50.0, {"baseline": True, "settings": cell["settings"]})
+    worse = (40.0, {"settings": {**cell["settings"], "learning_rate": 0.001}})
+    better = (60.0, {"settings": {**cell["settings"], "learning_rate": 0.002}})
+    text, block = tune.study_markdown(study_with(base, worse), _config(tmp_path, cell))
+    assert block is None and "No settings line: no trial scores above the cell's current settings (50.0)" in text
+    text, block = tune.study_markdown(study_with(worse), _config(tmp_path, cell))
+    assert block is None and "the cell's current settings have no score on these seeds yet" in text
+    text, block = tune.study_markdown(study_with(base, worse, better), _config(tmp_path, cell))
+    assert block.startswith("settings = { num_envs = 4, eval_episodes = 2, learning_rate = 0.002 }")
+    assert "best of 2 trials (trial 2, mean greedy eval 60.0 over seeds 7, where the settings it replaces score 50.0)" in block
+    adopted = {**cell, "settings": better[1]["settings"]}
+    text, block = tune.study_markdown(study_with(base, worse, better), _config(tmp_path, adopted))
+    assert block is None and "No settings line: the cell has these settings already." in text
+    smoke = {**cell, "comparable": False}
+    text, block = tune.study_markdown(study_with(base, worse, better), _config(tmp_path, smoke))
+    assert block is None and "a smoke try (`--total-timesteps`)" in text
+
+
+def test_studies_go_to_an_untracked_folder_unless_told_and_a_smoke_study_is_its_own(files, tmp_path):
+    """Not into the committed benchmarks/results/tuning/ by default; --total-timesteps makes a study of its own."""
+    _, config = tune.parse(argv(files, tmp_path / "study")[:-2])  # no --study-dir
+    assert Path(config["study_dir"]) == tune.ROOT / "runs" / "tuning" / "tiny__a2c__CartPole-v1"
+    assert subprocess.run(["git", "check-ignore", "-q", str(Path(config["study_dir"]) / "journal.log")], cwd=ROOT).returncode == 0
+    _, smoke = tune.parse([*argv(files, tmp_path / "study")[:-2], "--total-timesteps", "500"])
+    assert smoke["name"] == "tiny__a2c__CartPole-v1__steps500" and smoke["study_dir"].endswith("tiny__a2c__CartPole-v1__steps500")
+    assert smoke["cell"]["steps"] == 500 and smoke["cell"]["comparable"] is False and smoke["cell"]["eval_every"] == 250
+    with pytest.raises(tune.BadInput, match="must be below the cell's budget"):
+        tune.parse([*argv(files, tmp_path / "study"), "--total-timesteps", "2000"])
+
+
+
+def test_help_says_where_a_study_goes(capsys):
+    with pytest.raises(SystemExit):
+        tune.parse(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "default runs/tuning/<suite>__<algo>__<env>, untracked" in out and "benchmarks/results/tuning/<name>" in out
+
+
 def test_running_the_study_again_adds_no_trial_and_a_changed_one_is_refused(study, files, capsys):
     before = (study["dir"] / "journal.log").stat().st_size
     assert tune.main(argv(files, study["dir"], "--trials", "3", "--seeds", "7", "--prune-after", "-1")) == 0
     assert "3 trials so far, 0 to run" in capsys.readouterr().out
-    assert len(load(study["dir"]).trials) == 3
+    assert len(load(study["dir"]).trials) == 4
     assert (study["dir"] / "journal.log").stat().st_size > before  # only the command was recorded
     assert tune.main(argv(files, study["dir"], "--trials", "3", "--seeds", "8")) == 2
     err = capsys.readouterr().err
@@ -112,13 +178,13 @@ def test_running_the_study_again_adds_no_trial_and_a_changed_one_is_refused(stud
 
 
 def test_a_cell_that_took_the_best_settings_continues_its_study_and_another_cell_is_refused(study, files, tmp_path, capsys):
-    best = max(load(study["dir"]).get_trials(), key=lambda t: t.value)
-    block = (study["dir"] / "STUDY.md").read_text().split("```toml\n", 1)[1].split("```", 1)[0]
-    adopted = tmp_path / "adopted.toml"  # the cell with the study's settings line pasted in, as STUDY.md says
-    adopted.write_text(TINY.replace("settings = { num_envs = 4, eval_episodes = 2 }", block.splitlines()[0]))
+    best = max(searched(load(study["dir"]).get_trials()), key=lambda t: t.value)
+    adopted = tmp_path / "adopted.toml"  # the cell with the best trial's settings line pasted in
+    adopted.write_text(TINY.replace("settings = { num_envs = 4, eval_episodes = 2 }", tune.settings_line(best.user_attrs["settings"])))
     assert tomllib.loads(adopted.read_text())["suites"]["tiny"]["cells"][0]["settings"] == best.user_attrs["settings"]
     assert tune.main([*argv({**files, "suites": str(adopted)}, study["dir"]), "--trials", "3", "--seeds", "7"]) == 0
-    assert "3 trials so far, 0 to run" in capsys.readouterr().out
+    assert "3 trials so far, 0 to run" in capsys.readouterr().out, "the trial that drew these settings is their baseline"
+    assert "No settings line: the cell has these settings already." in (study["dir"] / "STUDY.md").read_text()
     changed = tmp_path / "changed.toml"  # a setting the space does not draw changes the trials' numbers
     changed.write_text(adopted.read_text().replace("eval_episodes = 2", "eval_episodes = 3"))
     assert tune.main([*argv({**files, "suites": str(changed)}, study["dir"]), "--trials", "3", "--seeds", "7"]) == 2
@@ -126,7 +192,7 @@ def test_a_cell_that_took_the_best_settings_continues_its_study_and_another_cell
     assert err.startswith("tune: error: ") and "made with another cell" in err and err.count("\n") == 1
 
 
-class _Folder:  # what eval_rows reads of a run.Job
+class _Folder:  # what eval_rows reads of a job.Job
     def __init__(self, folder: Path):
         self.dir = folder
 
@@ -203,8 +269,9 @@ def test_a_trial_stopped_by_ctrl_c_or_sigterm_is_tried_again_by_the_next_command
     s.tell(stopped, state=optuna.trial.TrialState.FAIL)
     assert tune.main(argv(files, study_dir, "--trials", "1", "--seeds", "7")) == 0
     trials = load(study_dir).get_trials()
-    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
+    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL] + [optuna.trial.TrialState.COMPLETE] * 2
     assert trials[1].user_attrs["retry_of"] == 0 and trials[1].params == trials[0].params
+    assert trials[2].user_attrs["baseline"], "then the cell's own settings"
     assert "| 0 | fail: stopped, retried |" in (study_dir / "STUDY.md").read_text()
 
 
@@ -289,7 +356,7 @@ def test_built_in_spaces_draw_valid_arguments_of_each_script():
         for _ in range(20):
             trial = study.ask()
             values = tune.sample(trial, space)
-            args = run.build_args(module, {"settings": values, "algo": algo, "env": "CartPole-v1", "seed": 1, "steps": 50_000,
+            args = job.build_args(module, {"settings": values, "algo": algo, "env": "CartPole-v1", "seed": 1, "steps": 50_000,
                                            "run_dir": "unused", "eval_every": 0})
             module.validate(args)  # the script's own checks (ValueError on a bad combination)
             assert tomllib.loads(tune.settings_line(values))["settings"] == values
@@ -300,8 +367,8 @@ def test_built_in_spaces_draw_valid_arguments_of_each_script():
 def test_runs_get_one_torch_thread_unless_the_cell_names_it(algo):
     module = importlib.import_module(algo)
     spec = {"settings": {}, "algo": algo, "env": "CartPole-v1", "seed": 1, "steps": 1_000, "run_dir": "unused", "eval_every": 0}
-    assert run.build_args(module, spec).torch_threads == 1  # whatever the script's default (ddpg, naf: 2)
-    assert run.build_args(module, {**spec, "settings": {"torch_threads": 2}}).torch_threads == 2
+    assert job.build_args(module, spec).torch_threads == 1  # whatever the script's default (ddpg, naf: 2)
+    assert job.build_args(module, {**spec, "settings": {"torch_threads": 2}}).torch_threads == 2
 
 
 def test_settings_line_is_toml_for_every_kind_of_value():

@@ -1,0 +1,37 @@
+"""Command-line pieces shared by run.py and tune.py: one-line argument errors, the SLURM backend's flags."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors (unknown flag, bad value) as one line `<name>: error: ...` and exit 2, no usage block."""
+
+    def error(self, message: str):
+        print(f"{Path(self.prog).stem}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def add_slurm_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the slurm backend (run.py and tune.py)."""
+    slurm = p.add_argument_group("slurm backend")
+    slurm.add_argument("--time-limit", type=int, default=60,
+                       help="minutes per array task; near the limit the task stops its run at a checkpoint and is requeued (default 60)")
+    slurm.add_argument("--partition", help="SLURM partition (default: the cluster's)")
+    slurm.add_argument("--cpus-per-task", type=int, default=1, help="CPUs per array task (default 1; a run uses one)")
+    slurm.add_argument("--slurm-option", action="append", default=[], metavar="KEY=VALUE",
+                       help="any other sbatch option, e.g. account=myproject, qos=low, mem=4G (repeatable)")
+    slurm.add_argument("--submitit-dir", help="submitit's job files and logs (default: run.py <results-dir>/<suite>/submitit, tune.py <study-dir>/submitit)")
+    slurm.add_argument("--submitit-cluster", choices=("slurm", "local", "debug"), default="slurm",
+                       help="slurm; or local/debug: the same tasks as local processes through submitit, to try the SLURM path without a cluster")
+
+
+def slurm_flags_error(a: argparse.Namespace) -> str | None:
+    if a.time_limit < 1 or a.cpus_per_task < 1:
+        return f"--time-limit and --cpus-per-task must be >= 1, got {a.time_limit} and {a.cpus_per_task}"
+    if any("=" not in x for x in a.slurm_option):
+        return f"--slurm-option takes KEY=VALUE, got {next(x for x in a.slurm_option if '=' not in x)!r}"
+    return None

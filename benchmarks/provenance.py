@@ -1,0 +1,244 @@
+"""Where a run came from, and whether its numbers still hold for today's code.
+
+A run's numbers are decided by its script (algos/<algo>.py), the files of this repository that
+the script imports, directly or through those files (common/, harness/: found by reading their
+import statements, package `__init__.py` files included), and the cell's settings. The runner
+records the commit a run started on and whether the tree had uncommitted changes there
+(`code_state`); the report asks `Checker.freshness` whether the run is current: it ran on a
+clean commit whose deciding files are the same blobs as today's (HEAD's), or an equivalence
+check (benchmarks/equivalence.py, its records in benchmarks/results/equivalence.json) showed
+that the old files give the same metrics as today's for that cell.
+
+Everything is read from git (`git ls-tree`, `git cat-file`), never from the working tree, so a
+report depends only on the commits, not on edits in progress.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE_DIRS = ("algos", "common", "harness")  # where the files that decide a run's numbers live
+EQUIVALENCE_FILE = ROOT / "benchmarks" / "results" / "equivalence.json"
+
+
+class GitError(RuntimeError):
+    """git is missing, or the folder is not a repository."""
+
+
+def git(args: list[str], root: Path = ROOT, text: bool = True, check: bool = True, stdin: str | None = None):
+    try:
+        r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=text, timeout=60, input=stdin)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise GitError(f"git {' '.join(args)}: {e}") from None
+    if check and r.returncode != 0:
+        raise GitError(f"git {' '.join(args)}: {(r.stderr or '').strip()}")
+    return r
+
+
+def code_state(root: Path = ROOT) -> dict:
+    """What a run records of the code it starts on: the commit (full hash) and the uncommitted
+    changes (modified, staged or untracked files) under algos/, common/ and harness/."""
+    try:
+        head = git(["rev-parse", "HEAD"], root).stdout.strip()
+        status = git(["status", "--porcelain", "-z", "--untracked-files=all", "--", *CODE_DIRS], root).stdout
+    except GitError:
+        return {"commit": None, "dirty": None, "dirty_files": None}
+    files = []
+    entries = status.split("\0")
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        if len(entry) > 3:
+            files.append(entry[3:])
+            if entry[0] in "RC":  # a rename or copy: the next entry is the source path
+                files.append(entries[i + 1])
+                i += 1
+        i += 1
+    return {"commit": head, "dirty": bool(files), "dirty_files": sorted(set(files))}
+
+
+def recorded_state(result: dict) -> dict:
+    """The code state a result.json records: today's keys, or the older `commit` string with a
+    `+dirty` suffix (uncommitted changes under algos/ or common/, which files not recorded)."""
+    spec = result.get("spec") or {}
+    commit = result.get("commit") or spec.get("commit")
+    dirty = result.get("dirty", spec.get("dirty"))
+    files = result.get("dirty_files", spec.get("dirty_files"))
+    if isinstance(commit, str) and commit.endswith("+dirty"):
+        commit, dirty, files = commit.removesuffix("+dirty"), True, None
+    return {"commit": commit, "dirty": bool(dirty), "dirty_files": files}
+
+
+# --- the files that decide a run ------------------------------------------------------------------
+def imported_modules(source: str, package: str | None) -> list[str]:
+    """Every module name an import statement of `source` may load (anywhere in the file, inside
+    functions too): `import a.b` gives a and a.b; `from a.b import c` gives a, a.b and a.b.c (c may
+    be a module); relative imports are resolved against `package`."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                if package is None:
+                    continue
+                parts = package.split(".")
+                if node.level > 1:
+                    parts = parts[:len(parts) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            names.append(base)
+            names += [f"{base}.{alias.name}" for alias in node.names if alias.name != "*"]
+    out = []
+    for name in names:
+        parts = name.split(".")
+        out += [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return list(dict.fromkeys(n for n in out if n))
+
+
+def deciding_paths(script: str, files: dict[str, str], read) -> list[str]:
+    """`script` (a path in the tree) and the files of the tree it imports, transitively; `files`
+    maps the tree's paths to blob ids, `read(blob)` gives a file's text. A module resolves against
+    the repository's root and the script's own folder (what the scripts put on sys.path)."""
+    roots = ["", script.rpartition("/")[0] + "/" if "/" in script else ""]
+    found, todo = [], [script]
+    while todo:
+        path = todo.pop()
+        if path in found or path not in files:
+            continue
+        found.append(path)
+        package = path.rpartition("/")[0].replace("/", ".") or None  # what a relative import is relative to
+        for module in imported_modules(read(files[path]), package):
+            stem = module.replace(".", "/")
+            for root in roots:
+                for candidate in (f"{root}{stem}.py", f"{root}{stem}/__init__.py"):
+                    if candidate in files:
+                        todo.append(candidate)
+    return sorted(found)
+
+
+# --- today's code, and a run's --------------------------------------------------------------------
+@dataclass
+class Freshness:
+    current: bool
+    why: str  # for a stale run: its commit and what changed since (or "dirty tree"); for a current one, "" or the equivalence check
+    commit: str | None = None
+
+
+class Checker:
+    """Answers, for a run's recorded code state and its cell, whether the run is current; caches
+    every git lookup (one `ls-tree` per commit, one `cat-file` per blob)."""
+
+    def __init__(self, root: Path = ROOT, equivalence_file: Path | None = EQUIVALENCE_FILE, head: str = "HEAD"):
+        self.root = Path(root)
+        self._trees: dict[str, dict[str, str] | None] = {}
+        self._blobs: dict[str, str] = {}
+        self._resolved: dict[str, str | None] = {}
+        self._deciding: dict[tuple[str, str], dict[str, str]] = {}
+        self.error = None
+        try:
+            self.head = git(["rev-parse", "--verify", f"{head}^{{commit}}"], self.root).stdout.strip()
+            shallow = git(["rev-parse", "--is-shallow-repository"], self.root).stdout.strip() == "true"
+            self.error = "a shallow clone: older commits are missing" if shallow else None
+        except GitError as e:
+            self.head, self.error = None, f"no git history ({e})"
+        self.records = load_records(equivalence_file) if equivalence_file else []
+
+    def resolve(self, commit: str) -> str | None:
+        if commit not in self._resolved:
+            r = git(["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], self.root, check=False)
+            self._resolved[commit] = r.stdout.strip() if r.returncode == 0 else None
+        return self._resolved[commit]
+
+    def tree(self, commit: str) -> dict[str, str]:
+        if commit not in self._trees:
+            out = git(["ls-tree", "-r", "-z", commit], self.root).stdout
+            files = {}
+            for entry in filter(None, out.split("\0")):
+                meta, path = entry.split("\t", 1)
+                mode, kind, blob = meta.split()
+                if kind == "blob":
+                    files[path] = blob
+            self._trees[commit] = files
+        return self._trees[commit]
+
+    def read(self, blob: str) -> str:
+        if blob not in self._blobs:
+            self._blobs[blob] = git(["cat-file", "blob", blob], self.root).stdout
+        return self._blobs[blob]
+
+    def deciding(self, commit: str, algo: str) -> dict[str, str]:
+        """path -> blob of the files that decide a run of `algo` at `commit`."""
+        key = (commit, algo)
+        if key not in self._deciding:
+            files = self.tree(commit)
+            paths = deciding_paths(f"algos/{algo}.py", files, self.read)
+            self._deciding[key] = {p: files[p] for p in paths}
+        return self._deciding[key]
+
+    def today(self, algo: str) -> dict[str, str]:
+        return self.deciding(self.head, algo) if self.head else {}
+
+    def freshness(self, state: dict, algo: str, cell_key: tuple[str, str, str]) -> Freshness:
+        """Whether a run with recorded code `state` (recorded_state) of cell `cell_key` = (algo, env,
+        settings hash) counts today."""
+        commit = state.get("commit")
+        if self.head is None:
+            return Freshness(False, f"cannot check its code: {self.error}", commit)
+        if not commit:
+            return Freshness(False, "its commit was not recorded")
+        full = self.resolve(commit)
+        short = commit[:7]
+        if full is None:
+            return Freshness(False, f"commit {short} is not in this repository" + (f" ({self.error})" if self.error else ""), commit)
+        old, new = self.deciding(full, algo), self.today(algo)
+        if state.get("dirty"):
+            dirty = state.get("dirty_files")
+            touched = None if dirty is None else sorted(set(dirty) & (set(old) | set(new)))
+            if touched is None or touched:
+                what = "uncommitted changes" if touched is None else f"uncommitted changes to {', '.join(touched)}"
+                return Freshness(False, f"commit {short} with a dirty tree ({what})", commit)
+        if old == new:
+            return Freshness(True, "", commit)
+        via = self.equivalent(old, new, cell_key)
+        if via:
+            return Freshness(True, "current by equivalence check " + "; then ".join(
+                f"of {r['old']['commit'][:7]} with {r['new']['commit'][:7]}, {r['steps']:,} steps" for r in via), commit)
+        changed = sorted(p for p in set(old) | set(new) if old.get(p) != new.get(p))
+        return Freshness(False, f"commit {short}: {', '.join(changed)} changed since", commit)
+
+    def equivalent(self, old: dict[str, str], new: dict[str, str], cell_key: tuple[str, str, str]) -> list[dict] | None:
+        """The chain of equivalence records of this cell that leads from the files `old` to the files
+        `new` (each record: these old files gave the same metrics as those new ones); None if none."""
+        records = [r for r in self.records if (r["algo"], r["env"], r["hash"]) == cell_key]
+        start, goal = frozenset(old.items()), frozenset(new.items())
+        paths = {start: []}
+        todo = [start]
+        while todo:
+            at = todo.pop(0)
+            if at == goal:
+                return paths[at]
+            for r in records:
+                if frozenset(r["old"]["files"].items()) == at:
+                    nxt = frozenset(r["new"]["files"].items())
+                    if nxt not in paths:
+                        paths[nxt] = paths[at] + [r]
+                        todo.append(nxt)
+        return None
+
+
+def load_records(path: Path) -> list[dict]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    return json.loads(path.read_text())["records"]
