@@ -61,7 +61,7 @@ def main(a: EvalArgs) -> int:
     seed = args.seed + 100_000 if a.seed is None else a.seed  # the scripts' evaluation seed, apart from the training envs'
     act = module.load_policy(args, str(model_path), a.device)
     video_dir = str(a.run / "eval_videos") if a.capture_video else None
-    from common.run import evaluate
+    from harness.run import evaluate
 
     env_flags = inspect.signature(module.make_env).parameters
     as_in_the_run = {"training": False} if "training" in env_flags else {}  # Atari: whole games, as the run's evaluations

@@ -14,7 +14,7 @@ actions (sampled unclipped, clipped to the bounds only at the env).
 
 Deviations from the paper:
 - Synchronous: parallel envs in one process, or several processes under torchrun that average
-  their gradients every update (common.distributed), instead of asynchronous workers.
+  their gradients every update (harness.distributed), instead of asynchronous workers.
 - Separate actor and critic MLPs with tanh and orthogonal init by default (Stable-Baselines3's
   A2C); `--shared-torso` gives the paper's shared torso with two heads.
 - torch's RMSprop (eps added outside the square root) with its own statistics, not the paper's
@@ -39,9 +39,11 @@ Run:
     torchrun --nproc-per-node 2 algos/a2c.py --env CartPole-v1 --seed 1   # 2 workers, one network
     python algos/a2c.py --env MinAtar/Breakout-v1 --shared-torso --total-timesteps 1000000   (pixels extra)
 
-Uses from common: NetworkWrapper (network, RMSprop/Adam, clipping), n_step_returns,
-distributed (torchrun workers), true_next_obs (the final observation at episode ends), pixels
-(Atari and MinAtar envs), torso (the network's feature layers).
+Uses from common (the algorithm parts): NetworkWrapper (network, RMSprop/Adam, clipping),
+n_step_returns, true_next_obs (the final observation at episode ends), pixels (Atari and MinAtar
+envs), torso (the network's feature layers), fastpath (the numpy actor, checked against
+forward()). From harness (run plumbing): run (run folder, logging, evaluation, signals,
+checkpoints), distributed (torchrun workers).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -63,10 +65,17 @@ import tyro
 from gymnasium.vector import AutoresetMode
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/a2c.py` finds common/
-from common import NetworkWrapper, distributed, is_image, n_step_returns, obs_shape, pixels, torso, true_next_obs  # noqa: E402
-from common.run import Run, Stopped, flush_denormals, parse_args, record_first_episode  # noqa: E402
-from common.run import main as run_main  # noqa: E402
+_HERE = Path(__file__).resolve().parent  # common/ and harness/ sit beside a copied script, one folder up in this repo
+sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
+from common import pixels  # noqa: E402
+from common.autoreset import true_next_obs  # noqa: E402
+from common.fastpath import checked, probe_batch  # noqa: E402
+from common.network import NetworkWrapper  # noqa: E402
+from common.returns import n_step_returns  # noqa: E402
+from common.torso import is_image, obs_shape, torso  # noqa: E402
+from harness import distributed  # noqa: E402
+from harness.run import InputError, Run, Stopped, bad_input, flush_denormals, parse_args, record_first_episode  # noqa: E402
+from harness.run import main as run_main  # noqa: E402
 
 ALGO = "a2c"
 
@@ -152,7 +161,7 @@ class Args:
 
 
 def validate(args: Args) -> None:
-    """Raise ValueError naming the first bad value."""
+    """Raise InputError (one line, exit 2) naming the first bad value."""
     checks = [
         (args.total_timesteps > 0, f"--total-timesteps must be positive, got {args.total_timesteps}"),
         (args.num_envs > 0, f"--num-envs must be positive, got {args.num_envs}"),
@@ -177,7 +186,7 @@ def validate(args: Args) -> None:
     ]
     for ok, message in checks:
         if not ok:
-            raise ValueError(message)
+            raise InputError(message)
 
 
 # 3. Environment ---------------------------------------------------------------------------------
@@ -186,7 +195,8 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
 
     Pixel ids get their standard preprocessing (common.pixels); `training=False` plays whole
     Atari games (evaluation), `training=True` ends an episode at each lost life."""
-    pixels.kind(env_id)  # ValueError for an unknown id
+    with bad_input():  # an unknown id
+        pixels.kind(env_id)
 
     def thunk(i: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
@@ -196,17 +206,18 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
 
         return make
 
-    envs = gym.vector.SyncVectorEnv([thunk(i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+    with bad_input():  # an env that refuses the settings, or a missing env package
+        envs = gym.vector.SyncVectorEnv([thunk(i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
     space = envs.single_action_space
     if not (isinstance(space, gym.spaces.Discrete) or (isinstance(space, gym.spaces.Box) and len(space.shape) == 1)):
         envs.close()
-        raise ValueError(f"{ALGO} needs a Discrete or a 1-D Box action space; {env_id} has {space}")
+        raise InputError(f"{ALGO} needs a Discrete or a 1-D Box action space; {env_id} has {space}")
     if not isinstance(envs.single_observation_space, gym.spaces.Box):
         envs.close()
-        raise ValueError(f"{ALGO} needs a Box observation space; {env_id} has {envs.single_observation_space}")
+        raise InputError(f"{ALGO} needs a Box observation space; {env_id} has {envs.single_observation_space}")
     if is_image(obs_shape(envs.single_observation_space)) and not isinstance(space, gym.spaces.Discrete):
         envs.close()
-        raise ValueError(f"{ALGO} takes image observations with discrete actions only; {env_id} has {space}")
+        raise InputError(f"{ALGO} takes image observations with discrete actions only; {env_id} has {space}")
     return envs
 
 
@@ -214,7 +225,7 @@ class RewardScaler:
     """Divides rewards by the running std of each env's discounted return (OpenAI Baselines'
     VecNormalize): the scale of the value targets becomes ~1 whatever the task's reward scale.
 
-    `gather` (common.distributed.gather under torchrun) gives the statistics every worker's
+    `gather` (harness.distributed.gather under torchrun) gives the statistics every worker's
     discounted returns, so all workers scale by the same statistics before their gradients are
     averaged, as they normalise observations by the same statistics."""
 
@@ -294,7 +305,7 @@ class ActorCritic(nn.Module):
         act = nn.Tanh if activation == "tanh" else nn.ReLU
         self.discrete, self.obs_shape = discrete, tuple(obs_shape)
         if normalize_obs and is_image(obs_shape):
-            raise ValueError(f"--normalize-obs is for vector observations; these are images of shape {tuple(obs_shape)}")
+            raise InputError(f"--normalize-obs is for vector observations; these are images of shape {tuple(obs_shape)}")
         self.obs_norm = ObsNormalizer(obs_shape[0]) if normalize_obs else None
         self.actor_torso, width = build_torso(obs_shape, hidden_sizes, act)
         self.critic_torso = None if shared_torso else build_torso(obs_shape, hidden_sizes, act)[0]
@@ -407,20 +418,26 @@ def sample_actions(head: np.ndarray, std: np.ndarray | None, rng: np.random.Gene
 def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
     """obs [B, *obs_shape] -> policy head [B, A] without gradient, as a numpy function.
 
-    On CPU an MLP actor runs in numpy on zero-copy views of the parameters and normaliser
-    buffers, which the optimizer and the normaliser update in place, so the views always hold the
-    current values. At a batch of a few envs torch's per-op dispatch costs more than the
-    arithmetic; the tests check this path against the torch forward. Conv nets run in torch.
+    Through `forward()` (its first output), except on CPU where an MLP actor (Linear, Tanh and
+    ReLU layers, no parameters beyond the actor's, the critic's and log_std) runs in numpy on
+    zero-copy views of the parameters and normaliser buffers, which the optimizer and the
+    normaliser update in place. At a batch of a few envs torch's per-op dispatch costs more than
+    the arithmetic. The numpy path is used only while it gives forward()'s head on a probe batch
+    (common.fastpath.checked): build the head again after loading weights.
     """
-    if device.type != "cpu" or not all(isinstance(m, (nn.Linear, nn.Tanh, nn.ReLU)) for m in net.actor_torso):
-        def head_torch(obs: np.ndarray) -> np.ndarray:
-            x = torch.as_tensor(obs, device=device).reshape(len(obs), *net.obs_shape)
-            with torch.no_grad():
-                x = x if x.dtype == torch.uint8 else x.float()  # images stay uint8: the torso converts them
-                x = x if net.obs_norm is None else net.obs_norm(x)
-                return net.policy(net.actor_torso(x)).cpu().numpy()
+    def head_forward(obs: np.ndarray) -> np.ndarray:
+        x = torch.as_tensor(obs, device=device).reshape(len(obs), *net.obs_shape)
+        with torch.no_grad():
+            return net(x if x.dtype == torch.uint8 else x.float())[0].cpu().numpy()  # images stay uint8: the torso converts them
 
-        return head_torch
+    parts = [getattr(net, name, None) for name in ("actor_torso", "critic_torso", "policy_head", "value_head")]
+    known = sum(len(list(p.parameters())) for p in parts if p is not None) + (getattr(net, "log_std", None) is not None)
+    plain_mlp = (
+        parts[0] is not None and parts[2] is not None and all(isinstance(m, (nn.Linear, nn.Tanh, nn.ReLU)) for m in parts[0])
+        and len(list(net.parameters())) == known
+    )
+    if device.type != "cpu" or not plain_mlp:
+        return head_forward
     layers = []
     for m in [*net.actor_torso, net.policy_head]:
         if isinstance(m, nn.Linear):
@@ -441,7 +458,7 @@ def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray],
             x = layer(x) if callable(layer) else x @ layer[0] + layer[1]
         return x
 
-    return head_numpy
+    return checked(head_numpy, head_forward, probe_batch(net.obs_shape), f"{ALGO} policy")
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
@@ -472,7 +489,7 @@ def build_network(args: Args, envs: gym.vector.VectorEnv) -> ActorCritic:
     space = envs.single_action_space
     discrete = isinstance(space, gym.spaces.Discrete)
     if args.bounded_mean and not discrete and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
-        raise ValueError(f"--bounded-mean needs finite action bounds; {args.env_id} has {space}")
+        raise InputError(f"--bounded-mean needs finite action bounds; {args.env_id} has {space}")
     return ActorCritic(
         obs_shape(envs.single_observation_space), int(space.n) if discrete else int(space.shape[0]), discrete,
         tuple(args.hidden_sizes), args.shared_torso, args.activation, args.normalize_obs, args.log_std_init,
@@ -506,7 +523,7 @@ def train(args: Args) -> dict:
 
     net = NetworkWrapper(
         build_network(args, envs), lr=args.learning_rate, optimizer=args.optimizer, eps=args.optimizer_eps,
-        alpha=args.rmsprop_alpha, clip_grad_norm=args.clip_grad_norm, device=device,
+        alpha=args.rmsprop_alpha, clip_grad_norm=args.clip_grad_norm, device=device, workers=distributed,
         lr_lambda=(lambda u: 1.0 - u / num_updates) if args.anneal_lr else None,
     )
     ac = net.online
@@ -536,6 +553,7 @@ def train(args: Args) -> dict:
         obs, _ = envs.reset(seed=seed)
     else:
         net.load_state_dict(state["net"])
+        policy_head, greedy = numpy_head(ac, device), greedy_policy(ac, device, space)  # the fast path checked again, on the loaded weights
         rng.bit_generator.state = state["rng"]
         if reward_scaler is not None:
             reward_scaler.load_state_dict(state["reward_scaler"])
@@ -607,6 +625,9 @@ def train(args: Args) -> dict:
         completed = True
     except (KeyboardInterrupt, Stopped, FloatingPointError, distributed.WorkerError) as e:
         error = run.stopped(e, global_step)
+    except Exception as e:  # a bug: metrics.csv and summary.json keep the error, then the traceback
+        run.crashed(e, global_step)
+        raise
     finally:
         envs.close()
         torch.set_flush_denormal(flush_before)

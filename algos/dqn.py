@@ -26,9 +26,11 @@ Run:
     python algos/dqn.py --env CartPole-v1 --seed 1
     python algos/dqn.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
 
-Uses from common: NetworkWrapper (online/target network, Adam, clipping), ReplayMemory / FrameMemory,
-true_next_obs (the final observation at episode ends), pixels (Atari and MinAtar envs), torso (the
-network's feature layers), run (run folder, logging, evaluation, signals, checkpoints).
+Uses from common (the algorithm parts): NetworkWrapper (online/target network, Adam, clipping),
+ReplayMemory / FrameMemory, true_next_obs (the final observation at episode ends), pixels (Atari
+and MinAtar envs), torso (the network's feature layers), fastpath (the numpy greedy policy,
+checked against forward()). From harness (run plumbing): run (run folder, logging, evaluation,
+signals, checkpoints).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -50,10 +52,16 @@ import tyro
 from gymnasium.vector import AutoresetMode
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/dqn.py` finds common/
-from common import FrameMemory, NetworkWrapper, ReplayMemory, is_image, obs_shape, pixels, torso, true_next_obs  # noqa: E402
-from common.run import Run, Stopped, flush_denormals, parse_args, record_first_episode, refuse_workers  # noqa: E402
-from common.run import main as run_main  # noqa: E402
+_HERE = Path(__file__).resolve().parent  # common/ and harness/ sit beside a copied script, one folder up in this repo
+sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
+from common import pixels  # noqa: E402
+from common.autoreset import true_next_obs  # noqa: E402
+from common.fastpath import checked, probe_batch  # noqa: E402
+from common.network import NetworkWrapper  # noqa: E402
+from common.replay import FrameMemory, ReplayMemory  # noqa: E402
+from common.torso import is_image, obs_shape, torso  # noqa: E402
+from harness.run import InputError, Run, Stopped, bad_input, flush_denormals, parse_args, record_first_episode, refuse_workers  # noqa: E402
+from harness.run import main as run_main  # noqa: E402
 
 ALGO = "dqn"
 
@@ -137,7 +145,7 @@ class Args:
 
 
 def validate(args: Args) -> None:
-    """Raise ValueError naming the first bad value."""
+    """Raise InputError (one line, exit 2) naming the first bad value."""
     checks = [
         (args.total_timesteps > 0, f"--total-timesteps must be positive, got {args.total_timesteps}"),
         (args.num_envs > 0, f"--num-envs must be positive, got {args.num_envs}"),
@@ -165,7 +173,7 @@ def validate(args: Args) -> None:
     ]
     for ok, message in checks:
         if not ok:
-            raise ValueError(message)
+            raise InputError(message)
     refuse_workers(ALGO)
 
 
@@ -176,7 +184,8 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
     Pixel ids get their standard preprocessing (common.pixels); `training=False` plays whole
     Atari games (evaluation), `training=True` ends an episode at each lost life; `scale_obs`
     rescales bounded vector observations to [-1, 1]."""
-    pixels.kind(env_id)  # ValueError for an unknown id
+    with bad_input():  # an unknown id
+        pixels.kind(env_id)
 
     def thunk(i: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
@@ -186,13 +195,14 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
 
         return make
 
-    envs = gym.vector.SyncVectorEnv([thunk(i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+    with bad_input():  # an env that refuses the settings, or a missing env package
+        envs = gym.vector.SyncVectorEnv([thunk(i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
     if not isinstance(envs.single_action_space, gym.spaces.Discrete):
         envs.close()
-        raise ValueError(f"{ALGO} needs a Discrete action space; {env_id} has {envs.single_action_space}")
+        raise InputError(f"{ALGO} needs a Discrete action space; {env_id} has {envs.single_action_space}")
     if not isinstance(envs.single_observation_space, gym.spaces.Box):
         envs.close()
-        raise ValueError(f"{ALGO} needs a Box observation space; {env_id} has {envs.single_observation_space}")
+        raise InputError(f"{ALGO} needs a Box observation space; {env_id} has {envs.single_observation_space}")
     return envs
 
 
@@ -256,29 +266,35 @@ def dqn_targets(
 def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
     """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function.
 
-    On CPU an MLP runs in numpy on zero-copy views of the parameters, which the optimizer and
-    the target sync update in place, so the views always hold the current weights. At batch size
-    1, torch's dispatch (~3 us for each of ~8 ops) costs more than the arithmetic; this path is
-    ~4x faster and is checked against the torch forward in the tests. Conv nets run in torch.
+    Through `forward()`, except on CPU where a plain MLP (Linear and ReLU layers, no other
+    parameters) runs in numpy on zero-copy views of its parameters, which the optimizer and the
+    target sync update in place. At batch size 1 torch's dispatch (~3 us for each of ~8 ops)
+    costs more than the arithmetic; the numpy path is ~4x faster. It is used only while it gives
+    forward()'s Q-values on a probe batch (common.fastpath.checked): build the policy again after
+    loading weights.
     """
-    if device.type != "cpu" or not all(isinstance(m, (nn.Linear, nn.ReLU)) for m in q_net.net):
-        def act(obs: np.ndarray) -> np.ndarray:
-            x = torch.as_tensor(obs, device=device)
-            with torch.no_grad():
-                return q_net(x if x.dtype == torch.uint8 else x.float()).argmax(1).cpu().numpy()
+    def q_forward(obs: np.ndarray) -> np.ndarray:
+        x = torch.as_tensor(obs, device=device)
+        with torch.no_grad():
+            return q_net(x if x.dtype == torch.uint8 else x.float()).cpu().numpy()  # [B, A]
 
-        return act
-    layers = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in q_net.net if isinstance(m, nn.Linear)]  # [in, out], [out]
+    layers = list(getattr(q_net, "net", []))
+    linear = [m for m in layers if isinstance(m, nn.Linear)]
+    plain_mlp = bool(linear) and all(isinstance(m, (nn.Linear, nn.ReLU)) for m in layers) and len(list(q_net.parameters())) == 2 * len(linear)
+    q_numpy = None
+    if device.type == "cpu" and plain_mlp:
+        weights = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in linear]  # [in, out], [out]
 
-    def act_numpy(obs: np.ndarray) -> np.ndarray:
-        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
-        for k, (w, b) in enumerate(layers):
-            x = x @ w + b
-            if k < len(layers) - 1:
-                np.maximum(x, 0.0, out=x)
-        return x.argmax(1)
+        def q_numpy(obs: np.ndarray) -> np.ndarray:
+            x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+            for k, (w, b) in enumerate(weights):
+                x = x @ w + b
+                if k < len(weights) - 1:
+                    np.maximum(x, 0.0, out=x)
+            return x  # [B, A]
 
-    return act_numpy
+    q_values = checked(q_numpy, q_forward, probe_batch((linear[0].in_features,)) if q_numpy else None, f"{ALGO} greedy policy")
+    return lambda obs: q_values(obs).argmax(1)
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
@@ -331,6 +347,7 @@ def train(args: Args) -> dict:
         obs, _ = envs.reset(seed=args.seed)
     else:
         q_net.load_state_dict(state["q_net"])
+        greedy = greedy_policy(q_net.online, device)  # the fast path checked again, on the loaded weights
         if state["memory"] is not None:
             memory.load_state_dict(state["memory"])
             if state["envs_restarted"] and isinstance(memory, FrameMemory):
@@ -394,6 +411,9 @@ def train(args: Args) -> dict:
         completed = True
     except (KeyboardInterrupt, Stopped, FloatingPointError) as e:
         error = run.stopped(e, global_step)
+    except Exception as e:  # a bug: metrics.csv and summary.json keep the error, then the traceback
+        run.crashed(e, global_step)
+        raise
     finally:
         envs.close()
         torch.set_flush_denormal(flush_before)

@@ -25,8 +25,10 @@ Pixels: none; vector observations only. Image observations and MinAtar or Atari 
 Run:
     python algos/naf.py --env Pendulum-v1 --seed 1
 
-Uses from common: NetworkWrapper (online/target network, Adam, soft sync), ReplayMemory, true_next_obs
-(the final observation at episode ends), pixels and is_image (to refuse pixel envs).
+Uses from common (the algorithm parts): NetworkWrapper (online/target network, Adam, soft sync),
+ReplayMemory, true_next_obs (the final observation at episode ends), pixels and is_image (to
+refuse pixel envs), fastpath (the numpy policy, checked against forward()). From harness (run
+plumbing): run (run folder, logging, evaluation, signals, checkpoints).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -48,10 +50,16 @@ import tyro
 from gymnasium.vector import AutoresetMode
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python algos/naf.py` finds common/
-from common import NetworkWrapper, ReplayMemory, is_image, pixels, true_next_obs  # noqa: E402
-from common.run import Run, Stopped, flush_denormals, parse_args, record_first_episode, refuse_workers  # noqa: E402
-from common.run import main as run_main  # noqa: E402
+_HERE = Path(__file__).resolve().parent  # common/ and harness/ sit beside a copied script, one folder up in this repo
+sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
+from common import pixels  # noqa: E402
+from common.autoreset import true_next_obs  # noqa: E402
+from common.fastpath import checked, probe_batch  # noqa: E402
+from common.network import NetworkWrapper  # noqa: E402
+from common.replay import ReplayMemory  # noqa: E402
+from common.torso import is_image  # noqa: E402
+from harness.run import InputError, Run, Stopped, bad_input, flush_denormals, parse_args, record_first_episode, refuse_workers  # noqa: E402
+from harness.run import main as run_main  # noqa: E402
 
 ALGO = "naf"
 
@@ -127,7 +135,7 @@ class Args:
 
 
 def validate(args: Args) -> None:
-    """Raise ValueError naming the first bad value."""
+    """Raise InputError (one line, exit 2) naming the first bad value."""
     checks = [
         (args.total_timesteps > 0, f"--total-timesteps must be positive, got {args.total_timesteps}"),
         (args.num_envs > 0, f"--num-envs must be positive, got {args.num_envs}"),
@@ -153,15 +161,17 @@ def validate(args: Args) -> None:
     ]
     for ok, message in checks:
         if not ok:
-            raise ValueError(message)
+            raise InputError(message)
     refuse_workers(ALGO)
 
 
 # 3. Environment ---------------------------------------------------------------------------------
 def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.vector.VectorEnv:
     """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"]."""
-    if pixels.kind(env_id) is not None:  # also a ValueError for an unknown id
-        raise ValueError(f"{ALGO} takes vector observations; {env_id} is a pixel env (dqn, n_step_q, sarsa and a2c take images)")
+    with bad_input():  # an unknown id
+        kind = pixels.kind(env_id)
+    if kind is not None:
+        raise InputError(f"{ALGO} takes vector observations; {env_id} is a pixel env (dqn, n_step_q, sarsa and a2c take images)")
 
     def thunk(i: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
@@ -171,20 +181,21 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
 
         return make
 
-    envs = gym.vector.SyncVectorEnv([thunk(i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+    with bad_input():  # an env that refuses the settings, or a missing env package
+        envs = gym.vector.SyncVectorEnv([thunk(i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
     space = envs.single_action_space
     if not isinstance(space, gym.spaces.Box):
         envs.close()
-        raise ValueError(f"{ALGO} needs a continuous (Box) action space; {env_id} has {space}")
+        raise InputError(f"{ALGO} needs a continuous (Box) action space; {env_id} has {space}")
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
         envs.close()
-        raise ValueError(f"{ALGO} needs finite action bounds to scale its tanh output; {env_id} has {space}")
+        raise InputError(f"{ALGO} needs finite action bounds to scale its tanh output; {env_id} has {space}")
     if not isinstance(envs.single_observation_space, gym.spaces.Box):
         envs.close()
-        raise ValueError(f"{ALGO} needs a Box observation space; {env_id} has {envs.single_observation_space}")
+        raise InputError(f"{ALGO} needs a Box observation space; {env_id} has {envs.single_observation_space}")
     if is_image(envs.single_observation_space.shape):
         envs.close()
-        raise ValueError(f"{ALGO} takes vector observations; {env_id} gives images of shape {envs.single_observation_space.shape}")
+        raise InputError(f"{ALGO} takes vector observations; {env_id} gives images of shape {envs.single_observation_space.shape}")
     return envs
 
 
@@ -299,35 +310,38 @@ def deterministic_policy(net: NAFNetwork, device: torch.device) -> Callable[[np.
     """obs [B, *obs_shape] -> mu(obs) [B, A] (no noise), as a numpy function: the greedy action,
     argmax_a Q(obs, a).
 
-    On CPU the MLP runs in numpy on zero-copy views of the parameters, which the optimizer and
-    the target sync update in place, so the views always hold the current weights. At batch size
-    1, torch's dispatch (~3 us for each of ~10 ops) costs more than the arithmetic; this path is
-    several times faster and is checked against the torch forward in the tests.
+    Through `forward()`, except on CPU where the trunk and the mu head (Linear and ReLU layers;
+    the value and L heads are not needed to act, and no other parameters may exist) run in numpy
+    on zero-copy views of their parameters, which the optimizer and the target sync update in
+    place. At batch size 1 torch's dispatch (~3 us for each of ~10 ops) costs more than the
+    arithmetic; the numpy path is several times faster. It is used only while it gives
+    forward()'s mu on a probe batch (common.fastpath.checked): build the policy again after
+    loading weights.
     """
-    if device.type != "cpu":
-        def act(obs: np.ndarray) -> np.ndarray:
-            with torch.no_grad():
-                x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
-                return net(x)[1].cpu().numpy()
+    def act_forward(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
+            return net(x)[1].cpu().numpy()
 
-        return act
-    layers = []
-    for m in [*net.trunk, net.mu_head]:  # the value and L heads are not needed to act
-        if isinstance(m, nn.Linear):
-            layers.append((m.weight.detach().numpy().T, m.bias.detach().numpy()))  # [in, out], [out]
-        elif not isinstance(m, nn.ReLU):
-            raise TypeError(f"numpy policy supports Linear and ReLU layers, not {type(m).__name__}")
-    scale, bias = net.action_scale.numpy(), net.action_bias.numpy()  # [A]
+    heads = [getattr(net, name, None) for name in ("trunk", "mu_head", "value_head", "l_head")]
+    layers = [*heads[0], heads[1]] if all(h is not None for h in heads) else []
+    linear = [m for m in layers if isinstance(m, nn.Linear)]
+    known = sum(len(list(h.parameters())) for h in heads if h is not None)
+    plain_mlp = bool(linear) and all(isinstance(m, (nn.Linear, nn.ReLU)) for m in layers) and len(list(net.parameters())) == known
+    act_numpy = None
+    if device.type == "cpu" and plain_mlp:
+        weights = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in linear]  # [in, out], [out]
+        scale, bias = net.action_scale.numpy(), net.action_bias.numpy()  # [A]
 
-    def act_numpy(obs: np.ndarray) -> np.ndarray:
-        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
-        for k, (w, b) in enumerate(layers):
-            x = x @ w + b
-            if k < len(layers) - 1:
-                np.maximum(x, 0.0, out=x)
-        return bias + scale * np.tanh(x)
+        def act_numpy(obs: np.ndarray) -> np.ndarray:
+            x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+            for k, (w, b) in enumerate(weights):
+                x = x @ w + b
+                if k < len(weights) - 1:
+                    np.maximum(x, 0.0, out=x)
+            return bias + scale * np.tanh(x)
 
-    return act_numpy
+    return checked(act_numpy, act_forward, probe_batch((linear[0].in_features,)) if act_numpy else None, f"{ALGO} policy")
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
@@ -377,6 +391,7 @@ def train(args: Args) -> dict:
         obs, _ = envs.reset(seed=args.seed)
     else:
         q_net.load_state_dict(state["q_net"])
+        policy = deterministic_policy(q_net.online, device)  # the fast path checked again, on the loaded weights
         if state["memory"] is not None:
             memory.load_state_dict(state["memory"])
         rng.bit_generator.state = state["rng"]
@@ -438,6 +453,9 @@ def train(args: Args) -> dict:
         completed = True
     except (KeyboardInterrupt, Stopped, FloatingPointError) as e:
         error = run.stopped(e, global_step)
+    except Exception as e:  # a bug: metrics.csv and summary.json keep the error, then the traceback
+        run.crashed(e, global_step)
+        raise
     finally:
         envs.close()
         torch.set_flush_denormal(flush_before)

@@ -6,21 +6,29 @@ given gradients), the optimizer, an optional learning-rate schedule and gradient
 minimised and the global L2 norm of the gradient *before* clipping, both as detached 0-d
 tensors so that no host/device synchronisation happens unless the caller asks for `.item()`.
 
-Several worker processes (Coach's "global" network, launched by torchrun; common/distributed.py):
-the wrapper joins the process group, starts every worker from rank 0's weights and, between
-`backward()` and the norm in `train_step`, replaces the flat gradient by its average over the
-workers with one all_reduce. A single process does nothing extra.
+By default the trainable parameters are moved into one flat tensor (their values and the
+module's Parameter objects stay; only the storage moves), so zeroing the gradient, its norm,
+the clipping and the optimizer's step are one kernel each instead of one per layer: per-op
+dispatch, not arithmetic, dominates small networks on a CPU. `flat=False` leaves the module's
+parameters alone, for per-layer learning rates (pass `optimizer` as a function of the
+parameters), another optimizer, or torch.compile; the results are the same up to the order in
+which the gradient norm is summed. Both paths use public torch APIs only
+(benchmarks/investigations/optimizer_step.py measures them side by side).
+
+Several worker processes (Coach's "global" network, launched by torchrun): pass
+`workers=harness.distributed` (anything with `world_size()`, `average_`, `broadcast_` and
+`gather`); the wrapper starts every worker from rank 0's weights and, between `backward()` and
+the norm in `train_step`, replaces the gradient by its average over the workers with one
+all_reduce. Without `workers` (one process) nothing extra happens.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Union
 
 import torch
 from torch import nn
-
-from common import distributed as _distributed
 
 
 def soft_update(target: nn.Module, online: nn.Module, rate: float) -> None:
@@ -28,8 +36,7 @@ def soft_update(target: nn.Module, online: nn.Module, rate: float) -> None:
 
     `rate` is the weight on the *online* network: 1.0 is a hard copy, 0.0 leaves the target
     unchanged, 0.005 is DDPG's usual soft update. Integer buffers (e.g. BatchNorm's
-    `num_batches_tracked`) cannot be averaged and are copied. One fused call per group of
-    tensors, no Python loop per element.
+    `num_batches_tracked`) cannot be averaged and are copied.
     """
     _lerp_tensors(_tensors(target), _tensors(online), rate)
 
@@ -50,11 +57,11 @@ def _lerp_tensors(targets: list[torch.Tensor], onlines: list[torch.Tensor], rate
             t.copy_(o)
     if not target_floats or rate == 0.0:
         return
-    if rate == 1.0:
-        torch._foreach_copy_(target_floats, online_floats)
-    else:
-        # lerp: t + rate * (o - t) == rate * o + (1 - rate) * t
-        torch._foreach_lerp_(target_floats, online_floats, rate)
+    for t, o in zip(target_floats, online_floats):
+        if rate == 1.0:
+            t.copy_(o)
+        else:
+            t.lerp_(o, rate)  # t + rate * (o - t) == rate * o + (1 - rate) * t
 
 
 def _flatten(params: list[nn.Parameter], grad: bool = True) -> tuple[nn.Parameter, torch.Tensor | None]:
@@ -94,10 +101,12 @@ class NetworkWrapper:
     Args:
         net: the online network (moved to `device`).
         lr: learning rate.
-        optimizer: "adam" or "rmsprop".
+        optimizer: "adam" or "rmsprop", or a function `params -> torch.optim.Optimizer` (for
+            per-layer groups or another optimizer; implies `flat=False`).
         eps: the optimizer's epsilon (Adam's eps, RMSprop's eps).
         betas: Adam's betas.
         alpha: RMSprop's smoothing constant.
+        centered: RMSprop's centered variant (the DQN paper's).
         l2: L2 penalty coefficient (the optimizer's coupled weight decay).
         lr_lambda: optional multiplier of `lr` as a function of the update count (LambdaLR),
             e.g. `lambda u: 1 - u / total_updates` for linear decay.
@@ -105,8 +114,10 @@ class NetworkWrapper:
         clip_grad_value: clip every gradient element to [-v, v] (None: no clipping).
         target: keep a target copy (`self.target`), equal to the online network at start.
         device: where the networks live.
-        distributed: average gradients over the torchrun workers (None: when launched as one of
-            several; False: a local network, e.g. built by rank 0 alone for evaluation).
+        flat: keep the trainable parameters in one flat tensor (module docstring); None: unless
+            `optimizer` is a function.
+        workers: average gradients over several processes (harness.distributed under torchrun);
+            None: one process.
     """
 
     def __init__(
@@ -114,22 +125,26 @@ class NetworkWrapper:
         net: nn.Module,
         *,
         lr: float,
-        optimizer: str = "adam",
+        optimizer: Union[str, Callable[[list[nn.Parameter]], torch.optim.Optimizer]] = "adam",
         eps: float = 1e-8,
         betas: tuple[float, float] = (0.9, 0.999),
         alpha: float = 0.99,
+        centered: bool = False,
         l2: float = 0.0,
         lr_lambda: Callable[[int], float] | None = None,
         clip_grad_norm: float | None = None,
         clip_grad_value: float | None = None,
         target: bool = False,
         device: torch.device | str = "cpu",
-        distributed: bool | None = None,
+        flat: bool | None = None,
+        workers=None,
     ):
         if clip_grad_norm is not None and clip_grad_norm <= 0:
             raise ValueError(f"clip_grad_norm must be positive, got {clip_grad_norm}")
         if clip_grad_value is not None and clip_grad_value <= 0:
             raise ValueError(f"clip_grad_value must be positive, got {clip_grad_value}")
+        if flat is None:
+            flat = not callable(optimizer)
         self.device = torch.device(device)
         self.online = net.to(self.device)
         self.target: nn.Module | None = None
@@ -138,27 +153,27 @@ class NetworkWrapper:
             self.target = copy.deepcopy(self.online)
             self.target.requires_grad_(False)
         self.params = [p for p in self.online.parameters() if p.requires_grad]
-        self.flat_param, self.flat_grad = _flatten(self.params)
-        if self.target is not None and len(self.params) == len(list(self.target.parameters())):
+        if not self.params:
+            raise ValueError("the network has no trainable parameters")
+        self.flat_param, self.flat_grad = _flatten(self.params) if flat else (None, None)
+        if flat and self.target is not None and len(self.params) == len(list(self.target.parameters())):
             # no frozen parameters: the target's are views of one flat tensor too, so a sync is one kernel
             self.target_flat = _flatten(list(self.target.parameters()), grad=False)[0].detach()
         self.grad_views = [p.grad for p in self.params]
-        self.world_size = 1
-        if distributed is None:
-            distributed = _distributed.launched()
-        if distributed:
-            self.world_size = _distributed.init(self.device)
+        self.workers = workers
+        self.world_size = 1 if workers is None else workers.world_size()
+        if self.world_size > 1:
             self._start_from_rank_0()
-        # the optimizer sees one flat tensor: zeroing, the norm, clipping and Adam are one kernel each
-        # instead of one per layer (per-op dispatch, not arithmetic, dominates small networks on CPU)
-        opt_params = [self.flat_param]
-        if optimizer == "adam":
-            # fused: the whole update in one kernel, ~2.5x faster than foreach for small networks
+        opt_params = [self.flat_param] if flat else self.params
+        if callable(optimizer):
+            self.optimizer = optimizer(opt_params)
+        elif optimizer == "adam":
+            # fused: the whole update in one kernel (multi-tensor when not flat), ~2.5x faster than foreach for small networks
             self.optimizer = torch.optim.Adam(opt_params, lr=lr, betas=betas, eps=eps, weight_decay=l2, fused=True)
         elif optimizer == "rmsprop":
-            self.optimizer = torch.optim.RMSprop(opt_params, lr=lr, alpha=alpha, eps=eps, weight_decay=l2)
+            self.optimizer = torch.optim.RMSprop(opt_params, lr=lr, alpha=alpha, eps=eps, weight_decay=l2, centered=centered)
         else:
-            raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {optimizer!r}")
+            raise ValueError(f"optimizer must be 'adam', 'rmsprop' or a function of the parameters, got {optimizer!r}")
         self.scheduler = None
         if lr_lambda is not None:
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda)
@@ -178,52 +193,52 @@ class NetworkWrapper:
             loss = (loss * weights).mean()
         elif loss.dim() > 0:
             loss = loss.mean()
-        self.flat_grad.zero_()
-        for p, g in zip(self.params, self.grad_views):
-            if p.grad is not g:  # someone called module.zero_grad(): re-link .grad to the flat grad
+        if self.flat_grad is None:
+            self.optimizer.zero_grad(set_to_none=False)
+            loss.backward()
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+            for p, g in zip(self.params, grads):
                 p.grad = g
-        loss.backward()
-        if self.world_size > 1:
-            _distributed.average_(self.flat_grad)  # one all_reduce; every worker now steps identically
-        grad_norm = self.flat_grad.norm()
-        if self.clip_grad_norm is not None:
-            # torch's convention: scale by max_norm / (norm + 1e-6) when the norm exceeds max_norm
-            self.flat_grad.mul_(torch.clamp(self.clip_grad_norm / (grad_norm + 1e-6), max=1.0))
-        if self.clip_grad_value is not None:
-            self.flat_grad.clamp_(-self.clip_grad_value, self.clip_grad_value)
-        self._step()
+                if self.world_size > 1:
+                    self.workers.average_(g)
+            # torch.nn.utils.clip_grad_norm_'s norm: the norm of the per-tensor norms
+            grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+            if self.clip_grad_norm is not None:
+                scale = torch.clamp(self.clip_grad_norm / (grad_norm + 1e-6), max=1.0)
+                for g in grads:
+                    g.mul_(scale)
+            if self.clip_grad_value is not None:
+                for g in grads:
+                    g.clamp_(-self.clip_grad_value, self.clip_grad_value)
+        else:
+            self.flat_grad.zero_()
+            for p, g in zip(self.params, self.grad_views):
+                if p.grad is not g:  # someone called module.zero_grad(): re-link .grad to the flat grad
+                    p.grad = g
+            loss.backward()
+            if self.world_size > 1:
+                self.workers.average_(self.flat_grad)  # one all_reduce; every worker now steps identically
+            grad_norm = self.flat_grad.norm()
+            if self.clip_grad_norm is not None:
+                # torch's convention: scale by max_norm / (norm + 1e-6) when the norm exceeds max_norm
+                self.flat_grad.mul_(torch.clamp(self.clip_grad_norm / (grad_norm + 1e-6), max=1.0))
+            if self.clip_grad_value is not None:
+                self.flat_grad.clamp_(-self.clip_grad_value, self.clip_grad_value)
+        self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
         self.updates += 1
         return loss.detach(), grad_norm.detach()
 
-    def _step(self) -> None:
-        """The optimizer's step. For Adam after its first step (which creates the moment buffers the
-        standard way), the fused kernel is called directly: the same kernel and arguments as
-        `torch.optim.Adam(fused=True).step()` for one parameter, bit for bit (tests/test_common.py),
-        without ~35 us of per-call bookkeeping for grouping tensors by device, hooks and
-        param-group loops, which is ~1% of a DDPG update at batch 256 and more for small batches."""
-        state = self.optimizer.state.get(self.flat_param)
-        if not isinstance(self.optimizer, torch.optim.Adam) or not state:
-            self.optimizer.step()
-            return
-        group = self.optimizer.param_groups[0]
-        beta1, beta2 = group["betas"]
-        state["step"] += 1
-        torch._fused_adam_(
-            [self.flat_param], [self.flat_grad], [state["exp_avg"]], [state["exp_avg_sq"]], [], [state["step"]],
-            lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
-            amsgrad=False, maximize=False,
-        )
-
     def _start_from_rank_0(self) -> None:
         """Copy rank 0's parameters and buffers to every worker (and into the target copy)."""
-        sizes = _distributed.gather(torch.tensor([self.flat_param.numel()], device=self.device)).tolist()
+        sizes = self.workers.gather(torch.tensor([sum(p.numel() for p in self.params)], device=self.device)).tolist()
         if len(set(sizes)) > 1:
             raise ValueError(f"the network differs across workers: {', '.join(f'rank {r} has {n} parameters' for r, n in enumerate(sizes))}")
-        _distributed.broadcast_(self.flat_param.data)
+        for p in [self.flat_param] if self.flat_param is not None else self.params:
+            self.workers.broadcast_(p.data)
         for b in self.online.buffers():
-            _distributed.broadcast_(b)
+            self.workers.broadcast_(b)
         if self.target is not None:
             soft_update(self.target, self.online, 1.0)
 

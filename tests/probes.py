@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from common import NetworkWrapper
+from common.network import NetworkWrapper
 
 ENV_ID = "CountBoxEnv-v0"
 LOW, HIGH = -0.5, 0.5  # the action bounds

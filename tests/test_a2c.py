@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "algos"))
 sys.path.insert(0, str(ROOT))
 
 import a2c  # noqa: E402
-from common.run import evaluate as run_evaluate  # noqa: E402
+from harness.run import evaluate as run_evaluate  # noqa: E402
 import probes  # noqa: E402
 from a2c import (  # noqa: E402
     ActorCritic, Args, a2c_targets, greedy_policy, load_policy, log_prob_entropy, main, numpy_head,
@@ -127,7 +127,8 @@ def test_rollout_values_the_true_final_observation_and_the_loss_sees_the_unclipp
 
     class RecordingActorCritic(a2c.ActorCritic):
         def forward(self, obs):
-            seen["obs"].append(obs.detach().clone())  # the rollout's observations [T * B, 3]
+            if torch.is_grad_enabled():  # the loss's pass, not the acting path's check against forward() (no grad)
+                seen["obs"].append(obs.detach().clone())  # the rollout's observations [T * B, 3]
             return super().forward(obs)
 
         def value(self, obs):

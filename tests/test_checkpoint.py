@@ -24,7 +24,7 @@ import pytest
 import torch
 
 import a2c
-import common.checkpoint
+import harness.checkpoint
 import ddpg
 import dqn
 import n_step_q
@@ -190,8 +190,8 @@ def test_sigkill_while_writing_a_checkpoint_resumes_from_the_previous_one(tmp_pa
     child = f"""
 import os, signal, sys
 sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / "algos")!r}]
-import torch, common.checkpoint as ck, dqn
-from common.run import parse_args
+import torch, harness.checkpoint as ck, dqn
+from harness.run import parse_args
 calls = {{"n": 0}}
 real_save = torch.save
 def dying_save(obj, f, *a, **k):
@@ -208,7 +208,7 @@ sys.exit(dqn.main(parse_args(dqn.Args, dqn.__doc__)))
     r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
     assert r.returncode == -signal.SIGKILL, r.stderr
     run = next((tmp_path / "killed").iterdir())
-    assert common.checkpoint.load(run / "checkpoint.pt")["global_step"] == 300  # the first one, whole
+    assert harness.checkpoint.load(run / "checkpoint.pt")["global_step"] == 300  # the first one, whole
     assert int(metrics(run)[-1]["global_step"]) > 300  # rows written after it, to be dropped
     r = cli("dqn", "--resume", str(run))
     assert r.returncode == 0, r.stderr
@@ -271,9 +271,9 @@ def test_checkpoint_files_hold_no_code(tmp_path, dqn_run):
     torch.save({"format": 1, "x": Evil()}, buf)
     (tmp_path / "evil.pt").write_bytes(buf.getvalue())
     with pytest.raises(ValueError, match="cannot be read"):
-        common.checkpoint.load(tmp_path / "evil.pt")
+        harness.checkpoint.load(tmp_path / "evil.pt")
     assert not (tmp_path / "pwned").exists()
-    state = common.checkpoint.load(dqn_run / "checkpoint.pt")
+    state = harness.checkpoint.load(dqn_run / "checkpoint.pt")
     assert state["algo"] == "dqn" and state["global_step"] == 1200
 
 
@@ -290,14 +290,14 @@ def test_env_state_round_trip_is_exact_for_classic_and_mujoco_envs():
         a.reset(seed=1)
         for _ in range(300):
             a.step(a.action_space.sample())
-        state, why = common.checkpoint.env_state(a)
+        state, why = harness.checkpoint.env_state(a)
         assert state is not None, why
         buf = io.BytesIO()
         torch.save({"format": 1, "envs": state}, buf)
         buf.seek(0)
         b = make()
         b.reset(seed=99)
-        common.checkpoint.set_env_state(b, torch.load(buf, weights_only=True)["envs"])
+        harness.checkpoint.set_env_state(b, torch.load(buf, weights_only=True)["envs"])
         for _ in range(600):  # through several episode ends and resets
             action = a.action_space.sample()
             assert np.array_equal(action, b.action_space.sample())
@@ -308,7 +308,7 @@ def test_env_state_round_trip_is_exact_for_classic_and_mujoco_envs():
 def test_resume_arguments_come_from_the_run_folder(monkeypatch, dqn_run):
     """`--resume RUN` alone takes every stored argument (here the non-default batch and memory sizes)."""
     monkeypatch.setattr(sys, "argv", ["dqn.py", "--resume", str(dqn_run)])
-    from common.run import parse_args
+    from harness.run import parse_args
 
     args = parse_args(dqn.Args, dqn.__doc__)
     stored = json.loads((dqn_run / "config.json").read_text())
@@ -321,8 +321,8 @@ def test_global_generators_round_trip_through_a_checkpoint_file(tmp_path):
     import random
 
     random.seed(5), np.random.seed(5), torch.manual_seed(5)
-    common.checkpoint.save(tmp_path / "c.pt", {"format": 1, "rng": common.checkpoint.rng_state()})
+    harness.checkpoint.save(tmp_path / "c.pt", {"format": 1, "rng": harness.checkpoint.rng_state()})
     first = (random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist(), random.gauss(0, 1))
     random.seed(9), np.random.seed(9), torch.manual_seed(9)
-    common.checkpoint.set_rng_state(common.checkpoint.load(tmp_path / "c.pt")["rng"])
+    harness.checkpoint.set_rng_state(harness.checkpoint.load(tmp_path / "c.pt")["rng"])
     assert (random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist(), random.gauss(0, 1)) == first

@@ -1,4 +1,4 @@
-"""common/distributed.py and the NetworkWrapper's gradient averaging, with two real gloo workers.
+"""harness/distributed.py and the NetworkWrapper's gradient averaging, with two real gloo workers.
 
 The workers are forked from a forkserver that has imported torch once, so each test costs a
 second or two rather than two fresh torch imports. Every collective has a short timeout and
@@ -23,7 +23,8 @@ import torch.distributed as dist
 import torch.multiprocessing as tmp
 from torch import nn
 
-from common import NetworkWrapper, distributed
+from common.network import NetworkWrapper
+from harness import distributed
 
 DEADLINE = 120.0  # seconds for a whole two-worker test (normally a few)
 
@@ -66,6 +67,12 @@ def mlp(seed: int, hidden: int = 16) -> nn.Module:
     return nn.Sequential(nn.Linear(4, hidden), nn.Tanh(), nn.Linear(hidden, 2))
 
 
+def shared(net: nn.Module, **kwargs) -> NetworkWrapper:
+    """A wrapper shared by the workers, as the scripts build it under torchrun: join the group, then wrap."""
+    distributed.init()
+    return NetworkWrapper(net, workers=distributed, **kwargs)
+
+
 def all_equal_across_ranks(t: torch.Tensor) -> bool:
     everyone = distributed.gather(t.detach().reshape(1, -1))  # [world, numel]
     return all(torch.equal(everyone[0], row) for row in everyone[1:])
@@ -77,8 +84,8 @@ def test_single_process_needs_no_process_group(monkeypatch):
         monkeypatch.delenv(k, raising=False)
     assert (distributed.world_size(), distributed.rank(), distributed.is_main(), distributed.launched()) == (1, 0, True, False)
     assert distributed.init() == 1
-    net = NetworkWrapper(mlp(0), lr=1e-2, clip_grad_norm=1.0)
-    reference = NetworkWrapper(mlp(0), lr=1e-2, clip_grad_norm=1.0, distributed=False)
+    net = NetworkWrapper(mlp(0), lr=1e-2, clip_grad_norm=1.0, workers=distributed)
+    reference = NetworkWrapper(mlp(0), lr=1e-2, clip_grad_norm=1.0)
     x = torch.randn(8, 4, generator=torch.Generator().manual_seed(0))
     for _ in range(5):
         net.train_step(net.online(x).pow(2).sum(1))
@@ -94,7 +101,7 @@ def test_single_process_needs_no_process_group(monkeypatch):
 # ---- two workers: identical weights, averaged gradient == concatenated-batch gradient -------------
 def _train_two_workers(rank, steps, optimizer):
     # different initial weights on purpose: the wrapper must start every worker from rank 0's
-    net = NetworkWrapper(mlp(seed=rank), lr=3e-3, optimizer=optimizer, clip_grad_norm=0.5, target=True)
+    net = shared(mlp(seed=rank), lr=3e-3, optimizer=optimizer, clip_grad_norm=0.5, target=True)
     assert net.world_size == 2 and dist.get_backend() == "gloo"
     reference = copy.deepcopy(net.online)  # plain module for the one-process gradient
     assert all_equal_across_ranks(net.flat_param)
@@ -156,7 +163,7 @@ def test_mismatched_arguments_fail_on_every_worker_with_the_field_named(tmp_path
 
 def _mismatched_network(rank, out_dir):
     try:
-        NetworkWrapper(mlp(0, hidden=16 if rank == 0 else 32), lr=1e-3)
+        shared(mlp(0, hidden=16 if rank == 0 else 32), lr=1e-3)
     except ValueError as e:
         (out_dir / f"rank{rank}.txt").write_text(str(e))
         return
@@ -172,7 +179,7 @@ def test_different_networks_fail_on_every_worker(tmp_path):
 def _lonely(rank, out_dir):
     start = time.monotonic()
     try:
-        NetworkWrapper(mlp(0), lr=1e-3)
+        shared(mlp(0), lr=1e-3)
     except RuntimeError as e:
         (out_dir / "message.txt").write_text(f"{time.monotonic() - start:.1f}\n{e}")
         return
@@ -187,7 +194,7 @@ def test_missing_worker_times_out_with_a_clear_message(tmp_path):
 
 
 def _one_dies(rank, out_dir):
-    net = NetworkWrapper(mlp(0), lr=1e-3)
+    net = shared(mlp(0), lr=1e-3)
     if rank == 1:
         os._exit(0)  # a crash without any goodbye
     time.sleep(0.5)

@@ -17,7 +17,7 @@ import torch
 import dqn
 import probes
 from probes import ChainEnv, RecordingWrapper
-from common import ReplayMemory
+from common.replay import ReplayMemory
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "algos" / "dqn.py")
@@ -209,7 +209,7 @@ def test_target_network_in_train(tmp_path, monkeypatch, target_rate, double_dqn)
 
 def test_numpy_policy_matches_torch_after_updates(tmp_path):
     torch.manual_seed(0)
-    from common import NetworkWrapper
+    from common.network import NetworkWrapper
 
     q_net = NetworkWrapper(dqn.QNetwork((4,), 3, (16, 8)), lr=0.1)
     act = dqn.greedy_policy(q_net.online, torch.device("cpu"))

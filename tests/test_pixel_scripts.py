@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-import common.run
+import harness.run
 import evaluate
 from common import pixels
-from common.run import evaluate as run_evaluate
+from harness.run import evaluate as run_evaluate
 from common.torso import ToFloat
 
 ALGOS = ["dqn", "n_step_q", "sarsa", "a2c"]
@@ -117,7 +117,7 @@ def test_atari_learns_from_clipped_rewards_and_logs_whole_games(tmp_path, monkey
     module, args = small(algo, tmp_path, env_id="AsterixNoFrameskip-v4", total_timesteps=300, eval_episodes=1, num_envs=1, **at_random)
     learned, logged, games = [], [], []
     name, position = TARGETS[algo]
-    real_targets, real_episodes, real_game_over = getattr(module, name), common.run.Run.episodes, pixels.game_over
+    real_targets, real_episodes, real_game_over = getattr(module, name), harness.run.Run.episodes, pixels.game_over
 
     def targets(*a, **kw):
         learned.append(a[position].detach().clone().reshape(-1))
@@ -133,7 +133,7 @@ def test_atari_learns_from_clipped_rewards_and_logs_whole_games(tmp_path, monkey
         return over
 
     monkeypatch.setattr(module, name, targets)
-    monkeypatch.setattr(common.run.Run, "episodes", episodes)
+    monkeypatch.setattr(harness.run.Run, "episodes", episodes)
     monkeypatch.setattr(pixels, "game_over", game_over)
     summary = module.train(args)
     assert summary["completed"] and summary["error"] is None

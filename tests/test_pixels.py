@@ -12,7 +12,10 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import FrameMemory, obs_shape, pixels, torso, true_next_obs  # noqa: E402
+from common.replay import FrameMemory  # noqa: E402
+from common.torso import obs_shape, torso  # noqa: E402
+from common import pixels  # noqa: E402
+from common.autoreset import true_next_obs  # noqa: E402
 
 
 # --- frame memory ------------------------------------------------------------------------------

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-import common.run
+import harness.run
 import ddpg
 import dqn
 import probes
-from common import NetworkWrapper
+from common.network import NetworkWrapper
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ def test_a_failed_final_evaluation_keeps_the_model_and_summary(tmp_path, monkeyp
     def broken(*args, **kwargs):
         raise RuntimeError("an OpenGL platform library has not been loaded")
 
-    monkeypatch.setattr(common.run, "evaluate", broken)
+    monkeypatch.setattr(harness.run, "evaluate", broken)
     args = ddpg.Args(env_id="Pendulum-v1", total_timesteps=300, learning_starts=100, hidden_sizes=(32, 32), save_model=True,
                      checkpoint_every=150, run_dir=str(tmp_path), progress=False)
     assert ddpg.main(args) == 1
@@ -145,7 +145,7 @@ def test_a_run_that_fails_before_training_leaves_the_callers_flush_setting(tmp_p
     def failing_restore(self, envs):
         raise OSError("checkpoint unreadable")
 
-    monkeypatch.setattr(common.run.Run, "restore", failing_restore)
+    monkeypatch.setattr(harness.run.Run, "restore", failing_restore)
     try:
         torch.set_flush_denormal(False)
         with pytest.raises(OSError, match="checkpoint unreadable"):
@@ -190,9 +190,9 @@ def test_evaluate_closes_its_envs_when_the_policy_fails():
         raise RuntimeError("policy failed")
 
     with pytest.raises(RuntimeError, match="policy failed"):
-        common.run.evaluate(failing_policy, make_envs, 2, seed=0)
+        harness.run.evaluate(failing_policy, make_envs, 2, seed=0)
     assert closed == [True]
-    returns = common.run.evaluate(lambda obs: (obs[:, 2] > 0).astype(np.int64), functools.partial(dqn.make_env, "CartPole-v1"), 2, seed=0)
+    returns = harness.run.evaluate(lambda obs: (obs[:, 2] > 0).astype(np.int64), functools.partial(dqn.make_env, "CartPole-v1"), 2, seed=0)
     assert returns.shape == (2,) and (returns > 0).all()
 
 

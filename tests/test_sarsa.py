@@ -17,8 +17,8 @@ from torch import nn
 import sarsa
 import probes
 from probes import ChainEnv, RecordingWrapper
-import common.run
-from common.run import evaluate as run_evaluate
+import harness.run
+from harness.run import evaluate as run_evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -349,7 +349,7 @@ def test_interrupt_writes_logs(tmp_path, monkeypatch):
     def interrupt(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(common.run, "evaluate", interrupt)  # Ctrl-C during the final evaluation
+    monkeypatch.setattr(harness.run, "evaluate", interrupt)  # Ctrl-C during the final evaluation
     assert sarsa.main(small_args(tmp_path)) == 130
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
     assert summary["completed"] is False and summary["error"] == "interrupted" and summary["total_timesteps"] == 600

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import a2c
-import common.run
+import harness.run
 import dqn
 import plot
-from common.run import tensorboard_tag
+from harness.run import tensorboard_tag
 
 ROOT = Path(__file__).resolve().parents[1]
 # CleanRL's tags for what dqn logs; charts/epsilon, losses/grad_norm and eval/episodic_return_std are ours
@@ -79,9 +79,9 @@ def test_resumed_run_has_one_history_in_tensorboard(tmp_path, monkeypatch, first
     """The first process logs past its last checkpoint (at 400, as if killed after 600): those events are
     dropped on resume like metrics.csv's rows; a run that had no events gets the kept rows first."""
     pytest.importorskip("tensorboard", reason="pip install -r requirements-viz.txt")
-    write = common.run.Run._write_checkpoint
+    write = harness.run.Run._write_checkpoint
     with monkeypatch.context() as m:
-        m.setattr(common.run.Run, "_write_checkpoint", lambda self, content: write(self, content) if content["global_step"] <= 400 else None)
+        m.setattr(harness.run.Run, "_write_checkpoint", lambda self, content: write(self, content) if content["global_step"] <= 400 else None)
         first = dqn.train(dqn_args(tmp_path, checkpoint_every=200, tensorboard=first_with_tensorboard))
     run = Path(first["run_dir"])
     if first_with_tensorboard:

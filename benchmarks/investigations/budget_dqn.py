@@ -40,7 +40,8 @@ sys.path.insert(0, str(ROOT / "algos"))
 sys.path.insert(0, str(ROOT))
 
 import dqn  # noqa: E402
-from common import NetworkWrapper, ReplayMemory  # noqa: E402
+from common.network import NetworkWrapper  # noqa: E402
+from common.replay import ReplayMemory  # noqa: E402
 
 
 def run_seconds(steps: int, seed: int, updates: bool) -> tuple[float, int]:

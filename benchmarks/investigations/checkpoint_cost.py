@@ -4,7 +4,7 @@
 
 Builds each case's networks (with Adam state after one step) and a replay memory filled to
 capacity with random rows of the env's shapes, then writes the checkpoint the script would write
-(common.checkpoint.save: temporary file, fsync, rename) and reads it back (weights_only). Cases:
+(harness.checkpoint.save: temporary file, fsync, rename) and reads it back (weights_only). Cases:
 DQN's defaults on CartPole-v1 (10k transitions) and DDPG on HalfCheetah-v5 with 1M transitions.
 """
 
@@ -20,7 +20,9 @@ import torch
 sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[2] / "algos")]
 import ddpg  # noqa: E402
 import dqn  # noqa: E402
-from common import NetworkWrapper, ReplayMemory, checkpoint  # noqa: E402
+from common.network import NetworkWrapper  # noqa: E402
+from common.replay import ReplayMemory  # noqa: E402
+from harness import checkpoint  # noqa: E402
 
 
 def filled(capacity: int, obs_dim: int, action_shape: tuple, discrete: bool) -> ReplayMemory:

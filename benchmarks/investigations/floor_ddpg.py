@@ -122,7 +122,7 @@ def our_update(batch: int, hidden: int, act_dim: int = 1, mark=None):
     import gymnasium as gym
 
     import ddpg
-    from common import NetworkWrapper
+    from common.network import NetworkWrapper
 
     space = gym.spaces.Box(-2.0, 2.0, (act_dim,))
     actor = NetworkWrapper(ddpg.Actor(3, space, (hidden, hidden)), lr=3e-4, target=True)

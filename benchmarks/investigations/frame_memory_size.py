@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from common import FrameMemory  # noqa: E402
+from common.replay import FrameMemory  # noqa: E402
 
 
 def rss_bytes() -> int:

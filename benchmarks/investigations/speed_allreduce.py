@@ -2,7 +2,7 @@
 
 Each worker alternates `--work-ms` milliseconds of busy computation (standing in for a rollout and
 its forward/backward) with one `all_reduce` of `--numel` float32 values (the flat gradient that
-common.distributed.average_ sends: ~9.3k for A2C's CartPole network), and reports the mean,
+harness.distributed.average_ sends: ~9.3k for A2C's CartPole network), and reports the mean,
 median and 90th percentile time per all_reduce and the mean cycle. With --work-ms 0 it is the
 back-to-back latency; with the ~2 ms an A2C update takes here, it is what one update pays. N
 workers reach the ideal N x speed-up only if this stays small against the work.

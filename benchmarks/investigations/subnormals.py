@@ -4,7 +4,7 @@
         --total-timesteps 15000 --loss huber --learning-rate 0.00025 --batch-size 32 --buffer-size 100000 \
         --learning-starts 5000 --train-every 1 --target-every 1000 --end-epsilon 0.1 --exploration-fraction 0.1
 
-Every script calls `common.run.flush_denormals()` when training starts; here the "off" runs replace
+Every script calls `harness.run.flush_denormals()` when training starts; here the "off" runs replace
 it by a function that leaves the flush off. Each run is a fresh process (so neither inherits the
 other's caches or setting), timed start to exit, one torch thread, and prints its final greedy
 evaluation: with the flush only values below ~1.2e-38 change, so the two evaluations should be
@@ -28,7 +28,7 @@ CHILD = """
 import json, sys
 sys.path[:0] = [{algos!r}, {root!r}]
 import {algo} as script
-from common.run import parse_args
+from harness.run import parse_args
 if {off}:
     script.flush_denormals = lambda: False  # leave subnormals as they are
 args = parse_args(script.Args, script.__doc__)

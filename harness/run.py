@@ -5,7 +5,7 @@
 - `Run`: the run folder (config.json, metrics.csv, summary.json, model and videos), the
   progress line, wandb, signals, and checkpoints (what a checkpoint holds is the script's dict;
   writing it atomically, loading it without code, generators and env state are
-  common/checkpoint.py's).
+  harness/checkpoint.py's). It reads the fields of the script's Args named in `RUN_FIELDS`.
 - `evaluate(act, make_envs, episodes, seed, video_dir)`: greedy episodes, one per env.
 - `main(algo, train, args)`: runs `train` and turns its outcome into the exit status.
 - `flush_denormals()`: subnormal floats become 0 while a script trains (much faster on x86);
@@ -15,7 +15,8 @@
   tensorboard_export.py.
 
 Exit status: 0 done; 1 stopped by a NaN loss, a lost worker or a failed final evaluation
-(summary and model kept); 2 bad input, one line; 75 stopped by SIGTERM or SIGUSR1 after writing
+(summary and model kept), or a bug (its traceback; metrics.csv and summary.json keep the error);
+2 bad input (`InputError`: a flag, an env id, a run folder), one line; 75 stopped by SIGTERM or SIGUSR1 after writing
 a checkpoint (resume with `--resume`); 130 interrupted (Ctrl-C).
 
 Signals: SIGTERM and SIGUSR1 (SLURM sends one before a job's time limit) ask for a stop at the
@@ -27,6 +28,7 @@ checkpoint first (a second Ctrl-C stops at once).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -46,7 +48,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from common import checkpoint, distributed
+from harness import checkpoint, distributed
+from harness.errors import InputError
 
 if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
     # MuJoCo renders (--capture-video) through EGL without a screen; must be set before mujoco is imported
@@ -71,6 +74,25 @@ TENSORBOARD_TAGS = {
 TENSORBOARD_TAGS_BY_ALGO = {
     "a2c": {"loss": "losses/loss"},  # the total loss (policy + value - entropy), not a TD loss
     "ddpg": {"q_values": "losses/qf1_values"},  # CleanRL's DDPG name for the critic's Q(s, a)
+}
+
+
+# What Run reads from a script's Args, by name: every script's Args declares these fields.
+RUN_FIELDS = {
+    "env_id": "gymnasium id (the run folder's name, the summary)",
+    "seed": "the run's seed (folder name, evaluation seeds)",
+    "total_timesteps": "env steps to train for (progress, ETA)",
+    "num_envs": "parallel training envs (running episode returns)",
+    "eval_episodes": "episodes per evaluation",
+    "run_dir": "parent folder of the run folders",
+    "progress": "print the progress line",
+    "checkpoint_every": "env steps between checkpoints (0: none)",
+    "resume": "run folder to continue, or None",
+    "capture_video": "record evaluation videos",
+    "tensorboard": "write TensorBoard scalars",
+    "track": "log to wandb",
+    "wandb_project": "wandb project",
+    "wandb_entity": "wandb team or user",
 }
 
 
@@ -110,7 +132,7 @@ def parse_args(args_class, doc: str):
         return args
     try:
         stored = _stored_config(Path(args.resume))
-    except ValueError as e:
+    except InputError as e:
         print(f"{Path(sys.argv[0]).stem}: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     defaults = {}
@@ -125,17 +147,31 @@ def parse_args(args_class, doc: str):
 def _stored_config(folder: Path) -> dict:
     config = folder / "config.json"
     if not config.is_file():
-        raise ValueError(f"--resume {folder}: no config.json there (not a run folder)")
+        raise InputError(f"--resume {folder}: no config.json there (not a run folder)")
     try:
         return json.loads(config.read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"--resume {folder}: config.json cannot be read ({e})") from None
+        raise InputError(f"--resume {folder}: config.json cannot be read ({e})") from None
+
+
+@contextlib.contextmanager
+def bad_input():
+    """Turn a ValueError (or a gymnasium error, e.g. a missing env package) raised inside into InputError.
+
+    For the calls whose failures can only come from what the user asked for: making the envs
+    from an id and its flags."""
+    try:
+        yield
+    except InputError:
+        raise
+    except (ValueError, gym.error.Error) as e:
+        raise InputError(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__) from None
 
 
 def refuse_workers(algo: str) -> None:
     """One line instead of N independent copies writing N run folders under torchrun."""
     if distributed.launched():
-        raise ValueError(
+        raise InputError(
             f"{algo} runs in one process; torchrun started {os.environ['WORLD_SIZE']} workers that would train "
             f"independent copies (several workers: a2c, n_step_q, sarsa). Run `python algos/{algo}.py` instead"
         )
@@ -189,7 +225,7 @@ def tensorboard_writer(folder: Path | None = None, purge_step: int | None = None
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise ValueError("--tensorboard needs the tensorboard package: pip install -r requirements-viz.txt") from None
+        raise InputError("--tensorboard needs the tensorboard package: pip install -r requirements-viz.txt") from None
     return None if folder is None else SummaryWriter(str(folder / "tensorboard"), purge_step=purge_step)
 
 
@@ -226,8 +262,12 @@ class Run:
     """
 
     def __init__(self, algo: str, args, fields: list[str], write: bool = True):
+        missing = [name for name in RUN_FIELDS if not hasattr(args, name)]
+        if missing:
+            raise TypeError(f"Run reads {', '.join(missing)} from the script's Args, which lacks them (harness.run.RUN_FIELDS)")
         self.algo, self.args, self.write = algo, args, write
         self.fields = ["global_step", "wall_seconds", *fields]
+        self.columns = set(fields)
         self.path: Path | None = None
         # the running episodes of the training envs: return and length so far [B], last 10 returns
         self.ep_return, self.ep_length = np.zeros(args.num_envs), np.zeros(args.num_envs, dtype=np.int64)
@@ -249,7 +289,7 @@ class Run:
             # every evaluation loads one per episode)
             sys.modules["mujoco"].set_mju_user_warning(_mujoco_warning)
         if (self.checkpoint_every or args.resume) and distributed.launched():
-            raise ValueError("--checkpoint-every and --resume work in one process; under torchrun leave them out")
+            raise InputError("--checkpoint-every and --resume work in one process; under torchrun leave them out")
         if args.tensorboard:
             tensorboard_writer()  # a missing package is bad input, found before anything is written
         if not write:
@@ -305,23 +345,26 @@ class Run:
             path.mkdir(parents=True)
             (path / "config.json").write_text(json.dumps(config, indent=2))
         except OSError as e:
-            raise ValueError(f"cannot write the run folder {path} ({e.strerror or e}); choose another --run-dir") from None
+            raise InputError(f"cannot write the run folder {path} ({e.strerror or e}); choose another --run-dir") from None
         return path
 
     def _check_resume(self, config: dict) -> None:
         stored = _stored_config(self.path)
         if stored.get("algo") != self.algo:
-            raise ValueError(f"--resume {self.path}: that run is {stored.get('algo')!r}, not {self.algo}")
+            raise InputError(f"--resume {self.path}: that run is {stored.get('algo')!r}, not {self.algo}")
         for key in sorted(set(stored) | set(config)):
             if key not in RESUMABLE_CHANGES and stored.get(key) != config.get(key):
                 flag = "--" + key.replace("_", "-")
-                raise ValueError(
+                raise InputError(
                     f"--resume {self.path}: {flag} was {stored.get(key)!r} in that run, {config.get(key)!r} now; "
                     "only the run length, evaluation and logging flags may change"
                 )
-        saved = checkpoint.load(self.path / "checkpoint.pt")
+        try:
+            saved = checkpoint.load(self.path / "checkpoint.pt")
+        except ValueError as e:  # missing, truncated or not ours
+            raise InputError(f"--resume {self.path}: {e}") from None
         if saved.get("format") != CHECKPOINT_FORMAT or saved.get("algo") != self.algo:
-            raise ValueError(f"{self.path / 'checkpoint.pt'} is a {saved.get('algo')!r} checkpoint (format {saved.get('format')}), not {self.algo}'s")
+            raise InputError(f"{self.path / 'checkpoint.pt'} is a {saved.get('algo')!r} checkpoint (format {saved.get('format')}), not {self.algo}'s")
         self.saved = saved
 
     def _reopen_metrics(self, size: int):
@@ -329,7 +372,7 @@ class Run:
         with open(path, newline="") as f:
             header = f.readline().strip().split(",")
         if header != self.fields:
-            raise ValueError(f"{path} has columns {header}, expected {self.fields}")
+            raise InputError(f"{path} has columns {header}, expected {self.fields}")
         os.truncate(path, size)  # rows written after the checkpoint are not part of this history
         return open(path, "a", newline="")
 
@@ -343,6 +386,10 @@ class Run:
 
     # logging
     def log(self, global_step: int, **metrics: float) -> None:
+        unknown = metrics.keys() - self.columns
+        if unknown:  # a metric added to the script without its column
+            raise ValueError(f"Run.log: {', '.join(sorted(unknown))} not among the metrics.csv columns {self.fields[2:]}; "
+                           f"add {'it' if len(unknown) == 1 else 'them'} to the list of fields the script passes to Run(...)")
         if not self.write:
             return
         self.csv.writerow({"global_step": global_step, "wall_seconds": round(self.elapsed(), 3), **metrics})
@@ -493,6 +540,15 @@ class Run:
         print(f"\n{self.algo}: stopped: {e}", file=sys.stderr)
         return str(e)
 
+    def crashed(self, e: BaseException, global_step: int) -> None:
+        """A bug ended training: metrics.csv and summary.json keep what happened, with the error; the
+        script re-raises, so the traceback shows and the exit status is 1."""
+        try:
+            error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            self.finish(self.summary(global_step, self.elapsed(), np.array([]), completed=False, error=error), global_step)
+        except Exception:  # the original error matters more than a second one while recording it
+            pass
+
     def final_evaluation(self, act, make_envs, global_step: int) -> tuple[np.ndarray, str | None]:
         """The last evaluation; a failure (e.g. no renderer for the video) costs the evaluation, not the run."""
         try:
@@ -563,10 +619,13 @@ def _wandb_mode() -> str | None:
 
 
 def main(algo: str, train: Callable, args) -> int:
-    """Run `train(args)`; the exit status (module docstring) from its summary; bad input is one line."""
+    """Run `train(args)`; the exit status (module docstring) from its summary.
+
+    Bad input (InputError) and workers that cannot form a group are one line and exit 2; any
+    other exception is a bug: Python prints its traceback and the exit status is 1."""
     try:
         summary = train(args)
-    except (ValueError, distributed.WorkerError) as e:
+    except (InputError, distributed.WorkerError) as e:
         print(f"{algo}: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     finally:

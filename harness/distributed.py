@@ -34,6 +34,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from harness.errors import InputError
+
 
 class WorkerError(RuntimeError):
     """The workers cannot go on together: one never joined, died, or stopped answering."""
@@ -138,7 +140,7 @@ def shutdown(wait: bool | None = None) -> None:
 
 
 def check_same(config: dict, what: str = "arguments") -> None:
-    """Raise ValueError on every worker unless all workers hold the same `config` (a JSON-able dict).
+    """Raise InputError on every worker unless all workers hold the same `config` (a JSON-able dict).
 
     One all_gather of an 8-byte hash; only on a mismatch are the configs themselves gathered,
     to name the fields that differ.
@@ -157,7 +159,7 @@ def check_same(config: dict, what: str = "arguments") -> None:
         values = [c.get(key, "<missing>") for c in configs]
         if any(v != values[0] for v in values):
             differ.append(f"{key}: " + ", ".join(f"rank {r} has {v!r}" for r, v in enumerate(values)))
-    raise ValueError(f"{what} differ across the {len(configs)} workers ({'; '.join(differ)}); give every worker the same command")
+    raise InputError(f"{what} differ across the {len(configs)} workers ({'; '.join(differ)}); give every worker the same command")
 
 
 @torch.no_grad()
