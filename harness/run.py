@@ -54,6 +54,11 @@ from harness.errors import InputError
 if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
     # MuJoCo renders (--capture-video) through EGL without a screen; must be set before mujoco is imported
     os.environ.setdefault("MUJOCO_GL", "egl")
+    if not os.environ.get("WAYLAND_DISPLAY"):
+        # pygame (classic-control and Box2D frames) draws off screen, but SDL still probes for a screen at the
+        # first frame and libwayland prints "error: XDG_RUNTIME_DIR is invalid..." on a headless machine;
+        # with no screen to find, SDL's dummy driver is what it would end up with anyway
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PREEMPTED, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
 CHECKPOINT_FORMAT = 1
@@ -149,9 +154,12 @@ def _stored_config(folder: Path) -> dict:
     if not config.is_file():
         raise InputError(f"--resume {folder}: no config.json there (not a run folder)")
     try:
-        return json.loads(config.read_text())
+        stored = json.loads(config.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise InputError(f"--resume {folder}: config.json cannot be read ({e})") from None
+    if not isinstance(stored, dict) or not stored.get("algo"):
+        raise InputError(f"--resume {folder}: its config.json names no algorithm (not the config.json of a run)")
+    return stored
 
 
 @contextlib.contextmanager
@@ -205,12 +213,20 @@ def evaluate(
     return returns
 
 
+class _FirstEpisodeVideo(gym.wrappers.RecordVideo):
+    """RecordVideo writing its one recording as <name_prefix>.mp4 (its own names add "-episode-<k>")."""
+
+    def start_recording(self, video_name: str):
+        super().start_recording(self.name_prefix)
+
+
 def record_first_episode(env: gym.Env, video_dir: str, index: int) -> gym.Env:
-    """`env` (made with render_mode="rgb_array") writing its first episode to video_dir/episode-<index>-*.mp4."""
+    """`env` (made with render_mode="rgb_array") writing its first episode to video_dir/episode-<index>.mp4:
+    env i of an evaluation plays its episode i."""
     with warnings.catch_warnings():  # every env of the evaluation writes into the same folder
         warnings.filterwarnings("ignore", message=".*Overwriting existing videos")
-        return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda episode: episode == 0,
-                                        name_prefix=f"episode-{index}", disable_logger=True)
+        return _FirstEpisodeVideo(env, video_dir, episode_trigger=lambda episode: episode == 0,
+                                  name_prefix=f"episode-{index}", disable_logger=True)
 
 
 # TensorBoard -----------------------------------------------------------------------------------

@@ -42,7 +42,17 @@ def test_videos_hold_every_evaluation_episode_named_by_step(tmp_path):
     videos = Path(summary["run_dir"]) / "videos"
     assert sorted(p.name for p in videos.iterdir()) == ["step-000000300", "step-000000600"]
     for folder in videos.iterdir():  # one whole episode per evaluation env, no fragment of a next one
-        assert sorted(p.name for p in folder.glob("*.mp4")) == ["episode-0-episode-0.mp4", "episode-1-episode-0.mp4"]
+        assert sorted(p.name for p in folder.glob("*.mp4")) == ["episode-0.mp4", "episode-1.mp4"]
+
+
+def test_frames_on_a_headless_machine_print_nothing():
+    """pygame's frames (classic control, Box2D) drew with "error: XDG_RUNTIME_DIR is invalid..." on stderr
+    where there is no screen: SDL probed for one. The frame itself is drawn."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR", "SDL_VIDEODRIVER")}
+    code = ("import harness.run, gymnasium as gym; e = gym.make('CartPole-v1', render_mode='rgb_array'); e.reset(seed=0); "
+            "frame = e.render(); e.close(); assert frame.shape == (400, 600, 3) and frame.min() < 100 < frame.max()")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
 
 
 def test_capture_video_on_a_headless_mujoco_env(tmp_path):
@@ -76,6 +86,18 @@ def test_a_run_dir_that_cannot_be_written_is_one_line(tmp_path, make_bad):
         bad.write_text("not a folder")
     r = cli("dqn", "--total-timesteps", "200", "--learning-starts", "100", "--run-dir", str(bad))
     assert "--run-dir" in one_error_line(r, "dqn")
+
+
+@pytest.mark.parametrize("config", ["{}", "[1, 2]", '{"env_id": "CartPole-v1"}'])
+def test_resume_of_a_folder_whose_config_names_no_algorithm_is_one_line(tmp_path, monkeypatch, capsys, config):
+    (tmp_path / "config.json").write_text(config)
+    says = f"dqn: error: --resume {tmp_path}: its config.json names no algorithm (not the config.json of a run)"
+    monkeypatch.setattr(sys, "argv", ["dqn.py", "--resume", str(tmp_path)])
+    with pytest.raises(SystemExit) as stop:
+        harness.run.parse_args(dqn.Args, dqn.__doc__)
+    assert stop.value.code == 2 and capsys.readouterr().err.strip() == says
+    assert dqn.main(probes.tiny_args(dqn, "dqn", tmp_path / "runs", resume=str(tmp_path))) == 2  # train() called directly
+    assert capsys.readouterr().err.strip() == says
 
 
 def test_track_without_a_wandb_login_falls_back_to_offline(tmp_path):
