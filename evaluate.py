@@ -8,6 +8,10 @@ by `--save-model`, a state dict loaded with weights_only=True) and runs the dete
 (the run's --eval-episodes, on envs seeded with the run's seed + 100_000, as the scripts
 evaluate), so it prints summary.json's eval_return_mean; --seed and --episodes score other
 episodes. --capture-video writes an MP4 of every episode into <run folder>/eval_videos.
+
+The network comes from the algorithm's script: algos/<algo>.py of this repository (<algo> from
+config.json), or the file given with --script, e.g. a copy of the script trained in another
+project (with its common/ and harness/ beside it).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import json
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import tyro
 
@@ -30,27 +34,56 @@ ROOT = Path(__file__).resolve().parent
 class EvalArgs:
     run: tyro.conf.Positional[Path]
     """run folder holding config.json and model.pt"""
-    episodes: Optional[int] = None
-    """episodes to evaluate (default: the run's --eval-episodes)"""
-    seed: Optional[int] = None
-    """seed of the evaluation envs, env i gets seed + i (default: the run's seed + 100_000, the seed of its own evaluations)"""
+    episodes: Annotated[Optional[int], tyro.conf.arg(metavar="N", help_behavior_hint="(default: the run's --eval-episodes)")] = None
+    """episodes to evaluate"""
+    seed: Annotated[Optional[int], tyro.conf.arg(
+        metavar="S", help_behavior_hint="(default: the run's seed + 100_000, the seed of its own evaluations)")] = None
+    """seed of the evaluation envs, env i gets seed + i"""
+    script: Annotated[Optional[Path], tyro.conf.arg(
+        metavar="PATH", help_behavior_hint="(default: algos/<algo>.py of this repository, <algo> from config.json)")] = None
+    """the algorithm's script that trained the run, whose network and env maker are used (e.g. a copy in another project)"""
     capture_video: bool = False
     """write videos into <run folder>/eval_videos"""
     device: str = "cpu"
     """where to run the network"""
 
 
-def main(a: EvalArgs) -> int:
-    config_path, model_path = a.run / "config.json", a.run / "model.pt"
-    if not config_path.exists() or not model_path.exists():
-        print(f"evaluate: error: {a.run} has no config.json and model.pt (train with --save-model)", file=sys.stderr)
-        return 2
+def check(a: EvalArgs) -> tuple[dict, Path]:
+    """The run's config.json and the script to load, or ValueError naming what is wrong: checked before
+    the script (and torch with it) is imported, so bad input is one line at once."""
+    missing = [name for name in ("config.json", "model.pt") if not (a.run / name).is_file()]
+    if not a.run.is_dir():
+        raise ValueError(f"{a.run} is not a folder (give a run folder holding config.json and model.pt)")
+    if missing == ["model.pt"]:
+        raise ValueError(f"{a.run} has no model.pt (train with --save-model)")
+    if missing:
+        also = "; a run writes model.pt with --save-model" if "model.pt" in missing else ""
+        raise ValueError(f"{a.run} has no {' and no '.join(missing)} (not a run folder{also})")
     if a.episodes is not None and a.episodes <= 0:
-        print(f"evaluate: error: --episodes must be positive, got {a.episodes}", file=sys.stderr)
+        raise ValueError(f"--episodes must be positive, got {a.episodes}")
+    try:
+        config = json.loads((a.run / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{a.run / 'config.json'} cannot be read ({e})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("algo"), str):
+        raise ValueError(f"{a.run / 'config.json'} names no algorithm (not the config.json of a run)")
+    script = a.script if a.script is not None else ROOT / "algos" / f"{config['algo']}.py"
+    if not script.is_file():
+        if a.script is not None:
+            raise ValueError(f"--script {script}: no such file")
+        raise ValueError(f"no script {script} for the run's algorithm {config['algo']!r}; give the script with --script PATH")
+    return config, script
+
+
+def main(a: EvalArgs) -> int:
+    try:
+        config, script = check(a)
+    except ValueError as e:
+        print(f"evaluate: error: {e}", file=sys.stderr)
         return 2
-    config = json.loads(config_path.read_text())
+    model_path = a.run / "model.pt"
     algo = config.pop("algo")
-    spec = importlib.util.spec_from_file_location(algo, ROOT / "algos" / f"{algo}.py")
+    spec = importlib.util.spec_from_file_location(algo, script)
     module = importlib.util.module_from_spec(spec)
     sys.modules[algo] = module  # dataclasses look their module up while the file executes
     sys.path.insert(0, str(ROOT))
@@ -73,4 +106,4 @@ def main(a: EvalArgs) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(tyro.cli(EvalArgs)))
+    sys.exit(main(tyro.cli(EvalArgs, description=__doc__.strip().splitlines()[0])))

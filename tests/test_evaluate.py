@@ -1,6 +1,7 @@
 """evaluate.py: by default it repeats a run's final evaluation from its saved model."""
 
 import importlib
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,5 +44,61 @@ def test_scale_obs_reaches_every_env_of_the_run_and_evaluate_py(tmp_path, capsys
     capsys.readouterr()
     assert evaluate.main(evaluate.EvalArgs(run=Path(summary["run_dir"]))) == 0
     assert len(asked) == 4 and all(asked), asked  # the policy's env (for its shapes), 3 evaluation envs
+    expected = f"return {summary['eval_return_mean']:.2f} +- {summary['eval_return_std']:.2f} over 3 episodes"
+    assert expected in capsys.readouterr().out
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("files, kw, says", [
+    ({"config.json": '{"algo": "dqn"}'}, {}, "has no model.pt (train with --save-model)"),
+    ({"model.pt": ""}, {}, "has no config.json (not a run folder)"),
+    ({}, {}, "has no config.json and no model.pt (not a run folder; a run writes model.pt with --save-model)"),
+    ({"config.json": "{}", "model.pt": ""}, {}, "config.json names no algorithm (not the config.json of a run)"),
+    ({"config.json": "{not json", "model.pt": ""}, {}, "config.json cannot be read"),
+    ({"config.json": '{"algo": "nosuch"}', "model.pt": ""}, {}, "algos/nosuch.py for the run's algorithm 'nosuch'; give the script with --script PATH"),
+    ({"config.json": '{"algo": "dqn"}', "model.pt": ""}, {"script": Path("elsewhere/dqn.py")}, "--script elsewhere/dqn.py: no such file"),
+    ({"config.json": '{"algo": "dqn"}', "model.pt": ""}, {"episodes": 0}, "--episodes must be positive, got 0"),
+])
+def test_bad_input_is_one_line_naming_what_is_wrong(tmp_path, capsys, files, kw, says):
+    run = tmp_path / "run"
+    run.mkdir()
+    for name, text in files.items():
+        (run / name).write_text(text)
+    assert evaluate.main(evaluate.EvalArgs(run=run, **kw)) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("evaluate: error: ") and says in lines[0], lines
+
+
+def test_bad_input_is_found_before_torch_is_imported(tmp_path):
+    """The line comes at once, not after the seconds torch takes to import."""
+    (tmp_path / "config.json").write_text('{"algo": "dqn"}')
+    code = "import sys, evaluate; rc = evaluate.main(evaluate.EvalArgs(run=evaluate.Path(sys.argv[1]))); assert 'torch' not in sys.modules; sys.exit(rc)"
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == f"evaluate: error: {tmp_path} has no model.pt (train with --save-model)", r.stderr
+
+
+def test_help_gives_each_default_once_and_names_the_script_option():
+    r = subprocess.run([sys.executable, "evaluate.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0
+    text = " ".join(r.stdout.replace("│", " ").split())
+    assert "(default: None)" not in text and text.count("(default: the run's --eval-episodes)") == 1
+    assert "--script PATH" in text and "(default: algos/<algo>.py of this repository" in text
+
+
+def test_script_option_loads_the_network_from_a_copied_script(tmp_path, capsys, monkeypatch):
+    """A run of a script copied out of the repository (its module name is still dqn) is scored with --script."""
+    import dqn
+
+    monkeypatch.setitem(sys.modules, "dqn", dqn)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    summary = dqn.train(probes.tiny_args(dqn, "dqn", tmp_path / "runs", seed=3, eval_episodes=3, save_model=True, device="cpu"))
+    copy = tmp_path / "project" / "dqn.py"
+    copy.parent.mkdir()
+    copy.write_text((ROOT / "algos" / "dqn.py").read_text() + "\nLOADED_FROM_THE_COPY = True\n")
+    capsys.readouterr()
+    assert evaluate.main(evaluate.EvalArgs(run=Path(summary["run_dir"]), script=copy)) == 0
+    assert getattr(sys.modules["dqn"], "LOADED_FROM_THE_COPY", False)
     expected = f"return {summary['eval_return_mean']:.2f} +- {summary['eval_return_std']:.2f} over 3 episodes"
     assert expected in capsys.readouterr().out
