@@ -179,3 +179,80 @@ def test_training_returns_are_a_trailing_mean(tmp_path):
     assert (curves.algo, curves.env) == ("dqn", "CartPole-v1")
     assert curves.train[0].tolist() == [10, 20, 30, 40] and curves.train[1].tolist() == [1.0, 2.0, 4.0, 7.5]
     assert curves.eval[0].tolist() == [20] and curves.eval[1].tolist() == [7.0]
+
+
+def fake_run(parent: Path, algo: str, seed: int, steps: int, evals: list[int], env: str = "CartPole-v1", stamp: str = "20260101-000000") -> Path:
+    """A run folder with an episode every 500 steps (return: steps / 1000 + seed) and the given evaluations."""
+    run = parent / f"{env}__{algo}__{seed}__{stamp}"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(f'{{"algo": "{algo}", "env_id": "{env}", "seed": {seed}}}')
+    rows = [f"{step},0.1,{step / 1000 + seed}," for step in range(500, steps + 1, 500)]
+    rows += [f"{step},0.1,,{step / 100}" for step in evals]
+    (run / "metrics.csv").write_text("global_step,wall_seconds,episodic_return,eval_return\n" + "\n".join(rows) + "\n")
+    return run
+
+
+def drawn(fig) -> dict[str, tuple[float, float]]:
+    """Each labelled line of the figure: its first and last step."""
+    return {line.get_label(): (line.get_xdata()[0], line.get_xdata()[-1]) for ax in fig.axes for line in ax.get_lines()
+            if not line.get_label().startswith("_")}
+
+
+def test_runs_with_the_same_seed_are_not_two_seeds(tmp_path, capsys):
+    """A 500k and a 15k run, both seed 1: each drawn whole with its evaluation, and plot.py says why they are not averaged."""
+    pytest.importorskip("matplotlib", reason="pip install -r requirements-viz.txt")
+    import matplotlib.pyplot as plt
+
+    runs = [plot.read_run(fake_run(tmp_path, "dqn", 1, 500_000, [500_000], stamp="20260101-000000"), 10),
+            plot.read_run(fake_run(tmp_path, "dqn", 1, 15_000, [15_000], stamp="20260102-000000"), 10)]
+    fig, said = plot.figure(runs, 10)
+    lines = drawn(fig)
+    plt.close(fig)
+    assert "runs with the same seed are not different seeds" in capsys.readouterr().err
+    assert lines == {"dqn training (seed 1, 20260101-000000)": (500, 500_000), "dqn evaluation (seed 1, 20260101-000000)": (500_000, 500_000),
+                     "dqn training (seed 1, 20260102-000000)": (500, 15_000), "dqn evaluation (seed 1, 20260102-000000)": (15_000, 15_000)}
+    assert said == ["dqn on CartPole-v1: seed 1, 20260101-000000, drawn alone to step 500,000",
+                    "dqn on CartPole-v1: seed 1, 20260102-000000, drawn alone to step 15,000"]
+
+
+def test_seeds_are_averaged_over_the_steps_they_share_and_each_is_drawn_whole(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="pip install -r requirements-viz.txt")
+    import matplotlib.pyplot as plt
+
+    runs = [plot.read_run(fake_run(tmp_path, "a2c", 1, 15_000, [5_000, 10_000, 15_000]), 1),
+            plot.read_run(fake_run(tmp_path, "a2c", 2, 50_000, [5_000, 10_000, 15_000, 50_000]), 1)]
+    fig, said = plot.figure(runs, 1)
+    lines = drawn(fig)
+    mean = next(line for ax in fig.axes for line in ax.get_lines() if line.get_label().startswith("a2c training, mean"))
+    plt.close(fig)
+    assert not capsys.readouterr().err
+    assert lines == {
+        "a2c training, mean of seeds 1, 2 over steps 500-15,000": (500, 15_000),
+        "a2c training, each seed alone outside those steps": (15_000, 50_000),  # seed 2 goes on, from where the mean ends
+        "a2c evaluation, mean of seeds 1, 2 over steps 5,000-15,000": (5_000, 15_000),
+        "a2c evaluation, each seed alone outside those steps": (50_000, 50_000),
+    }
+    assert np.allclose(mean.get_ydata(), mean.get_xdata() / 1000 + 1.5)  # the mean of seed 1's and seed 2's returns
+    assert said == ["a2c on CartPole-v1: training return averaged over seeds 1, 2, steps 500-15,000; seed 2 alone 15,000-50,000",
+                    "a2c on CartPole-v1: evaluation return averaged over seeds 1, 2, steps 5,000-15,000; seed 2 alone 15,000-50,000"]
+
+
+@pytest.mark.parametrize("envs", [1, 4])
+def test_the_title_fits_inside_the_figure(tmp_path, envs):
+    pytest.importorskip("matplotlib", reason="pip install -r requirements-viz.txt")
+    import matplotlib.pyplot as plt
+
+    runs = [plot.read_run(fake_run(tmp_path, "dqn", seed, 5_000, [5_000], env=f"Env{i}-v0"), 10) for i in range(envs) for seed in (1, 2)]
+    fig, _ = plot.figure(runs, 10)
+    fig.canvas.draw()
+    box, page = fig._suptitle.get_window_extent(fig.canvas.get_renderer()), fig.bbox
+    plt.close(fig)
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)
+
+
+def test_plot_counts_runs_in_words(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="pip install -r requirements-viz.txt")
+    run = fake_run(tmp_path / "runs", "dqn", 1, 2_000, [2_000])
+    assert plot.main(plot.PlotArgs(runs=(run,), out=tmp_path / "one.png")) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"{tmp_path / 'one.png'}: 1 run" and "seed 1" in out
