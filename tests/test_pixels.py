@@ -289,3 +289,177 @@ def test_scale_obs_maps_bounded_components_to_unit_range_and_leaves_unbounded_on
 def test_scale_obs_refuses_pixel_envs():
     with pytest.raises(ValueError, match="--scale-obs is for vector observations; MinAtar/Breakout-v1 is a minatar env"):
         pixels.make("MinAtar/Breakout-v1", scale_obs=True)
+
+
+# --- the Atari wrappers over whole games ----------------------------------------------------------
+class InnerLog(gym.Wrapper):
+    """Sits under FireReset: each action it passes on, with that step's reward and the lives left after it."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.steps = []  # (action, reward, lives after)
+
+    def step(self, action):
+        out = self.env.step(action)
+        self.steps.append((int(action), float(out[1]), self.env.unwrapped.ale.lives()))
+        return out
+
+
+def logged_atari(monkeypatch, training: bool, env_id: str = "BreakoutNoFrameskip-v4"):
+    """pixels.make's env with an InnerLog between AtariPreprocessing and the wrappers above it."""
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    real = gym.wrappers.AtariPreprocessing
+    logs = []
+
+    def logged(*a, **kw):
+        logs.append(InnerLog(real(*a, **kw)))
+        return logs[-1]
+
+    monkeypatch.setattr(gym.wrappers, "AtariPreprocessing", logged)
+    env = pixels.make(env_id, training=training)
+    return env, logs[0]
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_fire_is_pressed_once_after_each_lost_life_over_a_whole_game(monkeypatch, training):
+    """A whole Breakout game of random actions (FIRE among them): each step passes on the agent's
+    action alone, except a step that loses a life but not the game, which adds exactly one FIRE;
+    its reward is both presses' and it lasts both presses' 4 frames each. A training episode ends
+    there and the next reset() continues the game without pressing anything; the game's last
+    life ends it without a FIRE. A new game starts with one FIRE."""
+    env, log = logged_atari(monkeypatch, training)
+    ale = env.unwrapped.ale
+    rng = np.random.default_rng(0)
+    obs, info = env.reset(seed=4)
+    assert [a for a, _, _ in log.steps] == [1] and ale.lives() == 5
+    fires = episodes = 0
+    for _ in range(20_000):
+        n, lives, frame = len(log.steps), ale.lives(), ale.getEpisodeFrameNumber()
+        action = int(rng.integers(4))
+        obs, reward, terminated, truncated, info = env.step(action)
+        inner = log.steps[n:]
+        lost, game_over = inner[0][2] < lives, inner[0][2] == 0
+        if lost and not game_over:
+            assert [a for a, _, _ in inner] == [action, 1]
+            fires += 1
+        else:
+            assert [a for a, _, _ in inner] == [action]
+        assert reward == sum(r for _, r, _ in inner)
+        if not game_over:
+            assert ale.getEpisodeFrameNumber() - frame == 4 * len(inner)  # 4 frames per press
+        assert not truncated and terminated == (game_over or (training and lost))
+        assert bool(info.get("life_lost")) == (training and lost and not game_over)
+        if terminated and not game_over:
+            n = len(log.steps)
+            obs2, info2 = env.reset()
+            episodes += 1
+            assert len(log.steps) == n and ale.lives() == lives - 1  # the game goes on, nothing pressed
+            assert all(np.array_equal(f, obs[-1]) for f in obs2) and "life_lost" not in info2  # padded with the last frame
+        if game_over:
+            break
+    assert game_over and fires == 4 and episodes == (4 if training else 0)
+    n = len(log.steps)
+    env.reset()
+    assert [a for a, _, _ in log.steps[n:]] == [1] and ale.lives() == 5  # a new game, served
+
+
+def test_games_without_fire_get_no_fire_press(monkeypatch):
+    env, log = logged_atari(monkeypatch, True, "MsPacmanNoFrameskip-v4")
+    env.reset(seed=0)
+    assert log.steps == [] and not any(isinstance(e, pixels.FireReset) for e in layers(env))
+    env.step(2)
+    assert [a for a, _, _ in log.steps] == [2]
+
+
+def layers(env):
+    while isinstance(env, gym.Wrapper):
+        yield env
+        env = env.env
+
+
+def test_resets_with_different_seeds_start_after_different_numbers_of_noops():
+    """AtariPreprocessing plays 1-30 no-op frames at the start of a game, drawn from the seed:
+    one seed always gives the same start, twenty seeds give many different ones."""
+    env = atari(training=True)
+    ale = env.unwrapped.ale
+    starts = {}
+    for seed in range(20):
+        obs, _ = env.reset(seed=seed)
+        starts[seed] = ale.getEpisodeFrameNumber() - 4  # after the no-ops, FIRE: one step of 4 frames
+        again, _ = env.reset(seed=seed)
+        assert ale.getEpisodeFrameNumber() - 4 == starts[seed] and np.array_equal(again, obs)
+    assert all(0 <= n <= 30 for n in starts.values())
+    assert len(set(starts.values())) >= 10 and max(starts.values()) >= 25
+
+
+def test_a_seeded_reset_starts_a_new_game_even_after_a_lost_life():
+    """reset(seed=...) (a run starting, or resuming with envs it could not restore) begins a new
+    game; only an unseeded reset after a lost life continues the old one."""
+    env = atari(training=True)
+    env.reset(seed=1)
+    steps = play(env, 5000)
+    assert steps[-1][3].get("life_lost")
+    env.reset(seed=1)
+    assert env.unwrapped.ale.lives() == 5 and env.unwrapped.ale.getEpisodeFrameNumber() <= 34
+    steps_again = play(env, 5000)
+    assert [s[:3] for s in steps_again] == [s[:3] for s in steps]  # the same game as the first one
+
+
+def test_a_truncated_training_game_starts_over(monkeypatch):
+    """A time limit (here 200 frames, 50 agent steps) that ends a training episode ends the
+    game: the next reset starts a new one, and its episode runs again until its own end."""
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    pixels.kind("BreakoutNoFrameskip-v4")
+    real = gym.make
+    monkeypatch.setattr(gym, "make", lambda env_id, **kw: real(env_id, max_episode_steps=200, **kw))
+    env = pixels.make("BreakoutNoFrameskip-v4", training=True)
+    env.reset(seed=0)
+    rng = np.random.default_rng(1)
+    for game in range(2):
+        steps = 0
+        for _ in range(100):  # across the lives lost (training episodes) of one game
+            _, _, terminated, truncated, info = env.step(int(rng.integers(4)))
+            steps += 1
+            if truncated:
+                break
+            if terminated:
+                assert info["life_lost"]
+                env.reset()
+        assert truncated and not terminated and 42 <= steps <= 50  # the no-ops and FIRE took up to 34 frames
+        env.reset()
+        assert env.unwrapped.ale.getEpisodeFrameNumber() <= 34 and env.unwrapped.ale.lives() == 5
+
+
+class ScriptedLives(gym.Env):
+    """An ALE-like env: reward 1 per step (10 for FIRE), a life lost on steps 3 and 6 of 3 lives."""
+
+    observation_space = gym.spaces.Box(0, 255, (2,), np.uint8)
+    action_space = gym.spaces.Discrete(4)
+
+    class Ale:
+        left = 3
+
+        def lives(self):
+            return self.left
+
+    def __init__(self):
+        self.ale, self.t = self.Ale(), 0
+
+    def reset(self, seed=None, options=None):
+        self.ale.left, self.t = 3, 0
+        return np.zeros(2, np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        self.ale.left -= self.t in (3, 6, 9)
+        return np.full(2, self.t, np.uint8), 10.0 if action == 1 else 1.0, self.ale.left == 0, False, {}
+
+
+def test_the_fire_press_adds_its_reward_to_the_step_that_lost_the_life():
+    env = pixels.EpisodicLife(pixels.FireReset(ScriptedLives()))
+    env.reset()  # FIRE: step 1
+    out = [env.step(0) for _ in range(2)]  # steps 2 and 3: the life lost at 3, FIRE at 4
+    assert [o[1] for o in out] == [1.0, 11.0] and out[1][2] and out[1][4]["life_lost"]
+    assert out[1][0][0] == 4  # the observation after the FIRE press
