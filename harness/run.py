@@ -135,8 +135,10 @@ def parse_args(args_class, doc: str):
     args = tyro.cli(args_class, description=description)
     if not getattr(args, "resume", None):
         return args
-    try:
+    try:  # the folder is checked here, before train() builds envs and memory, to fail at once
         stored = _stored_config(Path(args.resume))
+        if not (Path(args.resume) / "checkpoint.pt").is_file():
+            raise InputError(f"--resume {args.resume}: no checkpoint.pt there (was the run started with --checkpoint-every?)")
     except InputError as e:
         print(f"{Path(sys.argv[0]).stem}: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

@@ -100,6 +100,15 @@ def test_resume_of_a_folder_whose_config_names_no_algorithm_is_one_line(tmp_path
     assert capsys.readouterr().err.strip() == says
 
 
+def test_resume_of_a_run_without_a_checkpoint_is_one_line_from_the_command_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "config.json").write_text('{"algo": "dqn"}')
+    monkeypatch.setattr(sys, "argv", ["dqn.py", "--resume", str(tmp_path)])
+    with pytest.raises(SystemExit) as stop:
+        harness.run.parse_args(dqn.Args, dqn.__doc__)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip() == f"dqn: error: --resume {tmp_path}: no checkpoint.pt there (was the run started with --checkpoint-every?)"
+
+
 def test_track_without_a_wandb_login_falls_back_to_offline(tmp_path):
     pytest.importorskip("wandb")
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
