@@ -154,8 +154,9 @@ def check(suite: str, algo: str, env: str, old: str, steps: int | None, record_f
         if diff:
             print(f"DIFFERENT: {diff}; nothing recorded")
             return 1
-        if not new_summary.get("updates", 1):
-            print(f"the {steps:,}-step prefix took no gradient step: give a larger --steps; nothing recorded")
+        if not new_summary.get("updates"):
+            print(f"the {steps:,}-step prefix took no gradient step (the summary's updates: {new_summary.get('updates')}): "
+                  "give a larger --steps; nothing recorded")
             return 1
     machine = machine_info()
     record = {"suite": suite, "algo": algo, "env": env, "hash": cell.digest, "seed": cell.seeds[0], "steps": steps,

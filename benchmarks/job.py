@@ -1,7 +1,7 @@
 """One run of a cell (a cell and a seed): its folder, its child process, its result.
 
-The core every command-line tool starts runs through (run.py's local and SLURM backends, tune.py's
-trials, cluster.py's tasks); it knows none of them.
+Part of the core below the command-line tools: run.py (both backends), tune.py's trials and
+cluster.py's tasks start their runs through it, and it imports none of them.
 
     python benchmarks/job.py SPEC.json      # the child: one run, as `Job.start` starts it
 

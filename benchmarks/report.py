@@ -557,7 +557,8 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
             if plot_cell(cell, j.shown, [refs[i] for i in cell.references if i in refs], png, stale=j.shown_stale):
                 drawn.append((cell, png))
 
-    listed = f"{len(judged)} of the suite's {len(suite.cells)} cells" if left_out or len(judged) != len(suite.cells) else f"{len(judged)} cells"
+    listed = (f"{len(judged)} of the suite's {len(suite.cells)} cells" if left_out or len(judged) != len(suite.cells)
+              else f"{len(judged)} cell{'s' if len(judged) != 1 else ''}")
     lines += [f"**{listed}: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['partial']} partial, "
               f"{counts['stale']} stale (runs on other code), {counts['n/a']} without threshold.**", ""]
     if left_out:

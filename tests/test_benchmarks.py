@@ -98,7 +98,7 @@ def test_failing_run_is_recorded_and_reported_not_swallowed(tiny):
     (bad,) = tiny["runs"].glob("dqn__Acrobot-v1__s1__*")
     result = json.loads((bad / "result.json").read_text())
     assert result["status"] == "failed"
-    assert "batch-size" in result["error"] and "ValueError" in result["traceback"]
+    assert "batch-size must be positive" in result["error"] and "Traceback (most recent call last)" in result["traceback"]
 
 
 def test_resume_runs_nothing_the_second_time(tiny, capsys):

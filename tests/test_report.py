@@ -188,6 +188,10 @@ def test_an_equivalence_check_makes_an_older_commits_runs_current(repo, tmp_path
     assert judged.verdict == "PASS", judged.reason
     assert judged.runs[1]["current_by"] == f"current by equivalence check of {a[:7]} with {b[:7]}, 50 steps"
 
+    assert equivalence.check("toy", "dqn", "Toy-v0", a, 5, record, suites, root=repo) == 1
+    assert "took no gradient step" in capsys.readouterr().out, "a prefix without learning proves nothing"
+    assert len(json.loads(record.read_text())["records"]) == 1
+
     commit(repo, {"common/scale.py": "SCALE = 2.0\n"}, "a change that moves the numbers")
     assert equivalence.check("toy", "dqn", "Toy-v0", b, 30, record, suites, root=repo) == 1
     assert "DIFFERENT: row 1 (global_step 10): episodic_return" in capsys.readouterr().out
