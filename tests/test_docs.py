@@ -99,6 +99,29 @@ def test_readme_quick_start_runs_and_evaluate_scores_its_run_folder(tmp_path):
     assert "over 3 episodes" in r.stdout
 
 
+def test_readme_tensorboard_commands_follow_from_the_quick_start():
+    """Each command of the TensorBoard block reads run folders that a command before it writes: the
+    export takes runs trained without --tensorboard, plot.py runs that exist."""
+    trained = {}  # seed -> trained with --tensorboard, for every dqn CartPole-v1 command up to here
+    for block in (readme_block("## Quick start"), readme_block("### TensorBoard and plots")):
+        for line in block.splitlines():
+            argv = shlex.split(line.split("#")[0])
+            if argv[:2] == ["python", "algos/dqn.py"] and "--help" not in argv:
+                seed = argv[argv.index("--seed") + 1] if "--seed" in argv else "1"
+                trained[seed] = trained.get(seed, False) or "--tensorboard" in argv
+            elif argv[:2] in (["python", "tensorboard_export.py"], ["python", "plot.py"]):
+                folders = [a for a in argv[2:] if a.startswith("runs/")]
+                assert folders, line
+                for folder in folders:
+                    env, algo, seed = folder.split("/")[1].split("__")[:3]
+                    assert (env, algo) == ("CartPole-v1", "dqn"), line
+                    seeds = list(trained) if seed == "*" else [seed]
+                    assert seeds and all(s in trained for s in seeds), (line, trained)
+                    if argv[1] == "tensorboard_export.py":
+                        assert not any(trained[s] for s in seeds), f"{line}: exports a run that --tensorboard already wrote"
+    assert any(trained.values()), "the block shows --tensorboard too"
+
+
 def test_readme_benchmark_command_runs_the_cell_in_a_new_folder(tmp_path, capsys):
     """The committed results count as done: the README's command must still have something to run."""
     line = next(x for x in readme_block("## Benchmarks").splitlines() if x.startswith("python benchmarks/run.py"))
