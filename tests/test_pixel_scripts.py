@@ -152,3 +152,101 @@ def test_evaluate_py_plays_whole_games(tmp_path, monkeypatch, made):
     made.clear()
     assert evaluate.main(evaluate.EvalArgs(run=Path(summary["run_dir"]))) == 0
     assert made == [True] + [False] * args.eval_episodes  # load_policy reads the spaces off one env; the episodes are whole games
+
+
+# --- dqn's frame memory in a real Atari run ------------------------------------------------------
+def recording_frame_memory(monkeypatch, module):
+    """Replaces the script's FrameMemory by one that keeps what each `add` was given, whole stacks per
+    env (the brute-force record), and lists every memory made."""
+    from common.replay import FrameMemory
+
+    made = []
+
+    class Recording(FrameMemory):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.record = [[] for _ in range(self.num_envs)]
+            made.append(self)
+
+        def add(self, obs, actions, rewards, next_obs, terminated, done):
+            for i in range(self.num_envs):
+                self.record[i].append((np.array(obs[i]), int(actions[i]), float(rewards[i]), np.array(next_obs[i]), float(terminated[i])))
+            return super().add(obs, actions, rewards, next_obs, terminated, done)
+
+    monkeypatch.setattr(module, "FrameMemory", Recording)
+    return made
+
+
+def assert_memory_rebuilds(memory, record):
+    """Every transition the memory can sample equals, stack for stack, the newest ones `add` was given."""
+    env, entry = memory.sampleable()
+    got = memory.transitions(env, entry)
+    for i, rows in enumerate(record):
+        mine = np.flatnonzero(env == i)
+        assert len(mine) >= len(rows) - 3  # nothing overwritten: all but the oldest stack - 1
+        for k, (obs, action, reward, next_obs, terminated) in zip(mine, rows[len(rows) - len(mine):]):
+            assert np.array_equal(got.obs[k].numpy(), obs) and np.array_equal(got.next_obs[k].numpy(), next_obs)
+            assert (got.actions[k].item(), got.rewards[k].item(), got.terminated[k].item()) == (action, reward, terminated)
+
+
+def short_atari_games(monkeypatch, frames: int = 200):
+    """Atari games cut by a time limit of `frames` frames (~50 agent steps), so a short run holds truncations."""
+    import gymnasium as gym
+
+    pixels.kind("BreakoutNoFrameskip-v4")
+    real = gym.make
+    monkeypatch.setattr(gym, "make", lambda env_id, **kw: real(env_id, max_episode_steps=frames, **kw))
+
+
+ATARI_DQN = dict(env_id="BreakoutNoFrameskip-v4", num_envs=2, total_timesteps=400, learning_starts=100, batch_size=8,
+                 buffer_size=1_000, train_every=4, target_every=100, end_epsilon=1.0, eval_episodes=1)
+
+
+def test_dqn_frame_memory_rebuilds_every_stack_the_agent_acted_on(tmp_path, monkeypatch):
+    """Lives lost (terminations) and time limits (truncations) end episodes; what dqn tells the
+    memory (`done`) must make every rebuilt stack, at episode starts too, the one the env gave."""
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    short_atari_games(monkeypatch)
+    made = recording_frame_memory(monkeypatch, importlib.import_module("dqn"))
+    ends = []
+    real_game_over = pixels.game_over
+    monkeypatch.setattr(pixels, "game_over", lambda te, tr, infos: ends.append((te.copy(), tr.copy())) or real_game_over(te, tr, infos))
+    module, args = small("dqn", tmp_path, **ATARI_DQN)
+    summary = module.train(args)
+    assert summary["completed"] and summary["updates"] > 0 and len(made) == 1
+    assert sum(te.sum() for te, _ in ends) >= 2 and sum(tr.sum() for _, tr in ends) >= 2  # both kinds of end
+    assert_memory_rebuilds(made[0], made[0].record)
+
+
+def test_dqn_atari_resume_restarts_the_episodes_in_the_frame_memory(tmp_path, monkeypatch):
+    """An Atari env's state cannot be captured: a resumed run resets its envs, and the frame
+    memory (restored from the checkpoint) must start new episodes there, not stack the reset
+    frames onto the old episodes'."""
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    import os
+    import signal
+
+    short_atari_games(monkeypatch)
+    module = importlib.import_module("dqn")
+    made = recording_frame_memory(monkeypatch, module)
+    calls = {"n": 0}
+    real_true_next_obs = module.true_next_obs
+
+    def stop_at_step_90(next_obs, infos):
+        calls["n"] += 1
+        if calls["n"] == 90:  # mid-episode (SIGUSR1: checkpoint at this step's end, then stop)
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return real_true_next_obs(next_obs, infos)
+
+    with monkeypatch.context() as m:
+        m.setattr(module, "true_next_obs", stop_at_step_90)
+        _, args = small("dqn", tmp_path, **ATARI_DQN)
+        stopped = module.train(args)
+    assert stopped["error"] == "preempted" and stopped["total_timesteps"] == 180
+    _, args = small("dqn", tmp_path, resume=stopped["run_dir"], **ATARI_DQN)
+    resumed = module.train(args)
+    assert resumed["completed"] and resumed["envs_on_resume"].startswith("episodes restarted on resume")
+    first, second = made
+    assert_memory_rebuilds(second, [a + b for a, b in zip(first.record, second.record)])
