@@ -326,3 +326,37 @@ def test_global_generators_round_trip_through_a_checkpoint_file(tmp_path):
     random.seed(9), np.random.seed(9), torch.manual_seed(9)
     harness.checkpoint.set_rng_state(harness.checkpoint.load(tmp_path / "c.pt")["rng"])
     assert (random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist(), random.gauss(0, 1)) == first
+
+
+# checkpoints every --checkpoint-every env steps ------------------------------------------------
+# 3 envs: a step-by-step script adds 3 env steps per iteration, a rollout script 15 (5 steps x 3
+# envs); neither divides the period, so a checkpoint falls on the first boundary past each
+# multiple, and one more at the run's end
+CADENCE = {
+    "dqn": (dict(env_id="CartPole-v1", learning_starts=200, batch_size=32, buffer_size=1000), 100, 700, [102, 201, 300, 402, 501, 600, 702]),
+    "ddpg": (dict(env_id="Pendulum-v1", learning_starts=200, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32)), 100, 700,
+             [102, 201, 300, 402, 501, 600, 702]),
+    "naf": (dict(env_id="Pendulum-v1", learning_starts=200, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32)), 100, 700,
+            [102, 201, 300, 402, 501, 600, 702]),
+    "n_step_q": (dict(env_id="CartPole-v1", n_steps=5), 40, 200, [45, 90, 120, 165, 210]),
+    "sarsa": (dict(env_id="CartPole-v1", n_steps=5), 40, 200, [45, 90, 120, 165, 210]),
+    "a2c": (dict(env_id="CartPole-v1", n_steps=5), 40, 200, [45, 90, 120, 165, 210]),
+}
+
+
+@pytest.mark.parametrize("algo", list(CADENCE))
+def test_a_checkpoint_each_time_the_step_count_passes_a_multiple_of_checkpoint_every(tmp_path, monkeypatch, algo):
+    kw, every, total, expected = CADENCE[algo]
+    written = []
+    real_save = harness.checkpoint.save
+
+    def save(path, state):
+        written.append(state["global_step"])
+        return real_save(path, state)
+
+    monkeypatch.setattr(harness.checkpoint, "save", save)
+    summary = MODULES[algo].train(make_args(algo, tmp_path, num_envs=3, total_timesteps=total, checkpoint_every=every,
+                                            save_model=False, eval_episodes=1, **kw))
+    assert summary["completed"] and summary["total_timesteps"] == expected[-1]
+    assert written == expected
+    assert harness.checkpoint.load(Path(summary["run_dir"]) / "checkpoint.pt")["global_step"] == expected[-1]
