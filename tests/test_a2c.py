@@ -379,3 +379,117 @@ def test_learns_cartpole_fast(tmp_path):
     # so 120 is a threshold every calibrated seed clears, not one tuned to the test's seed.
     summary = train(Args(env_id="CartPole-v1", seed=1, total_timesteps=40_000, run_dir=str(tmp_path), progress=False))
     assert summary["completed"] and summary["train_return_last10"] >= 120.0, summary
+
+
+# --- the normalisers in a run -----------------------------------------------------------------
+class TorchActingActorCritic(ActorCritic):
+    """An extra parameter the numpy actor does not know: acting and evaluation go through forward()."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.unused = torch.nn.Parameter(torch.zeros(1))
+
+
+@pytest.mark.parametrize("path", ["numpy", "torch"])
+def test_obs_statistics_grow_by_one_rollout_per_update_and_evaluations_leave_them(tmp_path, monkeypatch, path):
+    """--normalize-obs: the statistics an update's loss sees, and the ones the whole next rollout
+    acts with, are those of every earlier rollout's observations and nothing else (the prior count
+    1e-4 aside); the actor uses them as forward() does; an evaluation changes nothing."""
+    nets, stats_at, rollouts, acting, evals = [], [], [], [], []
+
+    class Recording(TorchActingActorCritic if path == "torch" else ActorCritic):
+        def forward(self, obs):
+            if torch.is_grad_enabled():  # the loss's pass: the rollout's observations [T * B, 3]
+                rollouts.append(obs.detach().double().clone())
+            return super().forward(obs)
+
+    real_head, real_targets, real_evaluate = a2c.numpy_head, a2c.a2c_targets, a2c.Run.evaluate
+
+    def snapshot():
+        norm = nets[0].obs_norm
+        return norm.count.item(), norm.mean.clone(), norm.var.clone()
+
+    def build(args, envs):  # a2c.build_network's, as the Recording class
+        space = envs.single_action_space
+        nets.append(Recording(a2c.obs_shape(envs.single_observation_space), int(space.shape[0]), False, tuple(args.hidden_sizes),
+                        args.shared_torso, args.activation, args.normalize_obs, args.log_std_init))
+        return nets[-1]
+
+    def head(net, device):
+        act = real_head(net, device)
+        assert (act.__name__ == "head_forward") == (path == "torch")
+
+        def checked(obs):
+            out = act(obs)
+            with torch.no_grad():  # the statistics the actor used are the module's current ones
+                np.testing.assert_allclose(out, net(torch.as_tensor(obs, dtype=torch.float32))[0].numpy(), rtol=1e-5, atol=1e-5)
+            acting.append((len(stats_at), snapshot()))
+            return out
+
+        return checked
+
+    def targets(rewards, values, *a, **kw):
+        stats_at.append(snapshot())
+        return real_targets(rewards, values, *a, **kw)
+
+    def evaluate(self, act, make_envs, global_step):
+        before = snapshot()
+        out = real_evaluate(self, act, make_envs, global_step)
+        evals.append((before, snapshot()))
+        return out
+
+    monkeypatch.setattr(a2c, "build_network", build)
+    monkeypatch.setattr(a2c, "numpy_head", head)
+    monkeypatch.setattr(a2c, "a2c_targets", targets)
+    monkeypatch.setattr(a2c.Run, "evaluate", evaluate)
+    summary = train(small(tmp_path, env_id="Pendulum-v1", normalize_obs=True, num_envs=2, total_timesteps=100, eval_every=50,
+                          eval_episodes=1))
+    assert summary["completed"] and summary["updates"] == 10 and len(stats_at) == len(rollouts) == 10
+    stats_at.append(snapshot())  # after the last update
+    for k, (count, mean, var) in enumerate(stats_at):
+        assert count == pytest.approx(1e-4 + 10 * k, rel=1e-12)  # one rollout of 5 steps x 2 envs per update
+        if k:
+            seen = torch.cat(rollouts[:k])
+            torch.testing.assert_close(mean, seen.mean(0), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(var, seen.var(0, unbiased=False), rtol=1e-4, atol=1e-4)
+    assert len([k for k, _ in acting if k < 10]) >= 50 + 200  # 50 training steps, and the evaluation at step 50 (one episode)
+    for k, (count, mean, var) in acting:  # rollout k acts with the statistics its update will learn with (k = 10: the final evaluation)
+        assert count == stats_at[k][0] and torch.equal(mean, stats_at[k][1]) and torch.equal(var, stats_at[k][2])
+    assert len(evals) == 2
+    for before, after in evals:
+        assert before[0] == after[0] and torch.equal(before[1], after[1]) and torch.equal(before[2], after[2])
+
+
+def test_reward_scaler_in_a_run_divides_by_the_std_of_discounted_returns_restarted_at_episode_ends(tmp_path, monkeypatch):
+    """--normalize-reward on episodes that terminate and truncate: every learned reward equals a
+    brute-force recomputation, each env's discounted return restarting after its episode's end."""
+    raw, learned = [], []
+    real_targets, real_episodes = a2c.a2c_targets, a2c.Run.episodes
+
+    def episodes(self, global_step, rewards, done):
+        raw.append((np.array(rewards, dtype=np.float64), np.array(done)))
+        return real_episodes(self, global_step, rewards, done)
+
+    def targets(rewards, *a, **kw):
+        learned.append(rewards.clone())
+        return real_targets(rewards, *a, **kw)
+
+    monkeypatch.setattr(a2c.Run, "episodes", episodes)
+    monkeypatch.setattr(a2c, "a2c_targets", targets)
+    gamma = 0.9
+    summary = train(small(tmp_path, env_id=probes.ENV_ID, normalize_reward=True, num_envs=2, total_timesteps=200, gamma=gamma,
+                          eval_episodes=1))
+    assert summary["completed"] and len(raw) == 100
+    learned = torch.cat(learned).numpy()  # [T * updates, B]
+    dones = np.array([d for _, d in raw])
+    assert dones.sum() >= 10  # episodes end (terminations and truncations at probes.TIME_LIMIT)
+    discounted, history, expected = np.zeros(2), [], []
+    for rewards, done in raw:
+        discounted = gamma * discounted + rewards
+        history.extend(discounted)
+        x, prior = np.array(history), 1e-4  # the running moments start from mean 0, var 1, count 1e-4
+        mean = x.sum() / (len(x) + prior)
+        var = (prior * 1.0 + ((x - mean) ** 2).sum() + prior * mean**2) / (len(x) + prior)
+        expected.append(np.clip(rewards / np.sqrt(var + 1e-8), -10, 10))
+        discounted[done] = 0.0
+    np.testing.assert_allclose(learned, np.array(expected), rtol=1e-5, atol=1e-6)
