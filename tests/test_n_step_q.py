@@ -298,3 +298,27 @@ def test_learns_cartpole(tmp_path):
     """
     s = n_step_q.train(n_step_q.Args(seed=1, total_timesteps=150_000, run_dir=str(tmp_path), progress=False))
     assert s["eval_return_mean"] >= 195, s
+
+
+def test_paper_epsilons_in_a_run_each_env_explores_at_its_own_decaying_epsilon(tmp_path, monkeypatch):
+    """--paper-epsilons: at every step each env's epsilon lies on the line from start_epsilon to
+    its own final epsilon (drawn once, not all equal), and each env explores that often."""
+    calls = []
+    real = n_step_q.select_actions
+
+    def select_actions(greedy, obs, epsilon, n_actions, rng):
+        actions = real(greedy, obs, epsilon, n_actions, rng)
+        calls.append((np.array(epsilon, dtype=np.float64), actions != greedy(obs)))  # greedy() draws nothing
+        return actions
+
+    monkeypatch.setattr(n_step_q, "select_actions", select_actions)
+    summary = n_step_q.train(small_args(tmp_path, paper_epsilons=True, num_envs=8, total_timesteps=1600, exploration_fraction=0.25))
+    assert summary["completed"] and len(calls) == 200
+    eps = np.array([e for e, _ in calls])  # [steps, B]
+    assert eps.shape == (200, 8)
+    final = eps[-1].round(12)
+    assert set(final) <= {0.1, 0.01, 0.5} and len(set(final)) >= 2
+    steps = 8 * np.arange(1, 201)[:, None]  # global_step at each call
+    np.testing.assert_allclose(eps, 1.0 + (final - 1.0) * np.minimum(1.0, steps / 400), rtol=0, atol=1e-12)
+    off_greedy = np.array([o for _, o in calls])[50:].mean(0)  # after the decay: 150 steps per env
+    assert (off_greedy[final == 0.5] > 0.12).all() and (off_greedy[final == 0.01] < 0.05).all()  # 2 actions: half of eps
