@@ -380,3 +380,84 @@ def test_learns_cartpole(tmp_path):
     """
     s = sarsa.train(sarsa.Args(seed=1, total_timesteps=150_000, run_dir=str(tmp_path), progress=False))
     assert s["eval_return_mean"] >= 195, s
+
+
+def test_expected_sarsa_targets_use_the_epsilon_each_next_action_was_chosen_with(tmp_path, monkeypatch):
+    """--expected: row t of a rollout bootstraps from the epsilon-greedy expectation at s_{t+1},
+    with the epsilon that chose the action taken there (it decays every step here)."""
+    acted, given = [], []
+    real_next_actions, real_targets = sarsa.next_actions, sarsa.sarsa_targets
+
+    def next_actions(greedy, next_obs, real_next_obs, truncated, epsilon, *a):
+        acted.append(epsilon)
+        return real_next_actions(greedy, next_obs, real_next_obs, truncated, epsilon, *a)
+
+    def targets(*a, **kw):
+        given.append(a[8].clone())  # epsilon [T, 1]
+        return real_targets(*a, **kw)
+
+    monkeypatch.setattr(sarsa, "next_actions", next_actions)
+    monkeypatch.setattr(sarsa, "sarsa_targets", targets)
+    summary = sarsa.train(small_args(tmp_path, expected=True, num_envs=2, total_timesteps=200, exploration_fraction=0.5))
+    assert summary["completed"] and len(given) == 20 and len(acted) == 100
+    assert len(set(acted)) == 50  # a new value at each of the first 50 steps (the 50th: 0.01), then 0.01
+    assert torch.cat(given).squeeze(1).tolist() == [np.float32(e).item() for e in acted]
+
+
+class LoggedEnvs(gym.vector.VectorWrapper):
+    """Logs (obs, actions) at each step. Not a SyncVectorEnv, so a checkpoint cannot capture it:
+    a resumed run resets it, as it would an Atari or Box2D env."""
+
+    log: list = []
+
+    def reset(self, **kw):
+        self.obs, info = self.env.reset(**kw)
+        return self.obs, info
+
+    def step(self, actions):
+        LoggedEnvs.log.append((self.obs.copy(), np.array(actions)))
+        out = self.env.step(actions)
+        self.obs = out[0]
+        return out
+
+
+class PoleRuledQ(sarsa.QNetwork):
+    """Greedy action: push towards the side the pole leans to (whatever the weights)."""
+
+    def forward(self, obs):
+        q = super().forward(obs)
+        return q + 1e6 * torch.nn.functional.one_hot((obs[:, 2] > 0).long(), q.shape[1]).to(q.dtype)
+
+
+def test_a_resume_that_restarts_the_envs_chooses_the_first_actions_at_the_new_observations(tmp_path, monkeypatch):
+    """SARSA carries the next action across a checkpoint; where the envs could not be restored and
+    start new episodes, that action belongs to an observation the env no longer shows: the resumed
+    run must choose again at the reset observations. Greedy acting (epsilon 0) on a rule lets
+    every logged action be checked against its observation."""
+    import os
+    import signal
+
+    real_make_env = sarsa.make_env
+    monkeypatch.setattr(sarsa, "make_env", lambda *a, **kw: LoggedEnvs(real_make_env(*a, **kw)))
+    monkeypatch.setattr(sarsa, "QNetwork", PoleRuledQ)
+    monkeypatch.setattr(LoggedEnvs, "log", [])
+    calls = {"n": 0}
+    real_true_next_obs = sarsa.true_next_obs
+
+    def stop_at_step_3(next_obs, infos):
+        calls["n"] += 1
+        if calls["n"] == 3:  # SIGUSR1: a checkpoint at this rollout's end (5 steps of 8 envs), then stop
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return real_true_next_obs(next_obs, infos)
+
+    kw = dict(num_envs=8, total_timesteps=400, start_epsilon=0.0, end_epsilon=0.0, eval_episodes=1)
+    with pytest.warns(UserWarning, match="disagrees with forward"), monkeypatch.context() as m:
+        m.setattr(sarsa, "true_next_obs", stop_at_step_3)
+        stopped = sarsa.train(small_args(tmp_path, **kw))
+    assert stopped["error"] == "preempted" and stopped["total_timesteps"] == 40
+    with pytest.warns(UserWarning, match="disagrees with forward"):
+        resumed = sarsa.train(small_args(tmp_path, resume=stopped["run_dir"], **kw))
+    assert resumed["completed"] and resumed["envs_on_resume"].startswith("episodes restarted on resume")
+    assert len(LoggedEnvs.log) > 50  # 50 training steps of 8 envs, and the evaluation's
+    for obs, actions in LoggedEnvs.log:  # training and evaluation steps, before and after the resume
+        np.testing.assert_array_equal(actions, (obs[:, 2] > 0).astype(np.int64))
