@@ -323,3 +323,16 @@ def test_learns_cartpole(tmp_path, seed):
     """Defaults except a 20k budget with 1k heatup: a random policy scores ~20, solved (v0) is 195."""
     s = dqn.train(dqn.Args(seed=seed, total_timesteps=20_000, learning_starts=1000, run_dir=str(tmp_path), progress=False))
     assert s["eval_return_mean"] >= 195, s
+
+
+def test_epsilon_in_a_run_decays_over_the_exploration_fraction_after_the_heatup(tmp_path, monkeypatch):
+    """Uniform actions during the heatup; then, at env step s, epsilon-greedy with
+    epsilon = start + (end - start) * min(1, s / (exploration_fraction * total_timesteps))."""
+    seen = []
+    real = dqn.select_actions
+    monkeypatch.setattr(dqn, "select_actions", lambda greedy, obs, epsilon, *a: seen.append(epsilon) or real(greedy, obs, epsilon, *a))
+    summary = dqn.train(dqn.Args(total_timesteps=400, learning_starts=100, batch_size=8, train_every=4, start_epsilon=0.9,
+                                 end_epsilon=0.1, exploration_fraction=0.5, eval_episodes=1, run_dir=str(tmp_path), progress=False))
+    assert summary["completed"] and len(seen) == 300  # steps 101 to 400
+    steps = np.arange(101, 401)
+    np.testing.assert_allclose(seen, 0.9 - 0.8 * np.minimum(1.0, steps / 200), rtol=0, atol=1e-12)
