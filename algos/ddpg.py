@@ -21,6 +21,11 @@ Deviations from the paper:
   every critic update, which `--policy-every 1` gives.
 - The action enters the critic's first layer (the paper feeds it to the second).
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
+- One torch thread by default: on an idle 2-core machine two threads train the [256, 256]
+  networks ~25% faster, but beside other work they collapse (2026-11-25, 2-core machine at load
+  average 5-10: a 14k-step DDPG Pendulum-v1 run took 56 s on one thread; on two it had not
+  finished after 20 minutes). Results depend on the thread count (products are summed in another
+  order), so a seed's result moves with `--torch-threads`.
 
 Pixels: none; vector observations only. Image observations and MinAtar or Atari ids are refused
 (dqn, n_step_q, sarsa and a2c take them).
@@ -80,8 +85,8 @@ class Args:
     """parallel envs stepped together"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """where the networks and the replay memory live (auto: cuda if available)"""
-    torch_threads: int = 2
-    """CPU threads for torch (2: the default [256, 256] networks at batch 256 train ~25% faster than on 1; use 1 on a single core)"""
+    torch_threads: int = 1
+    """CPU threads for torch (2 train the [256, 256] networks ~25% faster on an idle machine, far slower on a busy one)"""
     track: bool = False
     """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
     tensorboard: bool = False
