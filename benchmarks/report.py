@@ -661,7 +661,8 @@ def short_verdict(j: Judged) -> str:
 def readme_table(suite_name: str, results_dir: Path = RESULTS_DIR, suites_file: Path | str = SUITES_FILE,
                  checker: Checker | None = None) -> str:
     """The README's block for a suite: its cells with runs, each with its final greedy evaluation
-    (mean ± std and each seed's), the training return, the first reference and the verdict."""
+    (mean ± std and each seed's), the training return, the first reference and the verdict. A cell
+    whose runs are all stale shows no numbers (they belong to other code), only its verdict."""
     suite = load_suite(suite_name, suites_file)
     refs = load_references()
     judged, _ = judge_suite(suite, results_dir / suite.name / "runs", checker or Checker())
@@ -676,7 +677,8 @@ def readme_table(suite_name: str, results_dir: Path = RESULTS_DIR, suites_file: 
              "|---|---|---|---|---|---|---|---|---|"]
     for j in judged:
         cell = j.cell
-        seeds = sorted(j.shown)
+        # a stale cell's numbers came from other code: its report keeps them, the README shows none
+        seeds = [] if j.shown_stale else sorted(j.shown)
         evals = [j.shown[s]["summary"]["eval_return_mean"] for s in seeds]
         trains = [j.shown[s]["summary"].get("train_return_last10") for s in seeds]
         trains = [x for x in trains if x is not None]
