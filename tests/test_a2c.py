@@ -332,6 +332,7 @@ def _run_cli(*argv: str, tmp_path: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_bad_input_gives_one_line_and_exit_2(tmp_path):
     result = _run_cli("--n-steps", "0", tmp_path=tmp_path)
     assert result.returncode == 2, result.stderr
@@ -354,6 +355,7 @@ def test_bad_input_in_process_gives_one_line_and_exit_2(tmp_path, capsys, kw, ne
     assert len(err) == 1 and err[0].startswith("a2c: error: ") and needle in err[0]
 
 
+@pytest.mark.slow
 def test_sigterm_writes_a_checkpoint_and_an_incomplete_summary(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "algos" / "a2c.py"), "--run-dir", str(tmp_path), "--no-progress", "--total-timesteps", "10000000"],
@@ -371,6 +373,7 @@ def test_sigterm_writes_a_checkpoint_and_an_incomplete_summary(tmp_path):
     assert "Traceback" not in stderr
 
 
+@pytest.mark.slow
 def test_learns_cartpole_fast(tmp_path):
     # Default settings, 40k steps (a few seconds). Judged on the sampled policy's last 10 training
     # episodes, which start near a uniform policy's ~22 for every seed: the final greedy

@@ -77,6 +77,7 @@ def current(monkeypatch):
     monkeypatch.setattr(report.Checker, "freshness", lambda self, state, algo, key: provenance.Freshness(True, ""))
 
 
+@pytest.mark.slow
 def test_runner_runs_each_seed_in_its_folder(tiny):
     ok = sorted(tiny["runs"].glob("dqn__CartPole-v1__s*"))
     assert [p.name.split("__")[2] for p in ok] == ["s1", "s2"]
@@ -93,6 +94,7 @@ def test_runner_runs_each_seed_in_its_folder(tiny):
         assert result["comparable"] is True
 
 
+@pytest.mark.slow
 def test_failing_run_is_recorded_and_reported_not_swallowed(tiny):
     assert tiny["rc"] == 1, "a failed run must make the runner exit non-zero"
     (bad,) = tiny["runs"].glob("dqn__Acrobot-v1__s1__*")
@@ -101,6 +103,7 @@ def test_failing_run_is_recorded_and_reported_not_swallowed(tiny):
     assert "batch-size must be positive" in result["error"] and "Traceback (most recent call last)" in result["traceback"]
 
 
+@pytest.mark.slow
 def test_resume_runs_nothing_the_second_time(tiny, capsys):
     before = {p: p.stat().st_mtime for p in tiny["runs"].glob("*/result.json")}
     rc = run.main([*tiny["common"], "--workers", "2"])
@@ -114,6 +117,7 @@ def test_resume_runs_nothing_the_second_time(tiny, capsys):
     assert {p: p.stat().st_mtime for p in tiny["runs"].glob("*/result.json")} == before
 
 
+@pytest.mark.slow
 def test_report_has_table_verdicts_and_plot(tiny, current):
     assert report.main(["--suite", "tiny", "--suites-file", str(tiny["common"][3]), "--results-dir", str(tiny["results"])]) == 0
     text = (tiny["results"] / "tiny" / "REPORT.md").read_text()
@@ -141,6 +145,7 @@ def test_report_has_table_verdicts_and_plot(tiny, current):
     assert "plots/dqn__CartPole-v1.png" in text
 
 
+@pytest.mark.slow
 def test_a_cell_without_runs_is_listed_when_selected(tiny, tmp_path, current):
     results = tmp_path / "results"
     shutil.copytree(tiny["results"], results)
@@ -152,6 +157,7 @@ def test_a_cell_without_runs_is_listed_when_selected(tiny, tmp_path, current):
     assert "**1 of the suite's 3 cells: 0 PASS, 1 FAIL" in text and "--suite tiny --algos no_such_algo` from" in text
 
 
+@pytest.mark.slow
 def test_a_note_shows_beside_a_cell_without_threshold(tiny, tmp_path, current):
     """A cell with no threshold gets no verdict, but its note (say, where earlier seeds are) is shown."""
     suites = tmp_path / "suites.toml"
@@ -165,6 +171,7 @@ def test_a_note_shows_beside_a_cell_without_threshold(tiny, tmp_path, current):
     assert "| 2/2 |" in row and "**n/a**" in row and row.endswith("Note: seeds 3-4 were run by hand |"), row
 
 
+@pytest.mark.slow
 def test_a_smoke_try_is_not_comparable_and_never_counts(tiny, tmp_path, capsys, current):
     """--total-timesteps shrinks the budget: the runs get folders of their own, record that they are
     not comparable, and the report ignores them; a budget not below the cell's is refused."""
@@ -188,6 +195,7 @@ def test_a_smoke_try_is_not_comparable_and_never_counts(tiny, tmp_path, capsys, 
     assert "| dqn | CartPole-v1 | - | 1 smoke try ignored |" in text
 
 
+@pytest.mark.slow
 def test_a_smoke_try_goes_to_an_untracked_folder_by_default(tiny, capsys):
     argv = ["--suite", "tiny", "--suites-file", tiny["common"][3], "--algos", "dqn", "--envs", "CartPole-v1", "--dry-run"]
     assert run.main([*argv, "--total-timesteps", "100"]) == 0
@@ -196,6 +204,7 @@ def test_a_smoke_try_goes_to_an_untracked_folder_by_default(tiny, capsys):
     assert ignored.returncode == 0, "runs/smoke/ is ignored by git"
 
 
+@pytest.mark.slow
 def test_retry_failed_runs_the_failed_run_again(tiny, capsys):
     rc = run.main([*tiny["common"], "--algos", "dqn", "--envs", "Acrobot-v1", "--retry-failed"])
     out = capsys.readouterr().out
@@ -449,6 +458,7 @@ def test_dqn_budget_compares_a_run_with_updates_against_the_same_run_without(cap
         budget_dqn.main(["--steps", "10000"])
 
 
+@pytest.mark.slow
 def test_report_of_a_partial_run_says_partial(tiny, tmp_path, current):
     """One seed of a two-seed cell: the report says 'partial: 1 of 2 seeds', not FAIL."""
     import shutil

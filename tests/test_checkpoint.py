@@ -98,6 +98,7 @@ def assert_same_run(resumed: dict, straight: dict) -> None:
     assert resumed["eval_return_mean"] == straight["eval_return_mean"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_stopped_and_resumed_run_equals_the_uninterrupted_run(tmp_path, monkeypatch, case):
     algo, kw = CASES[case]
@@ -119,6 +120,7 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_run(tmp_path, monkeypa
     assert_same_run(resumed, straight)
 
 
+@pytest.mark.slow
 def test_periodic_checkpoints_and_an_extended_run(tmp_path):
     """A finished run with --checkpoint-every resumes with a larger --total-timesteps: one history."""
     kw = dict(CASES["ddpg-Pendulum"][1], checkpoint_every=300)
@@ -185,6 +187,7 @@ def copy_run(run: Path, to: Path) -> Path:
     return to
 
 
+@pytest.mark.slow
 def test_sigkill_while_writing_a_checkpoint_resumes_from_the_previous_one(tmp_path, dqn_run):
     """The process dies half-way through writing its second checkpoint; --resume uses the first."""
     child = f"""
@@ -220,6 +223,7 @@ sys.exit(dqn.main(parse_args(dqn.Args, dqn.__doc__)))
     assert not list(run.glob(".checkpoint.pt.tmp-*"))
 
 
+@pytest.mark.slow
 def test_corrupted_checkpoint_is_one_line_and_left_untouched(tmp_path, dqn_run):
     run = copy_run(dqn_run, tmp_path / "run")
     data = (run / "checkpoint.pt").read_bytes()
@@ -233,6 +237,7 @@ def test_corrupted_checkpoint_is_one_line_and_left_untouched(tmp_path, dqn_run):
         assert (run / "checkpoint.pt").read_bytes() == broken and (run / "metrics.csv").read_bytes() == metrics_before
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_changed_algorithm_argument(tmp_path, dqn_run):
     run = copy_run(dqn_run, tmp_path / "run")
     r = cli("dqn", "--resume", str(run), "--learning-rate", "0.001")
@@ -246,6 +251,7 @@ def test_resume_refuses_a_changed_algorithm_argument(tmp_path, dqn_run):
     assert summary["total_timesteps"] == 1500 and summary["eval_episodes"] == 3 and summary["resumed_at"] == [1200]
 
 
+@pytest.mark.slow
 def test_resume_refuses_another_algorithms_run_or_checkpoint(tmp_path, dqn_run):
     r = cli("sarsa", "--resume", str(dqn_run))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "'dqn'" in r.stderr, r.stderr

@@ -100,6 +100,7 @@ def straight(suites, tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_slurm_backend_runs_the_cells_and_skips_finished_ones(suites, tmp_path, capsys):
     results = tmp_path / "results"
     assert run.main(slurm(suites, results, "--envs", "CartPole-v1", "--workers", "2")) == 0
@@ -125,6 +126,7 @@ def test_slurm_backend_runs_the_cells_and_skips_finished_ones(suites, tmp_path, 
     assert before == {p: (p / "result.json").stat().st_mtime_ns for p in runs}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the task's process in /proc")
 def test_task_stopped_by_slurm_is_requeued_and_resumes_to_the_uninterrupted_result(suites, straight, tmp_path):
     """SIGUSR2 to the job's processes (SLURM's warning before the time limit, and a preemption, as
@@ -172,6 +174,7 @@ def _pid_of_run(spec: Path) -> int:
     return pid
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the run's process in /proc")
 def test_run_killed_mid_run_resumes_from_its_checkpoint_next_time(suites, straight, tmp_path, capsys):
     """SIGKILL (no chance to checkpoint) after a periodic checkpoint: the sweep records the run as
@@ -201,6 +204,7 @@ def test_run_killed_mid_run_resumes_from_its_checkpoint_next_time(suites, straig
     assert r["summary"]["eval_return_mean"] == result(straight)["summary"]["eval_return_mean"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the run's process in /proc")
 def test_local_sweep_stopped_by_sigterm_stops_its_run_with_a_checkpoint_and_resumes_it(suites, straight, tmp_path):
     """SIGTERM to the runner alone (kill's default, a scheduler's stop) stops it as Ctrl-C does: it

@@ -160,6 +160,7 @@ def test_truncation_stores_the_true_final_observation(tmp_path, monkeypatch):
     assert abs(next_obs[199, 2] - obs[199, 2]) < 1.5
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_metrics_and_another_seed_different_ones(tmp_path):
     rows = []
     for k, seed in enumerate((1, 1, 2)):
@@ -250,6 +251,7 @@ def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
     assert ddpg.main(small_args(tmp_path)) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -272,6 +274,7 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, argv, message):
     assert not any(tmp_path.iterdir())  # no run folder for a run that never started
 
 
+@pytest.mark.slow
 def test_sigterm_writes_a_checkpoint_and_logs(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "algos" / "ddpg.py"), "--total-timesteps", "1000000", "--learning-starts", "100",
@@ -291,6 +294,7 @@ def test_sigterm_writes_a_checkpoint_and_logs(tmp_path):
     assert 0 < summary["total_timesteps"] < 1_000_000
 
 
+@pytest.mark.slow
 def test_learns_pendulum_in_10k_steps(tmp_path):
     """A uniform random policy scores about -1200 to -1500; this run reaches about -200 (seeds 1 and 2: -200 and
     -193 when the threshold was set). ~25 s of CPU."""

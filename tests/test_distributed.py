@@ -134,6 +134,7 @@ def _train_two_workers(rank, steps, optimizer):
     assert final < 0.1, f"the shared network did not learn the regression (loss {final:.3f})"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["adam", "rmsprop"])
 def test_two_workers_stay_identical_and_average_equals_concatenated_batch(optimizer):
     run_workers(_train_two_workers, 300, optimizer)
@@ -151,6 +152,7 @@ def _mismatched_config(rank, out_dir):
     raise AssertionError("mismatched configs were not detected")
 
 
+@pytest.mark.slow
 def test_mismatched_arguments_fail_on_every_worker_with_the_field_named(tmp_path):
     start = time.monotonic()
     run_workers(_mismatched_config, tmp_path)
@@ -170,6 +172,7 @@ def _mismatched_network(rank, out_dir):
     raise AssertionError("different networks were not detected")
 
 
+@pytest.mark.slow
 def test_different_networks_fail_on_every_worker(tmp_path):
     run_workers(_mismatched_network, tmp_path)
     for rank in (0, 1):
@@ -186,6 +189,7 @@ def _lonely(rank, out_dir):
     raise AssertionError("a group of 2 formed with one worker")
 
 
+@pytest.mark.slow
 def test_missing_worker_times_out_with_a_clear_message(tmp_path):
     run_workers(_lonely, tmp_path, ranks=[0], timeout=2.0)  # WORLD_SIZE 2, rank 1 never starts
     seconds, message = (tmp_path / "message.txt").read_text().split("\n", 1)
@@ -207,6 +211,7 @@ def _one_dies(rank, out_dir):
     raise AssertionError("training went on without the dead worker")
 
 
+@pytest.mark.slow
 def test_dead_worker_stops_the_survivor_with_a_clear_message(tmp_path):
     run_workers(_one_dies, tmp_path, timeout=5.0)
     message = (tmp_path / "message.txt").read_text()
@@ -222,6 +227,7 @@ def _clean_env() -> dict:
     return {**env, "OMP_NUM_THREADS": "1", "RL_DIST_TIMEOUT": "60"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["a2c", "n_step_q", "sarsa"])
 def test_script_runs_unchanged_under_torchrun_with_two_workers(tmp_path, algo):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
@@ -260,6 +266,7 @@ def _reward_statistics(rank, out_dir):
     }))
 
 
+@pytest.mark.slow
 def test_a2c_workers_scale_rewards_by_the_same_statistics(tmp_path):
     """Each worker's rewards are scaled before the gradients are averaged: by statistics of every
     worker's discounted returns, equal on all workers, as the observation statistics are."""
@@ -272,6 +279,7 @@ def test_a2c_workers_scale_rewards_by_the_same_statistics(tmp_path):
     assert ranks[0]["statistics"][2] == pytest.approx(1e-4 + 400)
 
 
+@pytest.mark.slow
 def test_script_workers_with_different_arguments_stop_with_one_line(tmp_path):
     port, procs = str(free_port()), []
     for rank, lr in ((0, "0.0007"), (1, "0.001")):

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -81,6 +83,7 @@ def readme_block(heading: str) -> str:
     return section[section.index("```bash") + 7:section.index("```", section.index("```bash") + 7)]
 
 
+@pytest.mark.slow
 def test_readme_quick_start_runs_and_evaluate_scores_its_run_folder(tmp_path):
     """The quick start's train command with a tiny budget (exit 0, a run folder with model.pt), then
     evaluate.py on that folder, as the README shows them."""

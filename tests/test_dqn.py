@@ -249,6 +249,7 @@ def run_cli(*argv, **kw):
     return subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=120, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv, words",
     [
@@ -270,6 +271,7 @@ def test_bad_input_is_one_line_and_nonzero(tmp_path, argv, words):
     assert not any(tmp_path.iterdir())  # nothing half-written
 
 
+@pytest.mark.slow
 def test_sigterm_writes_a_checkpoint_and_keeps_logs(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, SCRIPT, "--total-timesteps", "10000000", "--learning-starts", "500", "--run-dir", str(tmp_path),
@@ -290,6 +292,7 @@ def test_sigterm_writes_a_checkpoint_and_keeps_logs(tmp_path):
     assert (run / "model.pt").exists() and (run / "checkpoint.pt").exists() and len(read_metrics(run)) > 0
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_with_a_message(tmp_path):
     r = run_cli("--total-timesteps", "3000", "--learning-starts", "100", "--train-every", "1", "--learning-rate", "1e38",
                 "--run-dir", str(tmp_path), "--no-progress")
@@ -299,6 +302,7 @@ def test_nan_loss_stops_with_a_message(tmp_path):
     assert summary["completed"] is False and "loss became" in summary["error"]
 
 
+@pytest.mark.slow
 def test_saved_model_evaluates_from_the_command_line(tmp_path):
     summary = dqn.train(small_args(tmp_path, save_model=True, capture_video=True, eval_episodes=2))
     run = Path(summary["run_dir"])
@@ -309,6 +313,7 @@ def test_saved_model_evaluates_from_the_command_line(tmp_path):
     assert "over 3 episodes" in r.stdout
 
 
+@pytest.mark.slow
 def test_tracking_with_wandb_offline(tmp_path):
     pytest.importorskip("wandb")
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
@@ -318,6 +323,7 @@ def test_tracking_with_wandb_offline(tmp_path):
     assert list(tmp_path.glob("*/wandb/offline-run-*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_learns_cartpole(tmp_path, seed):
     """Defaults except a 20k budget with 1k heatup: a random policy scores ~20, solved (v0) is 195."""

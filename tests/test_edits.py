@@ -194,6 +194,7 @@ def test_the_probe_catches_a_forward_that_the_layers_do_not_show():
 
 
 # ---- a copied script beside a foreign `common` --------------------------------------------------------
+@pytest.mark.slow
 def test_a_copied_script_runs_beside_a_foreign_common_package(tmp_path):
     """README: copy the script, common/ (the modules it imports) and harness/ into one folder."""
     project = tmp_path / "project"

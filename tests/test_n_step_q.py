@@ -273,6 +273,7 @@ def test_interrupt_writes_logs(tmp_path, monkeypatch):
     assert summary["completed"] is False and summary["error"] == "interrupted" and summary["total_timesteps"] == 600
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -290,6 +291,7 @@ def test_bad_input(tmp_path, argv, message):
     assert not any(tmp_path.iterdir())  # no run folder for a run that never started
 
 
+@pytest.mark.slow
 def test_learns_cartpole(tmp_path):
     """Defaults except a 150k budget (the epsilon and learning-rate schedules shrink with it).
 

@@ -277,6 +277,7 @@ def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
     assert not summary["completed"] and "loss became nan" in summary["error"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv, message",
     [

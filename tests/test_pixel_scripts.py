@@ -106,6 +106,7 @@ def test_atari_smoke_feeds_uint8_frame_stacks_to_the_network(tmp_path, torso_inp
     assert LEARNING_BATCH[algo] in {shape[0] for _, shape in torso_inputs}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ALGOS)
 def test_atari_learns_from_clipped_rewards_and_logs_whole_games(tmp_path, monkeypatch, algo):
     # Asterix pays 50 a bonus and loses a life every ~70 random steps: within 300 steps of one env

@@ -55,6 +55,7 @@ def test_frames_on_a_headless_machine_print_nothing():
     assert r.returncode == 0 and r.stderr == "", r.stderr
 
 
+@pytest.mark.slow
 def test_capture_video_on_a_headless_mujoco_env(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MUJOCO_GL")}
     r = cli("ddpg", "--env", "InvertedPendulum-v5", "--total-timesteps", "300", "--learning-starts", "100", "--capture-video",
@@ -79,6 +80,7 @@ def test_a_failed_final_evaluation_keeps_the_model_and_summary(tmp_path, monkeyp
     assert (run / "model.pt").exists() and (run / "checkpoint.pt").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make_bad", [lambda tmp: tmp / "a_file", lambda tmp: Path("/proc/no_such_dir")])
 def test_a_run_dir_that_cannot_be_written_is_one_line(tmp_path, make_bad):
     bad = make_bad(tmp_path)
@@ -109,6 +111,7 @@ def test_resume_of_a_run_without_a_checkpoint_is_one_line_from_the_command_line(
     assert capsys.readouterr().err.strip() == f"dqn: error: --resume {tmp_path}: no checkpoint.pt there (was the run started with --checkpoint-every?)"
 
 
+@pytest.mark.slow
 def test_track_without_a_wandb_login_falls_back_to_offline(tmp_path):
     pytest.importorskip("wandb")
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
@@ -121,6 +124,7 @@ def test_track_without_a_wandb_login_falls_back_to_offline(tmp_path):
     assert list((tmp_path / "runs").glob("*/wandb/offline-run-*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["dqn", "ddpg", "naf"])
 def test_single_process_scripts_refuse_torchrun(tmp_path, algo):
     env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}
@@ -129,12 +133,14 @@ def test_single_process_scripts_refuse_torchrun(tmp_path, algo):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["dqn", "ddpg", "naf"])
 def test_learning_starts_beyond_the_run_is_refused(tmp_path, algo):
     r = cli(algo, "--total-timesteps", "500", "--learning-starts", "500", "--run-dir", str(tmp_path))
     assert "--learning-starts" in one_error_line(r, algo)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["dqn", "n_step_q", "sarsa", "a2c", "ddpg", "naf"])
 def test_help_says_what_the_script_is(algo):
     r = cli(algo, "--help")
@@ -186,6 +192,7 @@ def test_a_run_that_fails_before_training_leaves_the_callers_flush_setting(tmp_p
         torch.set_flush_denormal(False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_ctrl_c_stops_with_130_and_a_checkpoint_only_when_checkpointing(tmp_path, checkpointing):
     flags = ["--total-timesteps", "10000000", "--learning-starts", "500", "--no-progress", "--run-dir", str(tmp_path)]
@@ -227,6 +234,7 @@ def test_evaluate_closes_its_envs_when_the_policy_fails():
     assert returns.shape == (2,) and (returns > 0).all()
 
 
+@pytest.mark.slow
 def test_a_mujoco_warning_repeated_at_every_model_load_is_shown_once(tmp_path):
     # gymnasium's HalfCheetah-v5 model has a deprecated compiler attribute, and MuJoCo warns of it
     # at every load: before, once per evaluation episode (~200 lines in a 1M-step run's log)

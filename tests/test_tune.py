@@ -79,6 +79,7 @@ def searched(trials):
     return [t for t in trials if not t.user_attrs.get("baseline")]
 
 
+@pytest.mark.slow
 def test_study_writes_its_storage_its_table_and_a_settings_line(study, files):
     assert study["rc"] == 0
     s = load(study["dir"])
@@ -146,6 +147,7 @@ def test_a_settings_line_is_offered_only_from_a_trial_that_beats_the_cells_setti
     assert block is None and "a smoke try (`--total-timesteps`)" in text
 
 
+@pytest.mark.slow
 def test_studies_go_to_an_untracked_folder_unless_told_and_a_smoke_study_is_its_own(files, tmp_path):
     """Not into the committed benchmarks/results/tuning/ by default; --total-timesteps makes a study of its own."""
     _, config = tune.parse(argv(files, tmp_path / "study")[:-2])  # no --study-dir
@@ -166,6 +168,7 @@ def test_help_says_where_a_study_goes(capsys):
     assert "default runs/tuning/<suite>__<algo>__<env>, untracked" in out and "benchmarks/results/tuning/<name>" in out
 
 
+@pytest.mark.slow
 def test_running_the_study_again_adds_no_trial_and_a_changed_one_is_refused(study, files, capsys):
     before = (study["dir"] / "journal.log").stat().st_size
     assert tune.main(argv(files, study["dir"], "--trials", "3", "--seeds", "7", "--prune-after", "-1")) == 0
@@ -177,6 +180,7 @@ def test_running_the_study_again_adds_no_trial_and_a_changed_one_is_refused(stud
     assert err.startswith("tune: error: ") and "made with another seeds" in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_a_cell_that_took_the_best_settings_continues_its_study_and_another_cell_is_refused(study, files, tmp_path, capsys):
     best = max(searched(load(study["dir"]).get_trials()), key=lambda t: t.value)
     adopted = tmp_path / "adopted.toml"  # the cell with the best trial's settings line pasted in
@@ -221,6 +225,7 @@ def test_a_trial_below_the_median_is_pruned_at_an_evaluation(files, tmp_path):
     assert [p.name.split("__")[2] for p in (study_dir / "trials" / "0001" / "runs").iterdir()] == ["s7"], "seed 8 never ran"
 
 
+@pytest.mark.slow
 def test_trials_whose_rollouts_differ_in_size_report_their_evaluations_at_the_same_steps(files, tmp_path):
     """4 envs x 5 steps evaluate at env steps 1,000 and 2,000; 4 envs x 16 steps at 1,024 and 2,048.
     Both report at the same Optuna steps (the evaluations' indices), where the pruner compares them."""
@@ -239,6 +244,7 @@ def test_trials_whose_rollouts_differ_in_size_report_their_evaluations_at_the_sa
     assert sorted(trials[0].intermediate_values) == sorted(trials[1].intermediate_values) == [1, 2]
 
 
+@pytest.mark.slow
 def test_a_trial_stopped_by_slurm_is_failed_and_its_parameters_tried_again(files, tmp_path):
     study_dir = tmp_path / "study"
     _, config = tune.parse(argv(files, study_dir, "--trials", "1", "--seeds", "7"))
@@ -256,6 +262,7 @@ def test_a_trial_stopped_by_slurm_is_failed_and_its_parameters_tried_again(files
     assert trials[1].params == trials[0].params
 
 
+@pytest.mark.slow
 def test_a_trial_stopped_by_ctrl_c_or_sigterm_is_tried_again_by_the_next_command(files, tmp_path):
     study_dir = tmp_path / "study"
     _, config = tune.parse(argv(files, study_dir, "--trials", "1", "--seeds", "7"))
@@ -278,6 +285,7 @@ def test_a_trial_stopped_by_ctrl_c_or_sigterm_is_tried_again_by_the_next_command
 LONG = TINY.replace("steps = 2_000", "steps = 500_000")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the runs' processes in /proc")
 def test_sigterm_stops_the_study_its_workers_and_their_runs(tmp_path):
     """SIGTERM to tune.py alone (kill's default, a scheduler's stop) stops it as Ctrl-C does: it
@@ -305,6 +313,7 @@ def test_sigterm_stops_the_study_its_workers_and_their_runs(tmp_path):
     assert (study_dir / "STUDY.md").read_text().count("| fail: stopped |") == 2
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the run's process in /proc")
 def test_a_trial_whose_run_a_signal_stopped_is_interrupted_not_failed(tmp_path):
     """SIGTERM to a trial's run alone (SLURM's scancel signals every process of a task): the run
@@ -400,6 +409,7 @@ def test_search_space_names_must_be_flags_of_the_script(files, tmp_path, capsys)
     assert "'not_a_flag' is not a flag of algos/a2c.py" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_command_line_bad_input_exits_2_without_a_traceback(files):
     r = subprocess.run([sys.executable, "benchmarks/tune.py", "--suite", "tiny", "--suites-file", files["suites"],
                         "--algo", "ddpg", "--env", "CartPole-v1"], cwd=ROOT, capture_output=True, text=True, timeout=120)

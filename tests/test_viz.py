@@ -96,6 +96,7 @@ def test_resumed_run_has_one_history_in_tensorboard(tmp_path, monkeypatch, first
     assert steps == sorted(steps) and steps[0] < 400 < steps[-1]
 
 
+@pytest.mark.slow
 def test_export_writes_the_same_scalars_as_the_flag(tmp_path):
     pytest.importorskip("tensorboard", reason="pip install -r requirements-viz.txt")
     run = Path(dqn.train(dqn_args(tmp_path, tensorboard=True))["run_dir"])
@@ -107,6 +108,7 @@ def test_export_writes_the_same_scalars_as_the_flag(tmp_path):
     assert events(run / "tensorboard") == live
 
 
+@pytest.mark.slow
 def test_export_of_a_folder_without_metrics_is_one_line(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "tensorboard_export.py"), str(tmp_path)], capture_output=True, text=True, timeout=120)
     lines = r.stderr.strip().splitlines()
@@ -140,6 +142,7 @@ def is_png_with_curves(path: Path) -> bool:
     return len(np.unique(pixels, axis=0)) > 50  # lines, a band, text: not a blank canvas
 
 
+@pytest.mark.slow
 def test_plot_of_two_seeds_writes_a_png(tmp_path, two_seeds):
     pytest.importorskip("matplotlib", reason="pip install -r requirements-viz.txt")
     folders = sorted(str(p) for p in two_seeds.glob("CartPole-v1__dqn__*"))
