@@ -337,16 +337,16 @@ def test_global_generators_round_trip_through_a_checkpoint_file(tmp_path):
 # checkpoints every --checkpoint-every env steps ------------------------------------------------
 # 3 envs: a step-by-step script adds 3 env steps per iteration, a rollout script 15 (5 steps x 3
 # envs); neither divides the period, so a checkpoint falls on the first boundary past each
-# multiple, and one more at the run's end
+# multiple, and one more at the run's end, which is no multiple's boundary here
 CADENCE = {
-    "dqn": (dict(env_id="CartPole-v1", learning_starts=200, batch_size=32, buffer_size=1000), 100, 700, [102, 201, 300, 402, 501, 600, 702]),
-    "ddpg": (dict(env_id="Pendulum-v1", learning_starts=200, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32)), 100, 700,
-             [102, 201, 300, 402, 501, 600, 702]),
-    "naf": (dict(env_id="Pendulum-v1", learning_starts=200, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32)), 100, 700,
-            [102, 201, 300, 402, 501, 600, 702]),
-    "n_step_q": (dict(env_id="CartPole-v1", n_steps=5), 40, 200, [45, 90, 120, 165, 210]),
-    "sarsa": (dict(env_id="CartPole-v1", n_steps=5), 40, 200, [45, 90, 120, 165, 210]),
-    "a2c": (dict(env_id="CartPole-v1", n_steps=5), 40, 200, [45, 90, 120, 165, 210]),
+    "dqn": (dict(env_id="CartPole-v1", learning_starts=200, batch_size=32, buffer_size=1000), 100, 699, [102, 201, 300, 402, 501, 600, 699]),
+    "ddpg": (dict(env_id="Pendulum-v1", learning_starts=200, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32)), 100, 699,
+             [102, 201, 300, 402, 501, 600, 699]),
+    "naf": (dict(env_id="Pendulum-v1", learning_starts=200, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32)), 100, 699,
+            [102, 201, 300, 402, 501, 600, 699]),
+    "n_step_q": (dict(env_id="CartPole-v1", n_steps=5), 40, 195, [45, 90, 120, 165, 195]),
+    "sarsa": (dict(env_id="CartPole-v1", n_steps=5), 40, 195, [45, 90, 120, 165, 195]),
+    "a2c": (dict(env_id="CartPole-v1", n_steps=5), 40, 195, [45, 90, 120, 165, 195]),
 }
 
 
