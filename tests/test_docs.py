@@ -143,3 +143,10 @@ def test_readme_test_commands_are_what_ci_runs():
     tests_section = readme_block("## Tests")
     for command in ("pip install -r requirements-dev.txt", "python -m pytest -q tests"):
         assert command in tests_section and command in ci
+
+
+def test_readme_gives_the_fast_subset_and_the_marker_is_registered(pytestconfig):
+    text = (ROOT / "README.md").read_text()
+    tests_section = text[text.index("## Tests"):]
+    assert 'python -m pytest -q -m "not slow" tests' in tests_section
+    assert any(line.startswith("slow:") for line in pytestconfig.getini("markers"))
