@@ -670,7 +670,7 @@ def readme_table(suite_name: str, results_dir: Path = RESULTS_DIR, suites_file: 
     report = (results_dir / suite.name / "REPORT.md").resolve()
     report = report.relative_to(ROOT).as_posix() if report.is_relative_to(ROOT) else str(report)
     lines = [f"Written by `python benchmarks/report.py --readme` from the `{suite.name}` suite's runs "
-             f"([its report]({report}), with every run, the CIs and the reasons): {len(judged)} cells with runs, "
+             f"([its report]({report}), with every run, the CIs and the reasons): {len(judged)} cell{'' if len(judged) == 1 else 's'} with runs, "
              f"{counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['partial']} partial, {counts['stale']} stale (made with "
              f"older code), {counts['n/a']} without threshold.", "",
              "| algo | env | steps | greedy eval: mean ± std (each seed) | train (last 10) | threshold | reference | min/run | verdict |",
