@@ -22,6 +22,17 @@ the paper did). Atari rewards are clipped to their sign for learning only, a los
 training episode, and the logged returns are whole-game scores; Atari frame stacks go to a
 FrameMemory that stores each frame once.
 
+Protocols as flags:
+- MinAtar's example agent (Young & Tian 2019; the paper's curves): the `MinAtar/<Game>-v0` ids
+  (all 6 actions; `-v1` ids have the minimal action sets), `--optimizer rmsprop --rmsprop-centered
+  --rmsprop-alpha 0.95 --optimizer-eps 0.01 --learning-rate 2.5e-4 --loss huber --batch-size 32
+  --buffer-size 100000 --learning-starts 5000 --train-every 1 --target-every 1000 --end-epsilon 0.1
+  --decay-after-heatup` with `--exploration-fraction` set so that the decay takes 100k steps
+  (0.1 of 1M steps); benchmarks/suites.toml's `minatar_paper` suite runs exactly that.
+- Atari evaluation: greedy over whole games (up to ALE's 108k-frame cap) by default; the Nature
+  paper's protocol is `--eval-epsilon 0.05 --eval-max-frames 18000` (5 minutes), CleanRL's
+  `--eval-epsilon 0.01`.
+
 Run:
     python algos/dqn.py --env CartPole-v1 --seed 1
     python algos/dqn.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
@@ -97,6 +108,10 @@ class Args:
     """env steps between greedy evaluations (0: only at the end)"""
     eval_episodes: int = 10
     """episodes per evaluation"""
+    eval_epsilon: float = 0.0
+    """probability of a uniform random action in evaluation (0: greedy; the Nature DQN paper used 0.05, CleanRL 0.01)"""
+    eval_max_frames: Optional[int] = None
+    """Atari only: end an evaluation game after this many emulator frames (None: ALE's cap of 108,000 = 30 minutes; the Nature paper's 5 minutes: 18000)"""
     run_dir: str = "runs"
     """parent folder of the run folder"""
     progress: bool = True
@@ -109,7 +124,15 @@ class Args:
     """run folder to continue from its last checkpoint, with its stored arguments (only the run length, evaluation and logging flags may change)"""
 
     learning_rate: float = 2.5e-4
-    """Adam step size"""
+    """the optimizer's step size"""
+    optimizer: Literal["adam", "rmsprop"] = "adam"
+    """optimizer of the Q-network (rmsprop with --rmsprop-centered: the DQN and MinAtar papers')"""
+    optimizer_eps: float = 1e-8
+    """the optimizer's epsilon (Adam's, or RMSprop's, added to the root of the squared-gradient average)"""
+    rmsprop_alpha: float = 0.99
+    """RMSprop's smoothing constant of the squared-gradient average"""
+    rmsprop_centered: bool = False
+    """RMSprop's centered variant: divide by an estimate of the gradient's std instead of its root mean square"""
     buffer_size: int = 10_000
     """replay memory capacity, transitions"""
     gamma: float = 0.99
@@ -126,6 +149,8 @@ class Args:
     """exploration epsilon at the end of the schedule"""
     exploration_fraction: float = 0.5
     """fraction of total_timesteps over which epsilon decays linearly"""
+    decay_after_heatup: bool = False
+    """start epsilon's decay when heatup ends (MinAtar's agent) instead of at step 0"""
     learning_starts: int = 10_000
     """env steps of heatup (random actions, no learning)"""
     train_every: int = 10
@@ -163,9 +188,14 @@ def validate(args: Args) -> None:
         (args.learning_starts < args.total_timesteps, f"--learning-starts {args.learning_starts} leaves no step to learn in --total-timesteps {args.total_timesteps}"),
         (args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {args.checkpoint_every}"),
         (args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}"),
+        (args.optimizer_eps > 0, f"--optimizer-eps must be positive, got {args.optimizer_eps}"),
+        (0.0 <= args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}"),
+        (args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered), "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
         (0.0 <= args.gamma <= 1.0, f"--gamma must be in [0, 1], got {args.gamma}"),
         (args.eval_every >= 0, f"--eval-every must be >= 0, got {args.eval_every}"),
         (args.eval_episodes > 0, f"--eval-episodes must be positive, got {args.eval_episodes}"),
+        (0.0 <= args.eval_epsilon <= 1.0, f"--eval-epsilon must be in [0, 1], got {args.eval_epsilon}"),
+        (args.eval_max_frames is None or args.eval_max_frames > 0, f"--eval-max-frames must be positive, got {args.eval_max_frames}"),
         (args.torch_threads > 0, f"--torch-threads must be positive, got {args.torch_threads}"),
         (all(h > 0 for h in args.hidden_sizes), f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
         (args.clip_grad_norm is None or args.clip_grad_norm > 0, f"--clip-grad-norm must be positive, got {args.clip_grad_norm}"),
@@ -178,20 +208,22 @@ def validate(args: Args) -> None:
 
 
 # 3. Environment ---------------------------------------------------------------------------------
-def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True, scale_obs: bool = False) -> gym.vector.VectorEnv:
+def make_env(
+    env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True, scale_obs: bool = False, max_frames: int | None = None
+) -> gym.vector.VectorEnv:
     """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"].
 
     Pixel ids get their standard preprocessing (common.pixels); `training=False` plays whole
     Atari games (evaluation), `training=True` ends an episode at each lost life; `scale_obs`
-    rescales bounded vector observations to [-1, 1]."""
+    rescales bounded vector observations to [-1, 1]; `max_frames` caps an Atari game's emulator frames."""
     with bad_input():  # an unknown id
         pixels.kind(env_id)
 
     def thunk(i: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
             if video_dir is not None:
-                return record_first_episode(pixels.make(env_id, training, render_mode="rgb_array", scale_obs=scale_obs), video_dir, i)
-            return pixels.make(env_id, training, scale_obs=scale_obs)
+                return record_first_episode(pixels.make(env_id, training, render_mode="rgb_array", scale_obs=scale_obs, max_frames=max_frames), video_dir, i)
+            return pixels.make(env_id, training, scale_obs=scale_obs, max_frames=max_frames)
 
         return make
 
@@ -236,6 +268,16 @@ def select_actions(
     if explore.any():
         actions[explore] = rng.integers(n_actions, size=int(explore.sum()))
     return actions
+
+
+def evaluation_policy(greedy: Callable[[np.ndarray], np.ndarray], epsilon: float, n_actions: int, seed: int, step: int) -> Callable[[np.ndarray], np.ndarray]:
+    """The evaluation's policy: `greedy`, or epsilon-greedy with a generator of its own, seeded
+    from the run's seed and the step (training's streams stay untouched; a resumed run evaluates
+    the same way)."""
+    if epsilon == 0.0:
+        return greedy
+    rng = np.random.default_rng([seed, step])
+    return lambda obs: select_actions(greedy, obs, epsilon, n_actions, rng)
 
 
 def dqn_targets(
@@ -320,6 +362,9 @@ def train(args: Args) -> dict:
     rng = np.random.default_rng(explore_seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs, scale_obs=args.scale_obs)
+    if args.eval_max_frames is not None and pixels.kind(args.env_id) != "atari":
+        envs.close()
+        raise InputError(f"--eval-max-frames is for Atari ids; {args.env_id} is not one")
     envs.action_space.seed(args.seed)
     envs.single_action_space.seed(args.seed)
     shape = obs_shape(envs.single_observation_space)  # images as they are, vectors flattened
@@ -328,7 +373,8 @@ def train(args: Args) -> dict:
     atari = pixels.kind(args.env_id) == "atari"
 
     q_net = NetworkWrapper(
-        QNetwork(shape, n_actions, args.hidden_sizes), lr=args.learning_rate, optimizer="adam",
+        QNetwork(shape, n_actions, args.hidden_sizes), lr=args.learning_rate, optimizer=args.optimizer,
+        eps=args.optimizer_eps, alpha=args.rmsprop_alpha, centered=args.rmsprop_centered,
         clip_grad_norm=args.clip_grad_norm, target=True, device=device,
     )
     greedy = greedy_policy(q_net.online, device)
@@ -337,7 +383,7 @@ def train(args: Args) -> dict:
     else:  # images stay uint8 (the network converts them)
         memory = ReplayMemory(args.buffer_size, shape, (), discrete=True, device=device, seed=replay_seed,
                               obs_dtype=torch.uint8 if is_image(shape) else torch.float32)
-    eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs)
+    eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs, max_frames=args.eval_max_frames)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"])
     print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {run.path}", flush=True)
 
@@ -361,7 +407,8 @@ def train(args: Args) -> dict:
         while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B
             # act: uniform during heatup, then epsilon-greedy on the online network
-            epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, args.exploration_fraction * args.total_timesteps, global_step)
+            decay_step = max(0, global_step - args.learning_starts) if args.decay_after_heatup else global_step
+            epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, args.exploration_fraction * args.total_timesteps, decay_step)
             if global_step <= args.learning_starts:
                 actions = rng.integers(n_actions, size=B)
             else:
@@ -398,7 +445,7 @@ def train(args: Args) -> dict:
                     q_net.sync(args.target_rate)
 
             if args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
-                run.evaluate(greedy, eval_envs, global_step)
+                run.evaluate(evaluation_policy(greedy, args.eval_epsilon, n_actions, args.seed, global_step), eval_envs, global_step)
             if run.checkpoint_due(prev_step, global_step):  # everything the next step depends on
                 run.save_checkpoint(global_step, envs, obs, {
                     "q_net": q_net.state_dict(), "memory": memory.state_dict() if args.checkpoint_memory else None,
@@ -407,7 +454,7 @@ def train(args: Args) -> dict:
             if global_step >= run.next_check:
                 run.progress(global_step)
         train_seconds = run.elapsed()
-        eval_returns, error = run.final_evaluation(greedy, eval_envs, global_step)
+        eval_returns, error = run.final_evaluation(evaluation_policy(greedy, args.eval_epsilon, n_actions, args.seed, global_step), eval_envs, global_step)
         completed = True
     except (KeyboardInterrupt, Stopped, FloatingPointError) as e:
         error = run.stopped(e, global_step)

@@ -122,7 +122,15 @@ class Args:
     n_steps: int = 5
     """env steps per env in a rollout; the first step's return looks n_steps ahead (1: one-step SARSA)"""
     learning_rate: float = 1e-3
-    """Adam step size at the start"""
+    """the optimizer's step size at the start"""
+    optimizer: Literal["adam", "rmsprop"] = "adam"
+    """optimizer of the Q-network (rmsprop with --rmsprop-centered: the DQN and MinAtar papers')"""
+    optimizer_eps: float = 1e-8
+    """the optimizer's epsilon (Adam's, or RMSprop's, added to the root of the squared-gradient average)"""
+    rmsprop_alpha: float = 0.99
+    """RMSprop's smoothing constant of the squared-gradient average"""
+    rmsprop_centered: bool = False
+    """RMSprop's centered variant: divide by an estimate of the gradient's std instead of its root mean square"""
     anneal_lr: bool = True
     """decay the learning rate linearly to 0 over training"""
     gamma: float = 0.99
@@ -160,6 +168,9 @@ def validate(args: Args) -> None:
         (0.0 < args.exploration_fraction <= 1.0, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}"),
         (args.target_every > 0, f"--target-every must be positive, got {args.target_every}"),
         (args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}"),
+        (args.optimizer_eps > 0, f"--optimizer-eps must be positive, got {args.optimizer_eps}"),
+        (0.0 <= args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}"),
+        (args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered), "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
         (0.0 <= args.gamma <= 1.0, f"--gamma must be in [0, 1], got {args.gamma}"),
         (args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {args.checkpoint_every}"),
         (args.eval_every >= 0, f"--eval-every must be >= 0, got {args.eval_every}"),
@@ -367,7 +378,8 @@ def train(args: Args) -> dict:
     num_updates = math.ceil(args.total_timesteps / (T * B * world))  # each update: every worker's rollout
 
     q_net = NetworkWrapper(
-        QNetwork(shape, n_actions, args.hidden_sizes), lr=args.learning_rate, optimizer="adam",
+        QNetwork(shape, n_actions, args.hidden_sizes), lr=args.learning_rate, optimizer=args.optimizer,
+        eps=args.optimizer_eps, alpha=args.rmsprop_alpha, centered=args.rmsprop_centered,
         lr_lambda=(lambda update: 1.0 - update / num_updates) if args.anneal_lr else None,
         clip_grad_norm=args.clip_grad_norm, target=args.target_network, device=device, workers=distributed,
     )

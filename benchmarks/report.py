@@ -127,6 +127,17 @@ def fmt_ms(xs: list[float], digits: int = 1) -> str:
     return f"{m:.{digits}f} ± {s:.{digits}f}" if len(xs) > 1 else f"{m:.{digits}f}"
 
 
+def train_last(run_dir: Path, n: int) -> float | None:
+    """The mean of a run's last `n` training-episode returns, from its metrics.csv (MinAtar's figure
+    plots that moving average with n = 100); None without episodes."""
+    m = metrics_file(run_dir)
+    if m is None:
+        return None
+    with open(m) as f:
+        returns = [float(row["episodic_return"]) for row in csv.DictReader(f) if row.get("episodic_return")]
+    return statistics.fmean(returns[-n:]) if returns else None
+
+
 def fmt_steps(n: int) -> str:
     return f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k" if n >= 1000 else str(n)
 
@@ -470,7 +481,8 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
               f"{BOOTSTRAP_RESAMPLES:,} resamples, fixed generator seed; from 2 seeds on), then the std over seeds; from "
               f"{MANY_SEEDS} seeds on also the interquartile mean (IQM: the mean of the middle 50% of the seeds' values) "
               "with its own CI; then how many seeds reach the threshold. **train**: mean of the last 10 training episodes "
-              "(CleanRL's convention); mean ± std over seeds.",
+              "(CleanRL's convention); mean ± std over seeds; beside a reference in the convention *train100* (MinAtar's "
+              "figure: the moving average of 100 training episodes) also the mean of the last 100 (*last 100*).",
               "- **steps/s**: env steps per second of the training loop (final evaluation excluded), mean over seeds; "
               "**wall**: mean wall time per run. One torch thread per run.",
               "- **code**: a run counts only when it is current: it ran with the cell's settings on a clean commit whose "
@@ -524,12 +536,17 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
         elif cell.note and cell.threshold is None:  # no verdict to explain: what the reader should know about the cell
             verdict_txt += f". Note: {cell.note}"
         evals = [s["eval_return_mean"] for s in summaries]
+        last100 = ""
+        if any(refs.get(rid, {}).get("convention") == "train100" for rid in cell.references):  # the reference's own convention beside ours
+            shown = [r for seed, r in sorted(j.shown.items())]
+            values = [x for x in (train_last(r["dir"], 100) for r in shown) if x is not None]
+            last100 = f"<br>last 100: {fmt_ms(values)}" if values else ""
         stale_ok = len([r for r in runs.values() if r["status"] == "ok" and r.get("stale")])
         table.append(
             f"| {cell.algo} | {cell.env} | {fmt_steps(cell.steps)} | {len(j.current_ok)}/{len(cell.seeds)}"
             + (f" (+{stale_ok} stale)" if stale_ok else "") + " | "
             + ("*stale*: " if j.shown_stale else "") + f"{eval_column(evals, cell.threshold)} | "
-            f"{fmt_ms([s['train_return_last10'] for s in summaries if s.get('train_return_last10') is not None])} | "
+            f"{fmt_ms([s['train_return_last10'] for s in summaries if s.get('train_return_last10') is not None])}{last100} | "
             f"{fmt_ms([s['sps'] for s in summaries], 0).split(' ±')[0]} | "
             f"{fmt_seconds(statistics.fmean(s['wall_seconds'] for s in summaries)) if summaries else '-'} | "
             f"{thr} | {'<br>'.join(cell_refs) or '-'} | {verdict_txt} |")

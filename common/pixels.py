@@ -64,18 +64,25 @@ def kind(env_id: str) -> str | None:
     return None
 
 
-def make(env_id: str, training: bool = True, render_mode: str | None = None, scale_obs: bool = False) -> gym.Env:
+def make(env_id: str, training: bool = True, render_mode: str | None = None, scale_obs: bool = False, max_frames: int | None = None) -> gym.Env:
     """One env, preprocessed as described above when `env_id` is a pixel env.
 
     `scale_obs` (vector envs only): each observation component with finite bounds in the
     observation space is mapped linearly from [low, high] to [-1, 1] (gymnasium's
     RescaleObservation); unbounded components pass unchanged. MountainCar's velocity, for one, lives
-    in [-0.07, 0.07], too small beside the position for a network's first layer to use it."""
+    in [-0.07, 0.07], too small beside the position for a network's first layer to use it.
+
+    `max_frames` (Atari only): the game is truncated after this many emulator frames (ALE's
+    `max_num_frames_per_episode`; None keeps ALE's 108,000, 30 minutes at 60 frames a second)."""
     env_kind = kind(env_id)
+    if max_frames is not None and env_kind != "atari":
+        raise ValueError(f"max_frames is for Atari ids; {env_id} is a {env_kind or 'vector'} env")
     if scale_obs and env_kind is not None:
         raise ValueError(f"--scale-obs is for vector observations; {env_id} is a {env_kind} env")
     kwargs = {} if render_mode is None else {"render_mode": render_mode}  # not every env takes the argument
     if env_kind == "atari":
+        if max_frames is not None:
+            kwargs["max_num_frames_per_episode"] = max_frames
         env = gym.make(env_id, frameskip=1, **kwargs)  # AtariPreprocessing skips the frames
         env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
         if "FIRE" in env.unwrapped.get_action_meanings():

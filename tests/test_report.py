@@ -255,3 +255,18 @@ def test_a_hand_edit_of_a_readme_table_is_caught():
     row = text.index("| dqn | CartPole-v1 |", start)
     edited = text[:row] + text[row:].replace("| dqn | CartPole-v1 |", "| dqn | CartPole-v1 (by hand) |", 1)
     assert report.readme_text(edited) != edited
+
+
+def test_train_last_is_the_mean_of_the_last_n_training_episodes(tmp_path):
+    """MinAtar's figure plots the moving average of the last 100 training episodes; rows without an
+    episode (losses, evaluations) are skipped."""
+    folder = tmp_path / "run" / "MinAtar-Breakout__dqn__1"
+    folder.mkdir(parents=True)
+    rows = ["global_step,wall_seconds,episodic_return,loss,eval_return"]
+    for k in range(150):
+        rows.append(f"{10 * k},0.1,{k},,")
+        rows.append(f"{10 * k + 5},0.1,,0.5,{1000 + k}")
+    (folder / "metrics.csv").write_text("\n".join(rows) + "\n")
+    assert report.train_last(tmp_path / "run", 100) == pytest.approx(sum(range(50, 150)) / 100)
+    assert report.train_last(tmp_path / "run", 1000) == pytest.approx(sum(range(150)) / 150)
+    assert report.train_last(tmp_path / "empty", 100) is None

@@ -1,0 +1,142 @@
+"""The papers' protocols as flags: the value-based scripts' optimizer, MinAtar's epsilon schedule,
+Atari's evaluation epsilon and frame cap."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import dqn
+import n_step_q
+import sarsa
+from common import pixels
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = {"dqn": dqn, "n_step_q": n_step_q, "sarsa": sarsa}
+
+
+def tiny_args(module, tmp_path, **kw):
+    base = dict(total_timesteps=300, eval_episodes=1, run_dir=str(tmp_path), progress=False)
+    if module is dqn:
+        base.update(learning_starts=100, batch_size=16, buffer_size=500, train_every=4)
+    base.update(kw)
+    return module.Args(**base)
+
+
+def record_optimizers(module, monkeypatch) -> list:
+    made = []
+
+    class Recording(module.NetworkWrapper):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            made.append(self.optimizer)
+
+    monkeypatch.setattr(module, "NetworkWrapper", Recording)
+    return made
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_optimizer_flags_reach_the_optimizer(tmp_path, monkeypatch, name):
+    module = SCRIPTS[name]
+    made = record_optimizers(module, monkeypatch)
+    summary = module.train(tiny_args(module, tmp_path / "rms", optimizer="rmsprop", rmsprop_centered=True, rmsprop_alpha=0.95,
+                                     optimizer_eps=0.01, learning_rate=2.5e-4))
+    assert summary["completed"] and len(made) == 1
+    opt = made[0]
+    assert type(opt) is torch.optim.RMSprop
+    group = opt.param_groups[0]
+    assert (group["alpha"], group["eps"], group["centered"]) == (0.95, 0.01, True)
+    assert group.get("initial_lr", group["lr"]) == 2.5e-4  # initial_lr: under n_step_q's and sarsa's decay
+    # the default stays Adam at eps 1e-8
+    made.clear()
+    assert module.train(tiny_args(module, tmp_path / "adam"))["completed"]
+    assert type(made[0]) is torch.optim.Adam and made[0].param_groups[0]["eps"] == 1e-8
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_rmsprop_settings_without_rmsprop_are_refused(name):
+    module = SCRIPTS[name]
+    with pytest.raises(module.InputError, match="--optimizer rmsprop"):
+        module.validate(module.Args(rmsprop_centered=True))
+    with pytest.raises(module.InputError, match="--optimizer-eps"):
+        module.validate(module.Args(optimizer_eps=0.0))
+
+
+def test_epsilon_decays_from_the_end_of_the_heatup_with_decay_after_heatup(tmp_path, monkeypatch):
+    """MinAtar's agent: epsilon = start + (end - start) * min(1, (s - learning_starts) / duration)."""
+    seen = []
+    real = dqn.select_actions
+    monkeypatch.setattr(dqn, "select_actions", lambda greedy, obs, epsilon, *a: seen.append(epsilon) or real(greedy, obs, epsilon, *a))
+    summary = dqn.train(tiny_args(dqn, tmp_path, total_timesteps=400, start_epsilon=0.9, end_epsilon=0.1,
+                                  exploration_fraction=0.25, decay_after_heatup=True))
+    assert summary["completed"] and len(seen) == 300  # steps 101 to 400
+    steps = np.arange(101, 401)
+    np.testing.assert_allclose(seen, 0.9 - 0.8 * np.minimum(1.0, (steps - 100) / 100), rtol=0, atol=1e-12)
+
+
+def test_evaluation_policy_is_greedy_at_zero_and_seeded_epsilon_greedy_otherwise():
+    greedy = lambda obs: np.zeros(len(obs), dtype=np.int64)  # noqa: E731
+    obs = np.zeros((4000, 3), np.float32)
+    assert dqn.evaluation_policy(greedy, 0.0, 6, seed=1, step=10) is greedy
+    act = dqn.evaluation_policy(greedy, 0.25, 6, seed=1, step=10)(obs)
+    # a random action is uniform over all 6 (a sixth of them greedy by chance): 0.25 * 5/6 not greedy
+    assert abs(np.mean(act != 0) - 0.25 * 5 / 6) < 0.03
+    assert set(np.unique(act)) == set(range(6))
+    again = dqn.evaluation_policy(greedy, 0.25, 6, seed=1, step=10)(obs)
+    other = dqn.evaluation_policy(greedy, 0.25, 6, seed=1, step=20)(obs)
+    assert np.array_equal(act, again) and not np.array_equal(act, other)
+
+
+def test_eval_epsilon_changes_only_the_evaluation(tmp_path):
+    """Training's metrics are the same with and without --eval-epsilon; the evaluation differs
+    (CartPole: epsilon 1 is a uniform random policy, which never reaches 100)."""
+    base = dqn.train(tiny_args(dqn, tmp_path / "greedy", eval_episodes=5))
+    noisy = dqn.train(tiny_args(dqn, tmp_path / "eps", eval_episodes=5, eval_epsilon=1.0))
+    assert base["updates"] == noisy["updates"] and base["train_return_last10"] == noisy["train_return_last10"]
+    assert noisy["eval_return_mean"] < 100
+    assert base["eval_return_mean"] != noisy["eval_return_mean"]
+
+
+def test_atari_eval_frame_cap_truncates_the_game():
+    pytest.importorskip("ale_py")
+    env = pixels.make("BreakoutNoFrameskip-v4", training=False, max_frames=400)
+    env.reset(seed=0)
+    steps, done = 0, False
+    while not done:
+        _, _, terminated, truncated, info = env.step(0)  # NOOP: the game never ends by itself
+        steps += 1
+        done = terminated or truncated
+    env.close()
+    assert truncated and not terminated
+    assert info["episode_frame_number"] <= 400
+    assert steps <= 100  # 4 frames a step
+
+
+def test_eval_max_frames_is_only_for_the_evaluation_envs(tmp_path, monkeypatch):
+    pytest.importorskip("ale_py")
+    made = []
+    real = pixels.make
+
+    def recording(env_id, training=True, *a, **k):
+        made.append((training, k.get("max_frames")))
+        return real(env_id, training, *a, **k)
+
+    monkeypatch.setattr(dqn.pixels, "make", recording)
+    summary = dqn.train(tiny_args(dqn, tmp_path, env_id="BreakoutNoFrameskip-v4", total_timesteps=200, buffer_size=200,
+                                  eval_episodes=1, eval_max_frames=800))
+    assert summary["completed"]
+    assert (True, None) in made and (False, 800) in made and (False, None) not in made and (True, 800) not in made
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "MinAtar/Breakout-v1"])
+def test_eval_max_frames_outside_atari_is_bad_input(tmp_path, env_id):
+    if env_id.startswith("MinAtar"):
+        pytest.importorskip("minatar")
+    r = subprocess.run([sys.executable, str(ROOT / "algos" / "dqn.py"), "--env", env_id, "--eval-max-frames", "18000", "--run-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--eval-max-frames" in lines[0] and "Traceback" not in r.stderr
