@@ -1,0 +1,144 @@
+"""DQN on MinAtar, side by side in one invocation: ours against MinAtar's own example agent, same settings.
+
+    python benchmarks/speed_minatar.py --peer ../shared/peers/minatar/dqn.py --frames 105000 --repeats 2
+
+The peer is the MinAtar repository's `examples/dqn.py` (GPL-3.0: not part of this project; give
+its path), the agent behind the MinAtar paper's curves, run unmodified as a separate program with
+its frame budget (`NUM_FRAMES`, a module constant) set before its `main()`. Ours is `algos/dqn.py`
+with the `minatar_paper` suite's settings, which are the peer's: all 6 actions (`MinAtar/<Game>-v0`),
+sticky actions 0.1, batch 32, 100k memory, learning from step 5,000 with one gradient step per env
+step, target copy every 1,000, epsilon 1 -> 0.1 over the 100k steps after the heatup, Huber
+loss, centered RMSprop 2.5e-4 (alpha 0.95, eps 0.01), MinAtar's conv net, gamma 0.99. Differences
+that remain: the peer counts its target copies in updates (ours in env steps: the same cadence
+once learning runs every step) and has no time limit (ours truncates at 10,000 steps); neither
+matters at these lengths.
+
+Both run as child processes with one torch thread (OMP_NUM_THREADS=1 and torch.set_num_threads(1)),
+alternating (ours, peer, ours, peer, ...). Speed is frames (env steps) per second of the child's
+CPU time (user + system, from getrusage), which a busy machine disturbs far less than wall time;
+wall time is recorded too. Returns: the mean of the last 100 training episodes, the figure's
+convention.
+The epsilon schedule is the peer's only from 105,000 frames on (its decay takes the 100k steps
+after the heatup; ours is a fraction of the run, at most all of it): shorter runs explore less on
+our side, which makes ours look faster than it is (fewer network evaluations per step).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import tyro
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from suite import load_suite  # noqa: E402
+
+PEER_RUNNER = """
+import sys, torch
+torch.set_num_threads(1)
+sys.path.insert(0, {folder!r})
+sys.argv = ["dqn.py", "--game", {game!r}, "--output", {output!r}]
+import dqn
+dqn.NUM_FRAMES = {frames}
+dqn.main()
+"""
+
+
+@dataclass
+class SpeedArgs:
+    peer: str = "../shared/peers/minatar/dqn.py"
+    """path of MinAtar's examples/dqn.py"""
+    game: str = "breakout"
+    """MinAtar game (asterix, breakout, freeway, seaquest, space_invaders)"""
+    frames: int = 105_000
+    """env steps per run (the first 5,000 are the heatup; from 105,000 on, epsilon follows the peer's schedule)"""
+    seed: int = 1
+    """our seed (the peer seeds nothing)"""
+    repeats: int = 2
+    """runs of each, alternating"""
+    out: str = "benchmarks/results/speed/speed_minatar_raw.json"
+    """where to write the figures"""
+
+
+def child(cmd: list[str], cwd: str) -> tuple[float, float]:
+    """Run `cmd`; (CPU seconds, wall seconds) of the child."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{cmd[:3]} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
+
+
+def last_100(returns: list[float]) -> float | None:
+    return sum(returns[-100:]) / len(returns[-100:]) if returns else None
+
+
+def ours(a: SpeedArgs, scratch: Path) -> dict:
+    import csv
+
+    env_id = "MinAtar/" + "".join(w.capitalize() for w in a.game.split("_")) + "-v0"
+    settings = dict(next(c.settings for c in load_suite("minatar_paper").cells if c.env == env_id))
+    settings["exploration_fraction"] = min(1.0, 100_000 / a.frames)  # the peer's 100k steps of decay
+    flags = []
+    for k, v in settings.items():
+        flag = "--" + k.replace("_", "-")
+        flags += [flag] if v is True else [f"--no-{k.replace('_', '-')}"] if v is False else [flag, str(v)]
+    run_dir = scratch / "ours"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cpu, wall = child([sys.executable, str(ROOT / "algos" / "dqn.py"), "--env", env_id, "--seed", str(a.seed),
+                       "--total-timesteps", str(a.frames), "--torch-threads", "1", "--eval-episodes", "1", "--no-progress",
+                       "--run-dir", str(run_dir), *flags], cwd=str(ROOT))
+    metrics = next(run_dir.glob("*/metrics.csv"))
+    with open(metrics) as f:
+        returns = [float(r["episodic_return"]) for r in csv.DictReader(f) if r["episodic_return"]]
+    return {"cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1), "episodes": len(returns), "last_100": last_100(returns)}
+
+
+def peer(a: SpeedArgs, scratch: Path) -> dict:
+    import torch
+
+    peer = Path(a.peer).resolve()
+    output = str(scratch / "peer")
+    code = PEER_RUNNER.format(folder=str(peer.parent), game=a.game, output=output, frames=a.frames)
+    cpu, wall = child([sys.executable, "-c", code], cwd=str(scratch))
+    data = torch.load(output + "_data_and_weights", weights_only=False)
+    returns = [float(x) for x in data["returns"]]
+    return {"cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1), "episodes": len(returns), "last_100": last_100(returns)}
+
+
+def main(a: SpeedArgs) -> None:
+    if not Path(a.peer).is_file():
+        raise SystemExit(f"no peer at {a.peer}: give the path of MinAtar's examples/dqn.py with --peer")
+    runs = {"ours": [], "peer": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        for r in range(a.repeats):
+            for name, fn in (("ours", ours), ("peer", peer)):
+                res = fn(a, scratch)
+                res["fps_cpu"] = round(a.frames / res["cpu_seconds"], 1)
+                runs[name].append(res)
+                print(f"run {r + 1}/{a.repeats} {name:>4}: {res['fps_cpu']:7.1f} frames per CPU second ({res['cpu_seconds']} s CPU, "
+                      f"{res['wall_seconds']} s wall), {res['episodes']} episodes, last-100 training return {res['last_100']}", flush=True)
+    ratios = [o["fps_cpu"] / p["fps_cpu"] for o, p in zip(runs["ours"], runs["peer"])]
+    print(f"DQN MinAtar {a.game} {a.frames:,} frames, 1 torch thread: ours/peer {min(ratios):.2f}-{max(ratios):.2f}x in CPU time", flush=True)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"settings": vars(a), "runs": runs, "ratios": [round(x, 2) for x in ratios],
+                               "date": time.strftime("%Y-%m-%d")}, indent=2))
+
+
+if __name__ == "__main__":
+    main(tyro.cli(SpeedArgs))
