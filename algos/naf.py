@@ -18,6 +18,9 @@ Deviations from the paper:
   are picked to learn Pendulum within 50k steps; the paper's [200, 200] net and Coach's 5 gradient
   steps per env step at rate 0.001 are flags.
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
+- L's exponentiated diagonal is kept within [e^-5, e^10] (`lower_triangular`): the cap stops an
+  overflow seen on HalfCheetah-v5, the floor a collapse of P to 0 that froze the policy on one
+  Pendulum-v1 seed in ten (changed default, 2026-11-25; with it seeds 1-10 of the `defaults` suite).
 - One torch thread by default: on an idle 2-core machine two threads train the [256, 256]
   networks ~25% faster, but beside other work they collapse (2026-11-25, 2-core machine at load
   average 5-10: a 14k-step DDPG Pendulum-v1 run took 56 s on one thread; on two it had not
@@ -257,6 +260,7 @@ class ExplorationNoise:
         self.state[done] = 0.0
 
 
+LOG_DIAGONAL_MIN = -5.0  # floor on L's diagonal before exp (see lower_triangular)
 LOG_DIAGONAL_MAX = 10.0  # cap on L's diagonal before exp (see lower_triangular)
 
 
@@ -270,12 +274,21 @@ def lower_triangular(entries: torch.Tensor, action_dim: int) -> torch.Tensor:
     to ~81 after 264k steps (L ~ 3e35), |L^T (a - mu)|^2 overflowed and the loss became NaN. A
     diagonal of e^10 already gives a curvature (P's diagonal, e^20 ~ 5e8) far beyond any return
     scale; below the cap nothing changes, and above it the entry gets no gradient.
+
+    The exponent is floored at LOG_DIAGONAL_MIN (a deviation from the paper): on Pendulum-v1 seed 2,
+    after 6k updates, L's diagonal lay between 3e-19 and 0.05 over the states (P down to ~1e-37)
+    and mu sat at the lower action bound almost everywhere. mu's gradient is proportional to P: it
+    fell far below Adam's eps (1e-8), Adam's steps on mu vanished, and the policy stayed a constant
+    push at the bound for the rest of the run (eval -1,444.6). At
+    the floor P's diagonal is e^-10 ~ 5e-5: too small to matter to Q at any action scale, large
+    enough for mu's gradient to stay well above Adam's eps. Below the floor the entry gets no
+    gradient (the other heads and states still move the shared layers).
     """
     rows, cols = torch.tril_indices(action_dim, action_dim, device=entries.device)  # [A(A+1)/2] each
     diagonal = rows == cols
     L = entries.new_zeros(len(entries), action_dim, action_dim)
     L[:, rows[~diagonal], cols[~diagonal]] = entries[:, ~diagonal]
-    L[:, rows[diagonal], cols[diagonal]] = entries[:, diagonal].clamp(max=LOG_DIAGONAL_MAX).exp()
+    L[:, rows[diagonal], cols[diagonal]] = entries[:, diagonal].clamp(LOG_DIAGONAL_MIN, LOG_DIAGONAL_MAX).exp()
     return L
 
 

@@ -60,7 +60,7 @@ def ours(a: SpeedArgs, threads: int) -> float:
     s = dqn.train(dqn.Args(
         env_id=ENV, seed=a.seed, total_timesteps=a.total_timesteps, torch_threads=threads, learning_starts=a.learning_starts,
         buffer_size=a.total_timesteps, batch_size=32, learning_rate=1e-4, train_every=4, target_every=1_000,
-        end_epsilon=0.01, exploration_fraction=0.1, loss="huber", clip_grad_norm=10.0, eval_episodes=1,
+        end_epsilon=0.01, exploration_fraction=0.1, loss="huber", clip_grad_norm=10.0, double_dqn=False, eval_episodes=1,
         run_dir="/tmp/speed_runs", progress=False))
     return s["sps"]  # training only, as SB3's learn() below
 

@@ -95,6 +95,31 @@ def test_a_huge_diagonal_entry_is_capped_and_gives_finite_loss_and_gradients(A):
     assert (entries.grad[1, rows == cols] != 0).all()
 
 
+@pytest.mark.parametrize("A", [1, 3])
+def test_a_vanishing_diagonal_is_floored_so_that_mu_keeps_a_gradient_adam_can_follow(A):
+    """A diagonal entry of -19 (Pendulum-v1 saw lower) makes P ~ e^-38 ~ 3e-17, and mu's gradient, which
+    is proportional to P, falls far below Adam's eps (1e-8), so Adam's steps on mu vanish; at the
+    floor the gradient stays orders of magnitude above eps."""
+    adam_eps = 1e-8
+
+    def mu_gradient(L: torch.Tensor) -> torch.Tensor:
+        mu = torch.zeros(len(L), A, requires_grad=True)
+        (naf_advantage(torch.ones(len(L), A), mu, L) - 1.0).square().sum().backward()  # a - mu = 1, target above Q
+        return mu.grad.abs()
+
+    rows, cols = torch.tril_indices(A, A)
+    entries = torch.zeros(2, A * (A + 1) // 2)
+    entries[:, rows == cols] = torch.tensor([[-19.0], [-4.0]])  # below the floor; above it
+    L = lower_triangular(entries, A)
+    diagonal = torch.diagonal(L, dim1=1, dim2=2)
+    assert torch.equal(diagonal[0], torch.full((A,), math.exp(naf.LOG_DIAGONAL_MIN), dtype=torch.float32))
+    assert torch.equal(diagonal[1], torch.full((A,), -4.0).exp())
+    assert (mu_gradient(L) > 100 * adam_eps).all()
+    # what the floor prevents: the same entries exponentiated without it
+    raw = torch.diag_embed(torch.full((1, A), -19.0).exp())
+    assert (mu_gradient(raw) < adam_eps).all()
+
+
 @pytest.mark.parametrize("A", [1, 2, 4])
 def test_advantage_matches_direct_computation(A):
     rng = np.random.default_rng(A)
