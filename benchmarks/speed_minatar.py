@@ -86,16 +86,27 @@ def last_100(returns: list[float]) -> float | None:
     return sum(returns[-100:]) / len(returns[-100:]) if returns else None
 
 
+def cli_flags(settings: dict) -> list[str]:
+    """A suite cell's settings as the script's command-line flags (booleans as --x / --no-x)."""
+    flags = []
+    for k, v in settings.items():
+        name = k.replace("_", "-")
+        if isinstance(v, bool):
+            flags.append(f"--{name}" if v else f"--no-{name}")
+        elif isinstance(v, (list, tuple)):
+            flags += [f"--{name}", *map(str, v)]
+        else:
+            flags += [f"--{name}", str(v)]
+    return flags
+
+
 def ours(a: SpeedArgs, scratch: Path) -> dict:
     import csv
 
     env_id = "MinAtar/" + "".join(w.capitalize() for w in a.game.split("_")) + "-v0"
     settings = dict(next(c.settings for c in load_suite("minatar_paper").cells if c.env == env_id))
     settings["exploration_fraction"] = min(1.0, 100_000 / a.frames)  # the peer's 100k steps of decay
-    flags = []
-    for k, v in settings.items():
-        flag = "--" + k.replace("_", "-")
-        flags += [flag] if v is True else [f"--no-{k.replace('_', '-')}"] if v is False else [flag, str(v)]
+    flags = cli_flags(settings)
     run_dir = scratch / "ours"
     shutil.rmtree(run_dir, ignore_errors=True)
     cpu, wall = child([sys.executable, str(ROOT / "algos" / "dqn.py"), "--env", env_id, "--seed", str(a.seed),

@@ -140,3 +140,17 @@ def test_eval_max_frames_outside_atari_is_bad_input(tmp_path, env_id):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "--eval-max-frames" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_the_minatar_paper_cells_settings_reach_dqn_as_flags():
+    """speed_minatar.py runs our side from the minatar_paper suite's settings as command-line flags."""
+    import tyro
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import speed_minatar
+    from suite import load_suite
+
+    for cell in load_suite("minatar_paper").cells:
+        args = tyro.cli(dqn.Args, args=speed_minatar.cli_flags(cell.settings))
+        assert {k: getattr(args, k) for k in cell.settings} == cell.settings
+        assert args.optimizer == "rmsprop" and args.rmsprop_centered and args.decay_after_heatup and not args.double_dqn
