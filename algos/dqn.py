@@ -32,7 +32,7 @@ Protocols as flags:
   (all 6 actions; `-v1` ids have the minimal action sets), `--optimizer rmsprop --rmsprop-centered
   --rmsprop-alpha 0.95 --optimizer-eps 0.01 --learning-rate 2.5e-4 --loss huber --batch-size 32
   --buffer-size 100000 --learning-starts 5000 --train-every 1 --target-every 1000 --end-epsilon 0.1
-  --decay-after-heatup` with `--exploration-fraction` set so that the decay takes 100k steps
+  --decay-after-heatup --no-double-dqn` with `--exploration-fraction` set so that the decay takes 100k steps
   (0.1 of 1M steps); benchmarks/suites.toml's `minatar_paper` suite runs exactly that.
 - Atari evaluation: greedy over whole games (up to ALE's 108k-frame cap) by default; the Nature
   paper's protocol is `--eval-epsilon 0.05 --eval-max-frames 18000` (5 minutes), CleanRL's

@@ -14,6 +14,10 @@ V_target(s') per `train_every` env steps; the target copy moves by `target_rate`
 Deviations from the paper:
 - Gaussian exploration noise by default (the paper's Ornstein-Uhlenbeck is a flag); no batch norm;
   no imagination rollouts (the paper's model-based acceleration).
+- `--twin-q` (off by default; later work, not the paper): two NAF networks, each regressed on
+  r + gamma * min(V1_target(s'), V2_target(s')), TD3's clipped double Q against the
+  overestimation that makes Q grow without bound on some MuJoCo seeds; it doubles the update's
+  cost.
 - Defaults (Adam 1e-3, batch 256, [256, 256], one gradient step per env step, target rate 0.005)
   are picked to learn Pendulum within 50k steps; the paper's [200, 200] net and Coach's 5 gradient
   steps per env step at rate 0.001 are flags.
@@ -138,6 +142,8 @@ class Args:
     """gradient steps per training round"""
     clip_grad_norm: Optional[float] = None
     """clip the global gradient norm to this value (None: no clipping)"""
+    twin_q: bool = False
+    """two NAF networks trained on the same targets, r + gamma * min(V1_target(s'), V2_target(s')), against overestimation (TD3's clipped double Q); the first network's mu acts"""
     hidden_sizes: tuple[int, ...] = (256, 256)
     """widths of the shared hidden layers"""
 
@@ -314,14 +320,20 @@ def naf_targets(
     next_obs: torch.Tensor,
     terminated: torch.Tensor,
     gamma: float,
+    twin_target: NAFNetwork | None = None,
 ) -> torch.Tensor:
     """One-step targets [B]: r + gamma * (1 - terminated) * V_target(s'), since max_a' Q(s', a') = V(s').
 
+    With `twin_target`, the smaller of the two target networks' values (Fujimoto et al. 2018's
+    clipped double Q, arXiv:1802.09477): each network's own max overestimates, their minimum less.
     `next_obs` is the true next observation, so truncated transitions bootstrap and terminated
     ones do not.
     """
     with torch.no_grad():
-        return rewards + gamma * (1.0 - terminated) * net_target.value(next_obs)
+        next_value = net_target.value(next_obs)  # [B]
+        if twin_target is not None:
+            next_value = torch.minimum(next_value, twin_target.value(next_obs))
+        return rewards + gamma * (1.0 - terminated) * next_value
 
 
 def deterministic_policy(net: NAFNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
@@ -396,6 +408,10 @@ def train(args: Args) -> dict:
         NAFNetwork(obs_dim, envs.single_action_space, args.hidden_sizes), lr=args.learning_rate, optimizer="adam",
         clip_grad_norm=args.clip_grad_norm, target=True, device=device,
     )
+    q_twin = NetworkWrapper(  # built after q_net, so q_net's initial weights are the same with and without it
+        NAFNetwork(obs_dim, envs.single_action_space, args.hidden_sizes), lr=args.learning_rate, optimizer="adam",
+        clip_grad_norm=args.clip_grad_norm, target=True, device=device,
+    ) if args.twin_q else None
     policy = deterministic_policy(q_net.online, device)
     noise = ExplorationNoise(args.noise, args.noise_std, args.ou_theta, (high - low) / 2, B, rng)
     memory = ReplayMemory(args.buffer_size, (obs_dim,), (action_dim,), discrete=False, device=device, seed=replay_seed)
@@ -409,6 +425,8 @@ def train(args: Args) -> dict:
         obs, _ = envs.reset(seed=args.seed)
     else:
         q_net.load_state_dict(state["q_net"])
+        if q_twin is not None:
+            q_twin.load_state_dict(state["q_twin"])
         policy = deterministic_policy(q_net.online, device)  # the fast path checked again, on the loaded weights
         if state["memory"] is not None:
             memory.load_state_dict(state["memory"])
@@ -446,11 +464,15 @@ def train(args: Args) -> dict:
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
                     batch = memory.sample(args.batch_size)
-                    targets = naf_targets(q_net.target, batch.rewards, batch.next_obs, batch.terminated, args.gamma)
+                    targets = naf_targets(q_net.target, batch.rewards, batch.next_obs, batch.terminated, args.gamma,
+                                          q_twin.target if q_twin is not None else None)
                     values, mu, L = q_net.online(batch.obs)
                     q = values + naf_advantage(batch.actions, mu, L)  # [B]
                     loss, grad_norm = q_net.train_step(F.mse_loss(q, targets))
                     q_net.sync(args.target_rate)
+                    if q_twin is not None:  # the same batch and targets
+                        q_twin.train_step(F.mse_loss(naf_q_values(q_twin.online, batch.obs, batch.actions), targets))
+                        q_twin.sync(args.target_rate)
                     if q_net.updates % 100 == 0:
                         if not math.isfinite(loss.item()):
                             raise FloatingPointError(f"loss became {loss.item()} at step {global_step}; lower --learning-rate or clip gradients")
@@ -462,7 +484,7 @@ def train(args: Args) -> dict:
             if run.checkpoint_due(prev_step, global_step):  # everything the next step depends on
                 run.save_checkpoint(global_step, envs, obs, {
                     "q_net": q_net.state_dict(), "memory": memory.state_dict() if args.checkpoint_memory else None,
-                    "rng": rng.bit_generator.state, "noise": noise.state,
+                    "rng": rng.bit_generator.state, "noise": noise.state, "q_twin": q_twin.state_dict() if q_twin is not None else None,
                 })
             if global_step >= run.next_check:
                 run.progress(global_step)

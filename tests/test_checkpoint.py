@@ -45,11 +45,13 @@ CASES = {
     "a2c-CartPole": ("a2c", dict(env_id="CartPole-v1", num_envs=4, n_steps=5, total_timesteps=1600, eval_every=600)),
     "a2c-Pendulum": ("a2c", dict(env_id="Pendulum-v1", num_envs=4, n_steps=5, total_timesteps=1600, normalize_obs=True,
                                  normalize_reward=True, gae_lambda=0.9)),
-    "ddpg-Pendulum": ("ddpg", dict(env_id="Pendulum-v1", total_timesteps=900, learning_starts=200, batch_size=32, buffer_size=500,
+    "ddpg-Pendulum": ("ddpg", dict(env_id="Pendulum-v1", total_timesteps=900, learning_starts=100, batch_size=32, buffer_size=500,
                                    hidden_sizes=(32, 32), noise="ou", eval_every=450)),
-    "naf-Pendulum": ("naf", dict(env_id="Pendulum-v1", total_timesteps=900, learning_starts=200, batch_size=32, buffer_size=500,
+    "naf-Pendulum": ("naf", dict(env_id="Pendulum-v1", total_timesteps=900, learning_starts=100, batch_size=32, buffer_size=500,
                                  hidden_sizes=(32, 32), eval_every=450)),
-    "ddpg-HalfCheetah": ("ddpg", dict(env_id="HalfCheetah-v5", total_timesteps=700, learning_starts=200, batch_size=32,
+    "naf-Pendulum-twin": ("naf", dict(env_id="Pendulum-v1", total_timesteps=900, learning_starts=100, batch_size=32, buffer_size=500,
+                                      hidden_sizes=(32, 32), eval_every=450, twin_q=True)),
+    "ddpg-HalfCheetah": ("ddpg", dict(env_id="HalfCheetah-v5", total_timesteps=700, learning_starts=100, batch_size=32,
                                       buffer_size=1000, hidden_sizes=(32, 32))),
 }
 
@@ -107,7 +109,7 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_run(tmp_path, monkeypa
     assert straight["completed"] and straight["checkpoint_seconds"] is None  # no checkpoint asked for, none written
 
     with monkeypatch.context() as m:
-        stop_at_env_step(m, module, calls=137)  # not a rollout or logging boundary
+        stop_at_env_step(m, module, calls=137)  # not a rollout or logging boundary; past every case's learning_starts
         stopped = module.train(make_args(algo, tmp_path / "resumed", **kw))
     assert stopped["error"] == "preempted" and not stopped["completed"]
     assert 0 < stopped["total_timesteps"] < straight["total_timesteps"]

@@ -181,6 +181,42 @@ def test_targets_bootstrap_from_the_target_value():
     assert not targets.requires_grad
 
 
+class ScaledValue(torch.nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def value(self, obs):
+        return obs[:, 0] * self.scale
+
+
+def test_twin_targets_bootstrap_from_the_smaller_target_value():
+    next_obs = torch.tensor([[1.0], [-1.0], [2.0]])
+    rewards, terminated = torch.zeros(3), torch.tensor([0.0, 0.0, 1.0])
+    targets = naf_targets(ScaledValue(10.0), rewards, next_obs, terminated, gamma=1.0, twin_target=ScaledValue(3.0))
+    torch.testing.assert_close(targets, torch.tensor([3.0, -10.0, 0.0]))  # min(10, 3); min(-10, -3); terminated
+
+
+def test_twin_q_trains_both_networks_on_the_clipped_targets(tmp_path, monkeypatch):
+    """Both networks take a gradient step per update, on the same targets; the first one acts."""
+    made = []
+
+    class Recording(naf.NetworkWrapper):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            made.append(self)
+
+    monkeypatch.setattr(naf, "NetworkWrapper", Recording)
+    summary = train(small_args(tmp_path, twin_q=True))
+    assert summary["completed"] and len(made) == 2
+    assert made[0].updates == made[1].updates == summary["updates"] > 0
+    first, twin = (torch.cat([p.detach().flatten() for p in m.online.parameters()]) for m in made)
+    assert not torch.equal(first, twin)  # two networks, initialised and trained apart
+    made.clear()
+    plain = train(small_args(tmp_path / "plain"))
+    assert len(made) == 1 and plain["updates"] == summary["updates"]
+
+
 # ---- training runs -------------------------------------------------------------------------------
 def test_smoke_run_takes_gradient_steps_and_writes_the_run_folder(tmp_path):
     summary = train(small_args(tmp_path, eval_every=150, gradient_steps=2))
