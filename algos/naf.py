@@ -24,7 +24,7 @@ Deviations from the paper:
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
 - L's exponentiated diagonal is kept within [e^-5, e^10] (`lower_triangular`): the cap stops an
   overflow seen on HalfCheetah-v5, the floor a collapse of P to 0 that froze the policy on one
-  Pendulum-v1 seed in ten (changed default, 2026-11-25; with it seeds 1-10 of the `defaults` suite).
+  Pendulum-v1 seed in ten (changed default, 2026-11-25; the `defaults` suite has the seeds' results).
 - One torch thread by default: on an idle 2-core machine two threads train the [256, 256]
   networks ~25% faster, but beside other work they collapse (2026-11-25, 2-core machine at load
   average 5-10: a 14k-step DDPG Pendulum-v1 run took 56 s on one thread; on two it had not
