@@ -58,9 +58,9 @@ def made(monkeypatch):
     flags = []
     real = pixels.make
 
-    def make(env_id, training=True, render_mode=None, scale_obs=False):
+    def make(env_id, training=True, render_mode=None, scale_obs=False, **kw):
         flags.append(training)
-        return real(env_id, training, render_mode, scale_obs)
+        return real(env_id, training, render_mode, scale_obs, **kw)
 
     monkeypatch.setattr(pixels, "make", make)
     return flags
