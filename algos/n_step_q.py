@@ -30,7 +30,7 @@ episode, and the logged returns are whole-game scores.
 
 Run:
     python algos/n_step_q.py --env CartPole-v1 --seed 1
-    python algos/n_step_q.py --env Acrobot-v1 --seed 5 --n-steps 10 --paper-epsilons   # eval -80 at 500k (seeds 1-5: -500 to -80, the classic suite)
+    python algos/n_step_q.py --env Acrobot-v1 --seed 1 --n-steps 10 --paper-epsilons   # eval -93 at 500k; the defaults fail there
     torchrun --nproc-per-node 2 algos/n_step_q.py --env CartPole-v1 --seed 1   # 2 workers, one network
     python algos/n_step_q.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
 
