@@ -14,10 +14,11 @@ Deviations from the paper:
 - Defaults are CleanRL's classic-control settings (MSE loss, Adam, 10k memory, [120, 84] MLP),
   not the Atari ones (Huber loss, RMSprop, 1M memory); both losses are flags, and the benchmark
   suites pass the pixel settings. With them the final greedy policy solves CartPole-v1 (>= 475)
-  on 8 of seeds 1-10 (seed 1: 325.0, seed 2: 490.2; the `defaults` suite). Tried on 2026-11-25
-  (2-core machine), each failing on other seeds: a 50k memory (seed 7: 463.4), Double DQN with a
-  50k memory (seed 8: 397.3, a slow learner; seed 9: 484.6), rl-baselines3-zoo's tuned CartPole
-  settings at their 50k steps (seed 1: 274.2). None beat CleanRL's, so the defaults stay theirs.
+  on 9 of seeds 1-10 (seed 1 ends at 325.0; seed 2 at 490.2; the `defaults` suite). Tried on
+  2026-11-25 (2-core machine), each failing on another seed: a 50k memory (seed 7: 463.4),
+  Double DQN with a 50k memory (seed 8: 397.3, a slow learner still improving at 500k; seed 9:
+  484.6), rl-baselines3-zoo's tuned CartPole settings at their 50k steps (seed 1: 274.2). None
+  beat CleanRL's, so the defaults stay theirs.
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
 
 Pixels: the network's torso follows the observation (MLP for vectors, MinAtar's conv for MinAtar
