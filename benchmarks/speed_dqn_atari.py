@@ -50,8 +50,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -65,6 +63,8 @@ import tyro
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "algos"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from childproc import run_timed  # noqa: E402
 
 ENV = "BreakoutNoFrameskip-v4"
 CLEANRL_SCRIPT = "cleanrl/dqn_atari.py"
@@ -167,14 +167,7 @@ def child(side: str, a: SpeedArgs, threads: int) -> dict:
         code = SIDE_RUNNER.format(bench=str(ROOT / "benchmarks"), args=settings, fn=fn, threads=threads, extra=extra)
         cmd = [sys.executable, "-c", code]
     with tempfile.TemporaryDirectory() as tmp:  # CleanRL writes runs/ into its working directory
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"{side} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        done, cpu, wall = run_timed(cmd, tmp, env, side)
     loop = json.loads(done.stdout.strip().splitlines()[-1])["loop_cpu_seconds"]
     return {"cpu_seconds": round(cpu, 1), "loop_cpu_seconds": round(loop, 1), "wall_seconds": round(wall, 1),
             "sps_cpu": round(a.total_timesteps / cpu, 1), "loop_sps_cpu": round(a.total_timesteps / loop, 1)}

@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +38,7 @@ import tyro
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from childproc import run_timed  # noqa: E402
 from suite import load_suite  # noqa: E402
 
 PEER_RUNNER = """
@@ -72,14 +71,8 @@ class SpeedArgs:
 def child(cmd: list[str], cwd: str) -> tuple[float, float]:
     """Run `cmd`; (CPU seconds, wall seconds) of the child."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"{cmd[:3]} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
+    _, cpu, wall = run_timed(cmd, cwd, env, str(cmd[:3]))
+    return cpu, wall
 
 
 def last_100(returns: list[float]) -> float | None:
