@@ -200,17 +200,12 @@ def test_twin_targets_bootstrap_from_the_smaller_target_value():
 def test_twin_q_trains_both_networks_on_the_clipped_targets(tmp_path, monkeypatch):
     """Both networks take a gradient step per update, on the same targets; the first one acts."""
     made = []
-
-    class Recording(naf.NetworkWrapper):
-        def __init__(self, *a, **k):
-            super().__init__(*a, **k)
-            made.append(self)
-
-    monkeypatch.setattr(naf, "NetworkWrapper", Recording)
+    monkeypatch.setattr(probes.RecordingWrapper, "made", made)
+    monkeypatch.setattr(naf, "NetworkWrapper", probes.RecordingWrapper)
     summary = train(small_args(tmp_path, twin_q=True))
     assert summary["completed"] and len(made) == 2
     assert made[0].updates == made[1].updates == summary["updates"] > 0
-    first, twin = (torch.cat([p.detach().flatten() for p in m.online.parameters()]) for m in made)
+    first, twin = (probes.flat(m.online) for m in made)
     assert not torch.equal(first, twin)  # two networks, initialised and trained apart
     made.clear()
     plain = train(small_args(tmp_path / "plain"))

@@ -11,6 +11,7 @@ import torch
 
 import dqn
 import n_step_q
+import probes
 import sarsa
 from common import pixels
 
@@ -26,26 +27,22 @@ def tiny_args(module, tmp_path, **kw):
     return module.Args(**base)
 
 
-def record_optimizers(module, monkeypatch) -> list:
+def record_wrappers(module, monkeypatch) -> list:
+    """The NetworkWrappers `module.train` builds, in order."""
     made = []
-
-    class Recording(module.NetworkWrapper):
-        def __init__(self, *a, **k):
-            super().__init__(*a, **k)
-            made.append(self.optimizer)
-
-    monkeypatch.setattr(module, "NetworkWrapper", Recording)
+    monkeypatch.setattr(probes.RecordingWrapper, "made", made)
+    monkeypatch.setattr(module, "NetworkWrapper", probes.RecordingWrapper)
     return made
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_optimizer_flags_reach_the_optimizer(tmp_path, monkeypatch, name):
     module = SCRIPTS[name]
-    made = record_optimizers(module, monkeypatch)
+    made = record_wrappers(module, monkeypatch)
     summary = module.train(tiny_args(module, tmp_path / "rms", optimizer="rmsprop", rmsprop_centered=True, rmsprop_alpha=0.95,
                                      optimizer_eps=0.01, learning_rate=2.5e-4))
     assert summary["completed"] and len(made) == 1
-    opt = made[0]
+    opt = made[0].optimizer
     assert type(opt) is torch.optim.RMSprop
     group = opt.param_groups[0]
     assert (group["alpha"], group["eps"], group["centered"]) == (0.95, 0.01, True)
@@ -53,7 +50,7 @@ def test_optimizer_flags_reach_the_optimizer(tmp_path, monkeypatch, name):
     # the default stays Adam at eps 1e-8
     made.clear()
     assert module.train(tiny_args(module, tmp_path / "adam"))["completed"]
-    assert type(made[0]) is torch.optim.Adam and made[0].param_groups[0]["eps"] == 1e-8
+    assert type(made[0].optimizer) is torch.optim.Adam and made[0].optimizer.param_groups[0]["eps"] == 1e-8
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
