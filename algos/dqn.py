@@ -130,6 +130,8 @@ class Args:
 
     learning_rate: float = 2.5e-4
     """the optimizer's step size"""
+    anneal_lr: bool = False
+    """decay the step size linearly to 0 over the learning phase (from learning_starts to total_timesteps)"""
     optimizer: Literal["adam", "rmsprop"] = "adam"
     """optimizer of the Q-network (rmsprop with --rmsprop-centered: the DQN and MinAtar papers')"""
     optimizer_eps: float = 1e-8
@@ -377,10 +379,12 @@ def train(args: Args) -> dict:
     B = args.num_envs
     atari = pixels.kind(args.env_id) == "atari"
 
+    num_updates = (args.total_timesteps // args.train_every - args.learning_starts // args.train_every) * args.gradient_steps
     q_net = NetworkWrapper(
         QNetwork(shape, n_actions, args.hidden_sizes), lr=args.learning_rate, optimizer=args.optimizer,
         eps=args.optimizer_eps, alpha=args.rmsprop_alpha, centered=args.rmsprop_centered,
         clip_grad_norm=args.clip_grad_norm, target=True, device=device,
+        lr_lambda=(lambda u: max(0.0, 1.0 - u / num_updates)) if args.anneal_lr else None,
     )
     greedy = greedy_policy(q_net.online, device)
     if atari:  # frame stacks: each frame stored once
