@@ -181,6 +181,7 @@ class NetworkWrapper:
         self.clip_grad_norm = clip_grad_norm
         self.clip_grad_value = clip_grad_value
         self.updates = 0
+        self._denominator: torch.Tensor | None = None  # RMSprop's, kept between steps (_rmsprop_step)
 
     def train_step(self, loss: torch.Tensor, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """One gradient step on `loss`; returns (loss, global grad norm before clipping).
@@ -232,27 +233,51 @@ class NetworkWrapper:
         return loss.detach(), grad_norm.detach()
 
     def _step(self) -> None:
-        """The optimizer's step. Plain fused Adam on the flat parameter, after its first step (which
-        creates the moment buffers the standard way), calls `torch.optim.adam.adam`, the public
-        functional form that `Adam.step()` itself calls, with the same kernel, state and settings, bit
-        for bit (tests/test_common.py), without `step()`'s per-call bookkeeping (profiler record,
-        hooks, param-group loops): ~120 us of CPU time of a ~475 us DQN update
-        (benchmarks/investigations/optimizer_step.py). Step hooks registered on the optimizer run
-        only through `step()`: use `flat=False`, or another optimizer, to have them."""
+        """The optimizer's step. On the flat parameter, after the first step (which creates the
+        optimizer's state the standard way), plain Adam and plain RMSprop skip `step()`'s per-call
+        bookkeeping (profiler record, hooks, param-group loops): fused Adam through
+        `torch.optim.adam.adam`, the public functional form that `Adam.step()` itself calls (~120 us
+        of CPU time of a ~475 us DQN update, benchmarks/investigations/optimizer_step.py); RMSprop
+        (plain or centered, no momentum or weight decay) through the same in-place tensor ops, in
+        the same order, as torch's single-tensor RMSprop, with its denominator in a buffer kept
+        between steps instead of a fresh tensor (~100 us of a ~2.4 ms MinAtar DQN update). Both
+        give `step()`'s weights bit for bit (tests/test_common.py). Step hooks registered on the
+        optimizer run only through `step()`: use `flat=False`, or another optimizer, to have them."""
         state = self.optimizer.state.get(self.flat_param) if self.flat_param is not None else None
         group = self.optimizer.param_groups[0]
-        plain = (type(self.optimizer) is torch.optim.Adam and group.get("fused") and not group.get("amsgrad")
-                 and not group.get("maximize") and not group.get("capturable") and not group.get("differentiable")
-                 and not group.get("decoupled_weight_decay", False))
-        if not (state and plain):
+        if not state or group.get("maximize") or group.get("capturable") or group.get("differentiable"):
             self.optimizer.step()
             return
-        beta1, beta2 = group["betas"]
-        adam_update(
-            [self.flat_param], [self.flat_grad], [state["exp_avg"]], [state["exp_avg_sq"]], [], [state["step"]], fused=True,
-            amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
-            maximize=False,
-        )
+        kind = type(self.optimizer)
+        if (kind is torch.optim.Adam and group.get("fused") and not group.get("amsgrad")
+                and not group.get("decoupled_weight_decay", False)):
+            beta1, beta2 = group["betas"]
+            adam_update(
+                [self.flat_param], [self.flat_grad], [state["exp_avg"]], [state["exp_avg_sq"]], [], [state["step"]], fused=True,
+                amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
+                maximize=False,
+            )
+        elif kind is torch.optim.RMSprop and group["momentum"] == 0 and group["weight_decay"] == 0:
+            self._rmsprop_step(state, group)
+        else:
+            self.optimizer.step()
+
+    @torch.no_grad()
+    def _rmsprop_step(self, state: dict, group: dict) -> None:
+        """torch's single-tensor RMSprop on the flat parameter (momentum 0, no weight decay)."""
+        if self._denominator is None:
+            self._denominator = torch.empty_like(self.flat_param)
+        grad, square_avg, avg, alpha = self.flat_grad, state["square_avg"], self._denominator, group["alpha"]
+        state["step"] += 1
+        square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+        if group["centered"]:
+            grad_avg = state["grad_avg"]
+            grad_avg.lerp_(grad, 1 - alpha)
+            torch.addcmul(square_avg, grad_avg, grad_avg, value=-1, out=avg).sqrt_()
+        else:
+            torch.sqrt(square_avg, out=avg)
+        avg.add_(group["eps"])
+        self.flat_param.addcdiv_(grad, avg, value=-group["lr"])
 
     def _start_from_rank_0(self) -> None:
         """Copy rank 0's parameters and buffers to every worker (and into the target copy)."""

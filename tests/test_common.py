@@ -218,6 +218,37 @@ def test_adam_steps_and_soft_syncs_match_torch_bit_for_bit(l2, clip, decay):
             assert torch.equal(a, b), name
 
 
+@pytest.mark.parametrize("centered, clip, decay", [(False, None, False), (True, 0.5, True)])
+def test_rmsprop_steps_match_torch_bit_for_bit(centered, clip, decay):
+    """The wrapper's own RMSprop step (plain and centered) must give, bit for bit, the weights of a
+    wrapper that steps with torch.optim.RMSprop.step(), also across a state_dict round trip."""
+    torch.manual_seed(0)
+    net = NetWithBuffers()
+    lr_lambda = (lambda u: 1.0 - u / 20) if decay else None
+
+    def wrapper(module):
+        return NetworkWrapper(module, lr=1e-2, optimizer="rmsprop", alpha=0.95, eps=0.01, centered=centered,
+                              clip_grad_norm=clip, lr_lambda=lr_lambda)
+
+    w, ref = wrapper(copy.deepcopy(net)), wrapper(copy.deepcopy(net))
+    ref._step = ref.optimizer.step  # torch's own step
+    calls = []
+    w._rmsprop_step = lambda *a, _own=w._rmsprop_step: (calls.append(1), _own(*a))  # the own path really runs
+    for step in range(8):
+        x = torch.randn(16, 3)
+        w.train_step(w.online(x).pow(2).mean())
+        ref.train_step(ref.online(x).pow(2).mean())
+        if step == 4:  # a resumed wrapper goes on identically
+            state = copy.deepcopy(w.state_dict())
+            w = wrapper(NetWithBuffers())
+            w.load_state_dict(state)
+    assert len(calls) == 4  # steps 2-5 of the first wrapper (its first step builds the state through step())
+    assert w.optimizer.state[w.flat_param]["step"].item() == 8
+    for (name, a), b in zip(w.online.state_dict().items(), ref.online.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert not torch.equal(w.online.fc.weight, net.fc.weight)  # it did learn
+
+
 def test_lr_decay_and_bad_optimizer():
     w = NetworkWrapper(nn.Linear(2, 1), lr=1.0, lr_lambda=lambda u: 1.0 - u / 10)
     for _ in range(4):
