@@ -46,7 +46,7 @@ def ours(a: SpeedArgs) -> dict:
     import dqn
 
     s = dqn.train(dqn.Args(seed=a.seed, total_timesteps=a.total_timesteps, torch_threads=a.threads, learning_starts=a.learning_starts,
-                             buffer_size=10_000, double_dqn=False,  # CleanRL's (our defaults differ)
+                             buffer_size=10_000, double_dqn=False, anneal_lr=False,  # CleanRL's (our defaults differ)
                              run_dir="/tmp/speed_runs", progress=False))
     return {"sps": s["sps"], "wall_seconds": s["wall_seconds"], "eval_return_mean": s["eval_return_mean"]}
 

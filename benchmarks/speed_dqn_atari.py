@@ -127,7 +127,7 @@ def ours(a: SpeedArgs, threads: int, loss: str = "huber") -> dict:
             env_id=ENV, seed=a.seed, total_timesteps=a.total_timesteps, torch_threads=threads, learning_starts=a.learning_starts,
             buffer_size=a.total_timesteps, batch_size=32, learning_rate=1e-4, train_every=4, target_every=1_000,
             end_epsilon=0.01, exploration_fraction=0.1, loss=loss, clip_grad_norm=10.0 if loss == "huber" else None,
-            double_dqn=False, eval_episodes=1, eval_max_frames=400, run_dir=tmp, progress=False))
+            double_dqn=False, anneal_lr=False, eval_episodes=1, eval_max_frames=400, run_dir=tmp, progress=False))
     return {"loop_cpu_seconds": time.process_time() - start, "sps": s["sps"]}  # sps: training only, wall time
 
 
