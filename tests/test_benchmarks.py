@@ -512,6 +512,8 @@ def test_committed_report_is_what_report_py_writes_from_the_committed_runs(tmp_p
         head, rest = expected.split("## Learning curves", 1)
         expected = head + rest[rest.index("## Failures"):]
     elif not plots:
-        assert sorted(p.name for p in (tmp_path / suite / "plots").iterdir()) == \
-            sorted(p.name for p in (committed / suite / "plots").iterdir())
+        def names(folder):  # a suite without current runs draws no plot (and may have no folder)
+            return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+        assert names(tmp_path / suite / "plots") == names(committed / suite / "plots")
     assert written == expected, f"regenerate it: python benchmarks/report.py --suite {suite}"
