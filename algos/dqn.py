@@ -18,7 +18,7 @@ Deviations from the paper:
   size the final greedy policy solved CartPole-v1 (>= 475) on 9 of seeds 1-10: the final network
   is a snapshot of an oscillating one, and seed 1's training return fell from ~500 to ~330 in its
   last 25k steps (greedy 325.0; seed 2: 490.2). With the decay the late updates are small: seeds
-  1-10 each end at 500, their training return (epsilon 0.05) at 480-500 over the last 25k steps
+  1-10 each end at 500, their training return (epsilon 0.05) at 478-500 over the last 25k steps
   (2026-11-26, 2-core CPU; the `defaults` suite). Tried before with the constant step size
   (2026-11-25), each failing on another seed: a 50k memory (seed 7: 463.4), Double DQN with a
   50k memory (seed 8: 397.3, a slow learner still improving at 500k; seed 9: 484.6),
@@ -37,7 +37,7 @@ Protocols as flags:
   (all 6 actions; `-v1` ids have the minimal action sets), `--optimizer rmsprop --rmsprop-centered
   --rmsprop-alpha 0.95 --optimizer-eps 0.01 --learning-rate 2.5e-4 --loss huber --batch-size 32
   --buffer-size 100000 --learning-starts 5000 --train-every 1 --target-every 1000 --end-epsilon 0.1
-  --decay-after-heatup` with `--exploration-fraction` set so that the decay takes 100k steps
+  --decay-after-heatup --no-anneal-lr` with `--exploration-fraction` set so that the decay takes 100k steps
   (0.1 of 1M steps); benchmarks/suites.toml's `minatar_paper` suite runs exactly that.
 - Atari evaluation: greedy over whole games (up to ALE's 108k-frame cap) by default; the Nature
   paper's protocol is `--eval-epsilon 0.05 --eval-max-frames 18000` (5 minutes), CleanRL's

@@ -151,3 +151,23 @@ def test_the_minatar_paper_cells_settings_reach_dqn_as_flags():
         args = tyro.cli(dqn.Args, args=speed_minatar.cli_flags(cell.settings))
         assert {k: getattr(args, k) for k in cell.settings} == cell.settings
         assert args.optimizer == "rmsprop" and args.rmsprop_centered and args.decay_after_heatup and not args.double_dqn
+
+
+def test_the_readme_minatar_protocol_command_is_the_minatar_paper_cell():
+    """The README's command for MinAtar's protocol must run what the minatar_paper suite runs: a
+    flag the README leaves out (a default that differs from the agent's) fails here."""
+    import shlex
+
+    import tyro
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from suite import load_suite
+
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("python algos/dqn.py --env MinAtar/Breakout-v0")
+    command = readme[start:readme.index("```", start)].replace("\\\n", " ")
+    argv = shlex.split(command)[2:]
+    args = tyro.cli(dqn.Args, args=argv)
+    cell = next(c for c in load_suite("minatar_paper").cells if c.env == args.env_id)
+    assert args.total_timesteps == cell.steps
+    assert {k: getattr(args, k) for k in cell.settings} == cell.settings
