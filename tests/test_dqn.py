@@ -326,9 +326,28 @@ def test_tracking_with_wandb_offline(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_learns_cartpole(tmp_path, seed):
-    """Defaults except a 20k budget with 1k heatup: a random policy scores ~20, solved (v0) is 195."""
-    s = dqn.train(dqn.Args(seed=seed, total_timesteps=20_000, learning_starts=1000, run_dir=str(tmp_path), progress=False))
+    """Defaults except a 20k budget with 1k heatup and CleanRL's constant step size (the default
+    decay to 0 halves the learning a budget this short gets): a random policy scores ~20, solved
+    (v0) is 195."""
+    s = dqn.train(dqn.Args(seed=seed, total_timesteps=20_000, learning_starts=1000, anneal_lr=False, run_dir=str(tmp_path),
+                           progress=False))
     assert s["eval_return_mean"] >= 195, s
+
+
+@pytest.mark.parametrize("anneal", [True, False])
+def test_step_size_decays_linearly_to_zero_over_the_learning_phase(tmp_path, monkeypatch, anneal):
+    """--anneal-lr (the default): the k-th gradient step uses lr * (1 - k / N), N the learning
+    phase's gradient steps ((total - heatup) / train_every * gradient_steps), so the last uses lr / N;
+    --no-anneal-lr keeps lr throughout."""
+    seen = []
+    real = dqn.NetworkWrapper.train_step
+    monkeypatch.setattr(dqn.NetworkWrapper, "train_step", lambda self, loss, *a: seen.append(self.lr) or real(self, loss, *a))
+    s = dqn.train(dqn.Args(total_timesteps=600, learning_starts=200, train_every=4, gradient_steps=2, batch_size=8,
+                           learning_rate=1e-3, anneal_lr=anneal, eval_episodes=1, run_dir=str(tmp_path), progress=False))
+    n = (600 // 4 - 200 // 4) * 2
+    assert s["completed"] and s["updates"] == len(seen) == n
+    expected = 1e-3 * (1 - np.arange(n) / n) if anneal else np.full(n, 1e-3)
+    np.testing.assert_allclose(seen, expected, rtol=1e-9, atol=0)
 
 
 def test_epsilon_in_a_run_decays_over_the_exploration_fraction_after_the_heatup(tmp_path, monkeypatch):
