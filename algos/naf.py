@@ -146,6 +146,10 @@ class Args:
     """two NAF networks trained on the same targets, r + gamma * min(V1_target(s'), V2_target(s')), against overestimation (TD3's clipped double Q); the first network's mu acts"""
     hidden_sizes: tuple[int, ...] = (256, 256)
     """widths of the shared hidden layers"""
+    layer_norm: bool = False
+    """LayerNorm after each hidden Linear layer, before its ReLU (later work against value over-estimation, in place of the paper's batch norm)"""
+    reward_scale: float = 1.0
+    """rewards are multiplied by this in the targets (Q-values are in scaled units; logged returns are not scaled)"""
 
 
 def validate(args: Args) -> None:
@@ -171,6 +175,7 @@ def validate(args: Args) -> None:
         (args.torch_threads > 0, f"--torch-threads must be positive, got {args.torch_threads}"),
         (all(h > 0 for h in args.hidden_sizes), f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
         (args.clip_grad_norm is None or args.clip_grad_norm > 0, f"--clip-grad-norm must be positive, got {args.clip_grad_norm}"),
+        (args.reward_scale > 0 and math.isfinite(args.reward_scale), f"--reward-scale must be positive, got {args.reward_scale}"),
         (args.device != "cuda" or torch.cuda.is_available(), "--device cuda was asked for but CUDA is not available"),
     ]
     for ok, message in checks:
@@ -217,11 +222,12 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
 class NAFNetwork(nn.Module):
     """Shared Linear-ReLU trunk with three heads: V(s) [B], mu(s) [B, A] and L(s) [B, A, A]."""
 
-    def __init__(self, obs_dim: int, action_space: gym.spaces.Box, hidden_sizes: tuple[int, ...]):
+    def __init__(self, obs_dim: int, action_space: gym.spaces.Box, hidden_sizes: tuple[int, ...], layer_norm: bool = False):
         super().__init__()
         layers, width = [], obs_dim
         for h in hidden_sizes:
-            layers += [nn.Linear(width, h), nn.ReLU(inplace=True)]  # in place: one buffer less per layer
+            norm = [nn.LayerNorm(h)] if layer_norm else []
+            layers += [nn.Linear(width, h), *norm, nn.ReLU(inplace=True)]  # in place: one buffer less per layer
             width = h
         self.trunk = nn.Sequential(*layers)
         self.action_dim = A = int(np.prod(action_space.shape))
@@ -377,7 +383,7 @@ def deterministic_policy(net: NAFNetwork, device: torch.device) -> Callable[[np.
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
     """Deterministic policy from a `--save-model` file (state dict, loaded with weights_only=True)."""
     envs = make_env(args.env_id, 1)
-    net = NAFNetwork(int(np.prod(envs.single_observation_space.shape)), envs.single_action_space, tuple(args.hidden_sizes))
+    net = NAFNetwork(int(np.prod(envs.single_observation_space.shape)), envs.single_action_space, tuple(args.hidden_sizes), args.layer_norm)
     envs.close()
     net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
     return deterministic_policy(net.to(device).eval(), torch.device(device))
@@ -405,11 +411,11 @@ def train(args: Args) -> dict:
     B = args.num_envs
 
     q_net = NetworkWrapper(
-        NAFNetwork(obs_dim, envs.single_action_space, args.hidden_sizes), lr=args.learning_rate, optimizer="adam",
+        NAFNetwork(obs_dim, envs.single_action_space, args.hidden_sizes, args.layer_norm), lr=args.learning_rate, optimizer="adam",
         clip_grad_norm=args.clip_grad_norm, target=True, device=device,
     )
     q_twin = NetworkWrapper(  # built after q_net, so q_net's initial weights are the same with and without it
-        NAFNetwork(obs_dim, envs.single_action_space, args.hidden_sizes), lr=args.learning_rate, optimizer="adam",
+        NAFNetwork(obs_dim, envs.single_action_space, args.hidden_sizes, args.layer_norm), lr=args.learning_rate, optimizer="adam",
         clip_grad_norm=args.clip_grad_norm, target=True, device=device,
     ) if args.twin_q else None
     policy = deterministic_policy(q_net.online, device)
@@ -464,7 +470,8 @@ def train(args: Args) -> dict:
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
                     batch = memory.sample(args.batch_size)
-                    targets = naf_targets(q_net.target, batch.rewards, batch.next_obs, batch.terminated, args.gamma,
+                    rewards = batch.rewards if args.reward_scale == 1.0 else batch.rewards * args.reward_scale
+                    targets = naf_targets(q_net.target, rewards, batch.next_obs, batch.terminated, args.gamma,
                                           q_twin.target if q_twin is not None else None)
                     values, mu, L = q_net.online(batch.obs)
                     q = values + naf_advantage(batch.actions, mu, L)  # [B]
