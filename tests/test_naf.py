@@ -167,6 +167,41 @@ def test_mu_within_bounds_and_numpy_policy_matches_torch():
     np.testing.assert_allclose(deterministic_policy(net, torch.device("cpu"))(obs), mu, rtol=1e-5, atol=1e-5)
 
 
+def test_layer_norm_normalises_each_hidden_layer_and_the_policy_acts_through_forward():
+    space = gym.spaces.Box(-np.ones(2, np.float32), np.ones(2, np.float32))
+    torch.manual_seed(0)
+    net = NAFNetwork(4, space, (16, 8), layer_norm=True)
+    norms = [m for m in net.trunk if isinstance(m, torch.nn.LayerNorm)]
+    assert [m.normalized_shape for m in norms] == [(16,), (8,)]
+    assert [type(m).__name__ for m in net.trunk] == ["Linear", "LayerNorm", "ReLU"] * 2
+    obs = 100.0 * np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    with torch.no_grad():
+        pre_relu = net.trunk[:2](torch.as_tensor(obs))  # [B, 16]
+        mu = net(torch.as_tensor(obs))[1].numpy()
+    torch.testing.assert_close(pre_relu.mean(1), torch.zeros(64), atol=1e-5, rtol=0)  # whatever the input scale
+    torch.testing.assert_close(pre_relu.var(1, unbiased=False), torch.ones(64), atol=1e-3, rtol=0)
+    np.testing.assert_allclose(deterministic_policy(net, torch.device("cpu"))(obs), mu, rtol=1e-6, atol=1e-6)
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in NAFNetwork(4, space, (16, 8)).trunk)
+
+
+def test_reward_scale_multiplies_the_rewards_in_the_targets(tmp_path, monkeypatch):
+    seen = {}
+
+    def recording(scale):
+        def targets(net, rewards, *rest, **kw):
+            seen.setdefault(scale, []).append(rewards.clone())
+            return naf_targets(net, rewards, *rest, **kw)
+        return targets
+
+    for scale in (1.0, 0.1):
+        monkeypatch.setattr(naf, "naf_targets", recording(scale))
+        summary = train(small_args(tmp_path / str(scale), total_timesteps=120, reward_scale=scale))
+        assert summary["completed"]
+    first, scaled = seen[1.0][0], seen[0.1][0]  # the same seed samples the same first batch
+    assert first.abs().sum() > 0
+    torch.testing.assert_close(scaled, 0.1 * first)
+
+
 class ConstantValue(torch.nn.Module):
     def value(self, obs):
         return obs[:, 0] * 10.0
@@ -341,6 +376,7 @@ def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
         pytest.param(["--env", "MinAtar/Breakout-v1"], "takes vector observations; MinAtar/Breakout-v1 is a pixel env",
                      marks=pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="pip install -r requirements-pixels.txt")),
         (["--batch-size", "64", "--buffer-size", "10"], "--batch-size 64 is larger than --buffer-size 10"),
+        (["--reward-scale", "0"], "--reward-scale must be positive"),
     ],
 )
 def test_bad_input_gives_one_line_and_exit_2(tmp_path, argv, message):
