@@ -18,6 +18,9 @@ Deviations from the paper:
   r + gamma * min(V1_target(s'), V2_target(s')), TD3's clipped double Q against the
   overestimation that makes Q grow without bound on some MuJoCo seeds; it doubles the update's
   cost.
+- `--layer-norm` (off by default; later work, not the paper): LayerNorm after each hidden Linear
+  layer, which keeps the features the value head reads at unit scale whatever the input; the
+  paper tried batch norm instead. `--reward-scale` multiplies the rewards in the targets.
 - Defaults (Adam 1e-3, batch 256, [256, 256], one gradient step per env step, target rate 0.005)
   are picked to learn Pendulum within 50k steps; the paper's [200, 200] net and Coach's 5 gradient
   steps per env step at rate 0.001 are flags.
