@@ -223,7 +223,10 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
 
 # 4. Networks ------------------------------------------------------------------------------------
 class NAFNetwork(nn.Module):
-    """Shared Linear-ReLU trunk with three heads: V(s) [B], mu(s) [B, A] and L(s) [B, A, A]."""
+    """Shared trunk with three heads: V(s) [B], mu(s) [B, A] and L(s) [B, A, A].
+
+    The trunk's hidden layers are Linear-ReLU, or Linear-LayerNorm-ReLU with `layer_norm`.
+    """
 
     def __init__(self, obs_dim: int, action_space: gym.spaces.Box, hidden_sizes: tuple[int, ...], layer_norm: bool = False):
         super().__init__()
@@ -413,14 +416,14 @@ def train(args: Args) -> dict:
     high = envs.single_action_space.high.reshape(action_dim).astype(np.float32)  # [A]
     B = args.num_envs
 
-    q_net = NetworkWrapper(
-        NAFNetwork(obs_dim, envs.single_action_space, args.hidden_sizes, args.layer_norm), lr=args.learning_rate, optimizer="adam",
-        clip_grad_norm=args.clip_grad_norm, target=True, device=device,
-    )
-    q_twin = NetworkWrapper(  # built after q_net, so q_net's initial weights are the same with and without it
-        NAFNetwork(obs_dim, envs.single_action_space, args.hidden_sizes, args.layer_norm), lr=args.learning_rate, optimizer="adam",
-        clip_grad_norm=args.clip_grad_norm, target=True, device=device,
-    ) if args.twin_q else None
+    def make_q() -> NetworkWrapper:
+        return NetworkWrapper(
+            NAFNetwork(obs_dim, envs.single_action_space, args.hidden_sizes, args.layer_norm), lr=args.learning_rate, optimizer="adam",
+            clip_grad_norm=args.clip_grad_norm, target=True, device=device,
+        )
+
+    q_net = make_q()
+    q_twin = make_q() if args.twin_q else None  # after q_net: q_net's initial weights are the same with and without it
     policy = deterministic_policy(q_net.online, device)
     noise = ExplorationNoise(args.noise, args.noise_std, args.ou_theta, (high - low) / 2, B, rng)
     memory = ReplayMemory(args.buffer_size, (obs_dim,), (action_dim,), discrete=False, device=device, seed=replay_seed)
@@ -473,7 +476,7 @@ def train(args: Args) -> dict:
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
                     batch = memory.sample(args.batch_size)
-                    rewards = batch.rewards if args.reward_scale == 1.0 else batch.rewards * args.reward_scale
+                    rewards = batch.rewards * args.reward_scale  # x 1.0 leaves every float as it is
                     targets = naf_targets(q_net.target, rewards, batch.next_obs, batch.terminated, args.gamma,
                                           q_twin.target if q_twin is not None else None)
                     values, mu, L = q_net.online(batch.obs)
