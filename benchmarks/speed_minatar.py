@@ -1,6 +1,8 @@
 """DQN on MinAtar, side by side in one invocation: ours against MinAtar's own example agent, same settings.
 
     python benchmarks/speed_minatar.py --peer ../shared/peers/minatar/dqn.py --frames 105000 --repeats 2
+    python benchmarks/speed_minatar.py --peer ../shared/peers/minatar/dqn.py --frames 1000000 --repeats 1 \
+        --parallel --out benchmarks/results/speed/speed_minatar_1m_raw.json --plot benchmarks/results/speed/speed_minatar_1m.png
 
 The peer is the MinAtar repository's `examples/dqn.py` (GPL-3.0: not part of this project; give
 its path), the agent behind the MinAtar paper's curves, run unmodified as a separate program with
@@ -14,10 +16,11 @@ once learning runs every step) and has no time limit (ours truncates at 10,000 s
 matters at these lengths.
 
 Both run as child processes with one torch thread (OMP_NUM_THREADS=1 and torch.set_num_threads(1)),
-alternating (ours, peer, ours, peer, ...). Speed is frames (env steps) per second of the child's
-CPU time (user + system, from getrusage), which a busy machine disturbs far less than wall time;
+alternating (ours, peer, ours, peer, ...), or with `--parallel` both at once (on two idle cores; each
+child's CPU time is its own). Speed is frames (env steps) per second of the child's
+CPU time (user + system, from os.wait4), which a busy machine disturbs far less than wall time;
 wall time is recorded too. Returns: the mean of the last 100 training episodes, the figure's
-convention.
+convention, at the end and as a curve (every 1% of the frames; `--plot` draws both sides' curves).
 The epsilon schedule is the peer's only from 105,000 frames on (its decay takes the 100k steps
 after the heatup; ours is a fraction of the run, at most all of it): shorter runs explore less on
 our side, which makes ours look faster than it is (fewer network evaluations per step).
@@ -25,6 +28,7 @@ our side, which makes ours look faster than it is (fewer network evaluations per
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -65,7 +69,11 @@ class SpeedArgs:
     repeats: int = 2
     """runs of each, alternating"""
     out: str = "benchmarks/results/speed/speed_minatar_raw.json"
-    """where to write the figures"""
+    """where to write the figures (with both sides' training-return curves)"""
+    parallel: bool = False
+    """run ours and the peer at the same time (each on a core of its own: needs two idle cores), not one after the other"""
+    plot: str | None = None
+    """also draw the return curves of both sides (the mean of the last 100 training episodes against frames) to this PNG"""
 
 
 def child(cmd: list[str], cwd: str) -> tuple[float, float]:
@@ -77,6 +85,19 @@ def child(cmd: list[str], cwd: str) -> tuple[float, float]:
 
 def last_100(returns: list[float]) -> float | None:
     return sum(returns[-100:]) / len(returns[-100:]) if returns else None
+
+
+def curve(frames: list[int], returns: list[float], total: int, points: int = 100) -> list[list[float]]:
+    """The figure's convention as a curve: at every `total / points` frames, the mean of the last 100
+    training episodes finished by then; [[frame, mean], ...], from the first point with an episode."""
+    out, k = [], 0
+    for i in range(1, points + 1):
+        at = total * i // points
+        while k < len(frames) and frames[k] <= at:
+            k += 1
+        if k:
+            out.append([at, round(sum(returns[max(0, k - 100):k]) / min(k, 100), 3)])
+    return out
 
 
 def cli_flags(settings: dict) -> list[str]:
@@ -107,8 +128,10 @@ def ours(a: SpeedArgs, scratch: Path) -> dict:
                        "--run-dir", str(run_dir), *flags], cwd=str(ROOT))
     metrics = next(run_dir.glob("*/metrics.csv"))
     with open(metrics) as f:
-        returns = [float(r["episodic_return"]) for r in csv.DictReader(f) if r["episodic_return"]]
-    return {"cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1), "episodes": len(returns), "last_100": last_100(returns)}
+        rows = [r for r in csv.DictReader(f) if r["episodic_return"]]
+    returns, frames = [float(r["episodic_return"]) for r in rows], [int(r["global_step"]) for r in rows]
+    return {"cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1), "episodes": len(returns), "last_100": last_100(returns),
+            "curve": curve(frames, returns, a.frames)}
 
 
 def peer(a: SpeedArgs, scratch: Path) -> dict:
@@ -119,19 +142,48 @@ def peer(a: SpeedArgs, scratch: Path) -> dict:
     code = PEER_RUNNER.format(folder=str(peer.parent), game=a.game, output=output, frames=a.frames)
     cpu, wall = child([sys.executable, "-c", code], cwd=str(scratch))
     data = torch.load(output + "_data_and_weights", weights_only=False)
-    returns = [float(x) for x in data["returns"]]
-    return {"cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1), "episodes": len(returns), "last_100": last_100(returns)}
+    returns, frames = [float(x) for x in data["returns"]], [int(x) for x in data["frame_stamps"]]
+    return {"cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1), "episodes": len(returns), "last_100": last_100(returns),
+            "curve": curve(frames, returns, a.frames)}
+
+
+def draw(runs: dict, a: SpeedArgs) -> None:
+    """Both sides' curves (each repeat a line) in one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, color, label in (("ours", "tab:blue", "ours (algos/dqn.py)"), ("peer", "tab:orange", "MinAtar's dqn.py")):
+        for r, res in enumerate(runs[name]):
+            xs, ys = zip(*res["curve"]) if res["curve"] else ((), ())
+            ax.plot(xs, ys, color=color, alpha=0.8, label=label if r == 0 else None)
+    ax.set_xlabel("frames (env steps)")
+    ax.set_ylabel("mean of the last 100 training episodes")
+    ax.set_title(f"DQN, MinAtar {a.game}, the example agent's settings")
+    ax.legend()
+    fig.tight_layout()
+    Path(a.plot).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(a.plot, dpi=100)
+    plt.close(fig)
 
 
 def main(a: SpeedArgs) -> None:
     if not Path(a.peer).is_file():
         raise SystemExit(f"no peer at {a.peer}: give the path of MinAtar's examples/dqn.py with --peer")
     runs = {"ours": [], "peer": []}
+    sides = (("ours", ours), ("peer", peer))
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         for r in range(a.repeats):
-            for name, fn in (("ours", ours), ("peer", peer)):
-                res = fn(a, scratch)
+            if a.parallel:  # each child is timed by its own CPU time (os.wait4), so the threads do not mix them
+                with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                    futures = [(name, pool.submit(fn, a, scratch)) for name, fn in sides]
+                    results = [(name, f.result()) for name, f in futures]
+            else:
+                results = [(name, fn(a, scratch)) for name, fn in sides]
+            for name, res in results:
                 res["fps_cpu"] = round(a.frames / res["cpu_seconds"], 1)
                 runs[name].append(res)
                 print(f"run {r + 1}/{a.repeats} {name:>4}: {res['fps_cpu']:7.1f} frames per CPU second ({res['cpu_seconds']} s CPU, "
@@ -142,6 +194,8 @@ def main(a: SpeedArgs) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"settings": vars(a), "runs": runs, "ratios": [round(x, 2) for x in ratios],
                                "date": time.strftime("%Y-%m-%d")}, indent=2))
+    if a.plot:
+        draw(runs, a)
 
 
 if __name__ == "__main__":
