@@ -100,6 +100,12 @@ def curve(frames: list[int], returns: list[float], total: int, points: int = 100
     return out
 
 
+def side_result(cpu: float, wall: float, frames: list[int], returns: list[float], total: int) -> dict:
+    """One side's run: its times, episode count, final last-100 return and return curve."""
+    return {"cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1), "episodes": len(returns), "last_100": last_100(returns),
+            "curve": curve(frames, returns, total)}
+
+
 def cli_flags(settings: dict) -> list[str]:
     """A suite cell's settings as the script's command-line flags (booleans as --x / --no-x)."""
     flags = []
@@ -130,8 +136,7 @@ def ours(a: SpeedArgs, scratch: Path) -> dict:
     with open(metrics) as f:
         rows = [r for r in csv.DictReader(f) if r["episodic_return"]]
     returns, frames = [float(r["episodic_return"]) for r in rows], [int(r["global_step"]) for r in rows]
-    return {"cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1), "episodes": len(returns), "last_100": last_100(returns),
-            "curve": curve(frames, returns, a.frames)}
+    return side_result(cpu, wall, frames, returns, a.frames)
 
 
 def peer(a: SpeedArgs, scratch: Path) -> dict:
@@ -143,8 +148,7 @@ def peer(a: SpeedArgs, scratch: Path) -> dict:
     cpu, wall = child([sys.executable, "-c", code], cwd=str(scratch))
     data = torch.load(output + "_data_and_weights", weights_only=False)
     returns, frames = [float(x) for x in data["returns"]], [int(x) for x in data["frame_stamps"]]
-    return {"cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1), "episodes": len(returns), "last_100": last_100(returns),
-            "curve": curve(frames, returns, a.frames)}
+    return side_result(cpu, wall, frames, returns, a.frames)
 
 
 def draw(runs: dict, a: SpeedArgs) -> None:
