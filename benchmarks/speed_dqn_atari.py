@@ -65,6 +65,7 @@ sys.path.insert(0, str(ROOT / "algos"))
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from childproc import run_timed  # noqa: E402
+from provenance import code_state  # noqa: E402
 
 ENV = "BreakoutNoFrameskip-v4"
 CLEANRL_SCRIPT = "cleanrl/dqn_atari.py"
@@ -234,7 +235,8 @@ def main(a: SpeedArgs) -> None:
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"settings": vars(a), "results": results, "summary": lines, "profiles": profiles,
-                               "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}, indent=2))
+                               "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+                               "code": code_state()}, indent=2))
 
 
 if __name__ == "__main__":

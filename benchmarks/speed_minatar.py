@@ -43,6 +43,7 @@ import tyro
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from childproc import run_timed  # noqa: E402
+from provenance import code_state  # noqa: E402
 from suite import load_suite  # noqa: E402
 
 PEER_RUNNER = """
@@ -197,7 +198,7 @@ def main(a: SpeedArgs) -> None:
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"settings": vars(a), "runs": runs, "ratios": [round(x, 2) for x in ratios],
-                               "date": time.strftime("%Y-%m-%d")}, indent=2))
+                               "date": time.strftime("%Y-%m-%d"), "code": code_state()}, indent=2))
     if a.plot:
         draw(runs, a)
 
