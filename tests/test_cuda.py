@@ -1,0 +1,111 @@
+"""The CUDA path, on a machine with a GPU (skipped where torch sees none, as on CI's machines).
+
+Every script trains with `--device cuda`, its networks and (for the replay-based ones) its replay
+memory on the GPU; a run stopped and resumed there writes the same metrics.csv, weights and
+evaluation as the uninterrupted run there; a checkpoint moves between the GPU and the CPU in both
+directions; a model saved on the GPU loads on a machine without one and acts as it did. The replay
+memories sample on the GPU exactly the rows they sample on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from common.replay import FrameMemory, ReplayMemory
+from test_checkpoint import CASES, MODULES, assert_same_run, make_args, stop_at_env_step
+from test_pixels import fill
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def on_gpu(**kw) -> dict:
+    return dict(kw, device="cuda")
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_script_trains_on_the_gpu_and_its_model_loads_on_a_cpu(tmp_path, case):
+    algo, kw = CASES[case]
+    module = MODULES[algo]
+    args = make_args(algo, tmp_path, **on_gpu(**kw))
+    summary = module.train(args)
+    assert summary["completed"] and summary["error"] is None and summary["device"] == "cuda"
+    assert math.isfinite(summary["eval_return_mean"])
+    model = Path(summary["run_dir"]) / "model.pt"
+    saved = torch.load(model, weights_only=True)  # where it was saved from
+    tensors = [t for v in saved.values() for t in (v.values() if isinstance(v, dict) else [v])]
+    assert tensors and all(t.is_cuda for t in tensors)
+
+    # the same weights act the same on both devices (up to float rounding across devices)
+    act_cpu, act_gpu = module.load_policy(args, str(model), "cpu"), module.load_policy(args, str(model), "cuda")
+    env = gym.make(kw["env_id"])
+    obs = np.stack([env.reset(seed=s)[0] for s in range(32)]).astype(np.float32)
+    env.close()
+    a, b = act_cpu(obs), act_gpu(obs)
+    if np.issubdtype(np.asarray(a).dtype, np.integer):
+        assert (np.asarray(a) == np.asarray(b)).mean() >= 0.9  # argmax may flip on a near-tie
+    else:
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_stopped_and_resumed_on_the_gpu_equals_the_uninterrupted_run_there(tmp_path, monkeypatch, case):
+    algo, kw = CASES[case]
+    module = MODULES[algo]
+    straight = module.train(make_args(algo, tmp_path / "straight", **on_gpu(**kw)))
+    with monkeypatch.context() as m:
+        stop_at_env_step(m, module, calls=137)
+        stopped = module.train(make_args(algo, tmp_path / "resumed", **on_gpu(**kw)))
+    assert stopped["error"] == "preempted" and 0 < stopped["total_timesteps"] < straight["total_timesteps"]
+    resumed = module.train(make_args(algo, tmp_path / "ignored", resume=stopped["run_dir"], **on_gpu(**kw)))
+    assert resumed["device"] == "cuda"
+    assert_same_run(resumed, straight)
+
+
+@pytest.mark.parametrize("first,then", [("cuda", "cpu"), ("cpu", "cuda")])
+@pytest.mark.parametrize("case", ["dqn-CartPole", "a2c-Pendulum", "naf-Pendulum"])
+def test_a_checkpoint_moves_between_the_gpu_and_the_cpu(tmp_path, monkeypatch, case, first, then):
+    algo, kw = CASES[case]
+    module = MODULES[algo]
+    with monkeypatch.context() as m:
+        stop_at_env_step(m, module, calls=137)
+        stopped = module.train(make_args(algo, tmp_path, **dict(kw, device=first)))
+    assert stopped["error"] == "preempted"
+    resumed = module.train(make_args(algo, tmp_path, resume=stopped["run_dir"], **dict(kw, device=then)))
+    assert resumed["completed"] and resumed["device"] == then and resumed["resumed_at"] == [stopped["total_timesteps"]]
+    assert math.isfinite(resumed["eval_return_mean"])
+
+
+def test_replay_memory_lives_on_the_gpu_and_samples_the_rows_the_cpu_one_samples():
+    rng = np.random.default_rng(0)
+    mems = {"host": ReplayMemory(300, (3,), (2,), discrete=False, device="cpu", seed=7),
+            "gpu": ReplayMemory(300, (3,), (2,), discrete=False, device="cuda", seed=7)}
+    for _ in range(40):  # 400 rows into 300: wraps around
+        rows = (rng.normal(size=(10, 3)).astype(np.float32), rng.normal(size=(10, 2)).astype(np.float32), rng.normal(size=10),
+                rng.normal(size=(10, 3)).astype(np.float32), rng.random(10) < 0.1)
+        for m in mems.values():
+            m.add(*rows)
+    assert all(t.is_cuda for t in (mems["gpu"].obs, mems["gpu"].actions, mems["gpu"].rewards, mems["gpu"].next_obs))
+    for _ in range(3):
+        a, b = mems["host"].sample(64), mems["gpu"].sample(64)
+        for x, y in zip(a, b):
+            assert y.is_cuda and torch.equal(x, y.cpu())
+    # a memory checkpointed on the GPU loads on the CPU and goes on sampling the same rows
+    back = ReplayMemory(300, (3,), (2,), discrete=False, device="cpu", seed=0)
+    back.load_state_dict(mems["gpu"].state_dict())
+    assert torch.equal(back.sample(64).obs, mems["gpu"].sample(64).obs.cpu())
+
+
+def test_frame_memory_sends_the_same_batches_to_the_gpu():
+    mems = {"host": FrameMemory(200, (5, 6), 4, 2, device="cpu", seed=3), "gpu": FrameMemory(200, (5, 6), 4, 2, device="cuda", seed=3)}
+    for m in mems.values():
+        fill(m, 2, 4, 150)
+    for _ in range(3):
+        a, b = mems["host"].sample(32), mems["gpu"].sample(32)
+        for x, y in zip(a, b):
+            assert y.is_cuda and torch.equal(x, y.cpu())
