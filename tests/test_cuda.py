@@ -2,8 +2,8 @@
 
 Every script trains with `--device cuda`, its networks and (for the replay-based ones) its replay
 memory on the GPU; a run stopped and resumed there writes the same metrics.csv, weights and
-evaluation as the uninterrupted run there; a checkpoint moves between the GPU and the CPU in both
-directions; a model saved on the GPU loads on a machine without one and acts as it did. The replay
+evaluation as the uninterrupted run there; with `--device auto` a checkpoint moves between a GPU
+machine and a CPU-only one in both directions; a model saved on the GPU loads on a machine without one and acts as it did. The replay
 memories sample on the GPU exactly the rows they sample on the CPU.
 """
 
@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from common.replay import FrameMemory, ReplayMemory
+from harness.errors import InputError
 from test_checkpoint import CASES, MODULES, assert_same_run, make_args, stop_at_env_step
 from test_pixels import fill
 
@@ -67,17 +68,28 @@ def test_stopped_and_resumed_on_the_gpu_equals_the_uninterrupted_run_there(tmp_p
     assert_same_run(resumed, straight)
 
 
-@pytest.mark.parametrize("first,then", [("cuda", "cpu"), ("cpu", "cuda")])
+@pytest.mark.parametrize("gpu_first", [True, False])
 @pytest.mark.parametrize("case", ["dqn-CartPole", "a2c-Pendulum", "naf-Pendulum"])
-def test_a_checkpoint_moves_between_the_gpu_and_the_cpu(tmp_path, monkeypatch, case, first, then):
+def test_a_checkpoint_moves_between_a_gpu_machine_and_a_cpu_one(tmp_path, monkeypatch, case, gpu_first):
+    """With `--device auto` (the default) a run preempted on a GPU node resumes on a CPU-only one,
+    and the other way round; naming another device than the run's is refused in one line."""
     algo, kw = CASES[case]
     module = MODULES[algo]
+    auto = dict(kw, device="auto")
     with monkeypatch.context() as m:
+        if not gpu_first:
+            m.setattr(torch.cuda, "is_available", lambda: False)
         stop_at_env_step(m, module, calls=137)
-        stopped = module.train(make_args(algo, tmp_path, **dict(kw, device=first)))
-    assert stopped["error"] == "preempted"
-    resumed = module.train(make_args(algo, tmp_path, resume=stopped["run_dir"], **dict(kw, device=then)))
-    assert resumed["completed"] and resumed["device"] == then and resumed["resumed_at"] == [stopped["total_timesteps"]]
+        stopped = module.train(make_args(algo, tmp_path, **auto))
+    assert stopped["error"] == "preempted" and stopped["device"] == ("cuda" if gpu_first else "cpu")
+    other = "cpu" if gpu_first else "cuda"
+    with pytest.raises(InputError, match="--device was 'auto' in that run, 'cuda' now|--device was 'auto' in that run, 'cpu' now"):
+        module.train(make_args(algo, tmp_path, resume=stopped["run_dir"], **dict(kw, device=other)))
+    with monkeypatch.context() as m:
+        if gpu_first:
+            m.setattr(torch.cuda, "is_available", lambda: False)
+        resumed = module.train(make_args(algo, tmp_path, resume=stopped["run_dir"], **auto))
+    assert resumed["completed"] and resumed["device"] == other and resumed["resumed_at"] == [stopped["total_timesteps"]]
     assert math.isfinite(resumed["eval_return_mean"])
 
 
