@@ -5,12 +5,14 @@
 
 Every (cell, device) pair is one run of `algos/<algo>.py` as a child process with the cell's
 settings, `--steps` env steps and one torch thread; the cell's `learning_starts` is cut to a
-quarter of the steps so that most of the run learns. The figure is env steps per second of wall
+quarter of the steps so that most of the run learns (schedules given as fractions of the run,
+such as DQN's epsilon decay, shrink with it: a shorter run acts greedily sooner). The figure is env steps per second of wall
 time while learning: between the first and the last metrics.csv row past `learning_starts`
 (each row's elapsed time is its global_step over its sps), or, for a script without a heatup
-whose run logged fewer than two rows, the whole run's figure from summary.json. The CPU runs go at once (one core
-each, on a machine with more cores than runs); the GPU runs one after another beside them, so no
-two share the GPU. A short run's speed is the speed of its phase, not of a whole run's: the
+whose run logged fewer than two rows, the whole run's figure from summary.json (start-up and the
+first use of each GPU kernel included: it overstates a GPU's cost). On a machine with more CPUs
+than runs at once, the CPU runs go at once (one core each) and the GPU runs one after another
+beside them, so no two share the GPU; on a smaller one every run goes alone, one after another. A short run's speed is the speed of its phase, not of a whole run's: the
 networks' size and the batch decide it, the memory's fill level little.
 """
 
@@ -35,6 +37,7 @@ import tyro
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "algos"))
 from provenance import code_state  # noqa: E402
 from speed_minatar import cli_flags  # noqa: E402
 from suite import load_suite  # noqa: E402
@@ -63,15 +66,26 @@ class DeviceArgs:
     """where to write the figures as JSON (default: print only)"""
 
 
+class BadInput(Exception):
+    """A wrong --cells entry or device: one line, exit 2."""
+
+
 def find_cell(spec: str):
-    suite, algo, env = spec.split(":", 2)
-    for cell in load_suite(suite).cells:
+    parts = spec.split(":", 2)
+    if len(parts) != 3:
+        raise BadInput(f"--cells {spec!r}: expected suite:algo:env, e.g. mujoco:ddpg:HalfCheetah-v5")
+    suite, algo, env = parts
+    try:
+        cells = load_suite(suite).cells
+    except SystemExit as e:  # an unknown suite
+        raise BadInput(f"--cells {spec!r}: {e}") from None
+    for cell in cells:
         if cell.algo == algo and cell.env == env:
             return cell
-    raise SystemExit(f"speed_devices: no cell {algo} {env} in suite {suite}")
+    raise BadInput(f"--cells {spec!r}: no cell {algo} {env} in suite {suite}")
 
 
-def learning_rate_of_steps(run_dir: Path, after: int) -> tuple[float | None, int]:
+def sps_while_learning(run_dir: Path, after: int) -> tuple[float | None, int]:
     """Env steps per wall second between the first and last logged rows past step `after`; (rate, rows)."""
     with open(next(run_dir.glob("*/metrics.csv"))) as f:
         rows = [(int(r["global_step"]), int(r["sps"])) for r in csv.DictReader(f) if r.get("sps") and int(r["global_step"]) > after]
@@ -84,7 +98,6 @@ def learning_rate_of_steps(run_dir: Path, after: int) -> tuple[float | None, int
 def run_one(spec: str, device: str, a: DeviceArgs, scratch: Path) -> dict:
     cell = find_cell(spec)
     settings = dict(cell.settings)
-    sys.path.insert(0, str(ROOT / "algos"))
     defaults = {f.name: f.default for f in dataclasses.fields(importlib.import_module(cell.algo).Args)}
     after = 0
     if "learning_starts" in defaults:
@@ -100,7 +113,7 @@ def run_one(spec: str, device: str, a: DeviceArgs, scratch: Path) -> dict:
     wall = time.perf_counter() - start
     if done.returncode != 0:
         return {"cell": spec, "device": device, "error": done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
-    rate, rows = learning_rate_of_steps(run_dir, after)
+    rate, rows = sps_while_learning(run_dir, after)
     summary = json.loads(next(run_dir.glob("*/summary.json")).read_text())
     measured = "logged rows past learning_starts"
     if rate is None and after == 0:  # no heatup (a2c, n_step_q, sarsa) and too few logged rows: the whole run's figure
@@ -112,40 +125,53 @@ def run_one(spec: str, device: str, a: DeviceArgs, scratch: Path) -> dict:
 def main(a: DeviceArgs) -> int:
     import torch
 
-    if "cuda" in a.devices and not torch.cuda.is_available():
-        print("speed_devices: error: --devices names cuda, but torch sees no CUDA GPU", file=sys.stderr)
+    try:
+        if "cuda" in a.devices and not torch.cuda.is_available():
+            raise BadInput("--devices names cuda, but torch sees no CUDA GPU")
+        for spec in a.cells:
+            find_cell(spec)  # a wrong name fails before any run
+    except BadInput as e:
+        print(f"speed_devices: error: {e}", file=sys.stderr)
         return 2
-    for spec in a.cells:
-        find_cell(spec)  # a wrong name fails before any run
+    cpu_cells = [c for c in a.cells if "cpu" in a.devices]
+    parallel = (os.cpu_count() or 1) > len(cpu_cells) + 1  # a core for each CPU run and one for the GPU runs
     scratch = Path(tempfile.mkdtemp(prefix="speed_devices_"))
-    gpu = any(d != "cpu" for d in a.devices)
     results: dict[tuple[str, str], dict] = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(a.cells) + 1) as pool:
-        cpu_jobs = {pool.submit(run_one, c, "cpu", a, scratch): (c, "cpu") for c in a.cells if "cpu" in a.devices}
+    try:
+        if parallel:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=len(cpu_cells) + 1) as pool:
+                cpu_jobs = {pool.submit(run_one, c, "cpu", a, scratch): (c, "cpu") for c in cpu_cells}
 
-        def gpu_chain():
-            return {(c, d): run_one(c, d, a, scratch) for c in a.cells for d in a.devices if d != "cpu"}
+                def gpu_chain():
+                    return {(c, d): run_one(c, d, a, scratch) for c in a.cells for d in a.devices if d != "cpu"}
 
-        chain = pool.submit(gpu_chain) if gpu else None
-        for job, key in cpu_jobs.items():
-            results[key] = job.result()
-        if chain:
-            results.update(chain.result())
-    shutil.rmtree(scratch, ignore_errors=True)
+                chain = pool.submit(gpu_chain)
+                for job, key in cpu_jobs.items():
+                    results[key] = job.result()
+                results.update(chain.result())
+        else:
+            for c in a.cells:
+                for d in a.devices:
+                    results[(c, d)] = run_one(c, d, a, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
     machine = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
-               "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
-    print(f"{machine['gpu'] or 'no GPU'}; {machine['cpu_count']} CPUs; torch {machine['torch']}; {a.steps:,} steps, {a.threads} torch thread(s)")
+               "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "cpu_runs_in_parallel": parallel}
+    print(f"{machine['gpu'] or 'no GPU'}; {machine['cpu_count']} logical CPUs; torch {machine['torch']}; {a.steps:,} steps, {a.threads} torch thread(s)")
     print(f"{'cell':44s}" + "".join(f"{d + ' sps':>12s}" for d in a.devices) + ("   gpu/cpu" if "cpu" in a.devices and len(a.devices) > 1 else ""))
     for c in a.cells:
         line = f"{c:44s}"
         for d in a.devices:
             r = results[(c, d)]
-            line += f"{'failed' if 'error' in r else r['learning_sps'] or 'too short':>12}"
+            mark = "*" if r.get("measured_over", "").startswith("the whole run") else ""
+            line += f"{'failed' if 'error' in r else str(r['learning_sps']) + mark if r['learning_sps'] else 'too short':>12}"
         cpu, other = results.get((c, "cpu"), {}), [results[(c, d)] for d in a.devices if d != "cpu"]
         if cpu.get("learning_sps") and other and other[0].get("learning_sps"):
             line += f"{other[0]['learning_sps'] / cpu['learning_sps']:>10.2f}"
         print(line)
+    if any(r.get("measured_over", "").startswith("the whole run") for r in results.values()):
+        print("* the whole run (too few logged rows while learning): start-up included")
     for r in results.values():
         if "error" in r:
             print(f"{r['cell']} on {r['device']} failed: {r['error'][0]}")

@@ -174,6 +174,16 @@ def draw(runs: dict, a: SpeedArgs) -> None:
     plt.close(fig)
 
 
+def machine() -> dict:
+    """Where both sides ran: each takes the GPU when torch sees one (ours by `--device auto`, the peer by its own choice)."""
+    import platform
+
+    import torch
+
+    return {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
+            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
+
+
 def main(a: SpeedArgs) -> None:
     if not Path(a.peer).is_file():
         raise SystemExit(f"no peer at {a.peer}: give the path of MinAtar's examples/dqn.py with --peer")
@@ -198,7 +208,7 @@ def main(a: SpeedArgs) -> None:
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"settings": vars(a), "runs": runs, "ratios": [round(x, 2) for x in ratios],
-                               "date": time.strftime("%Y-%m-%d"), "code": code_state()}, indent=2))
+                               "date": time.strftime("%Y-%m-%d"), "code": code_state(), "machine": machine()}, indent=2))
     if a.plot:
         draw(runs, a)
 

@@ -517,3 +517,35 @@ def test_committed_report_is_what_report_py_writes_from_the_committed_runs(tmp_p
 
         assert names(tmp_path / suite / "plots") == names(committed / suite / "plots")
     assert written == expected, f"regenerate it: python benchmarks/report.py --suite {suite}"
+
+
+def test_speed_devices_rate_is_taken_between_the_logged_rows_past_the_heatup(tmp_path):
+    """speed_devices.py: env steps per second between the first and last row past learning_starts,
+    each row's elapsed time being its global_step over its (rounded) sps."""
+    import speed_devices
+
+    run = tmp_path / "run"
+    run.mkdir()
+    # 1,000 steps of heatup in 1 s, then 100 steps/s: step 2,000 at 11 s, 4,000 at 31 s
+    rows = [(500, 1000), (2000, round(2000 / 11)), (4000, round(4000 / 31))]
+    (run / "metrics.csv").write_text("global_step,sps,loss\n" + "".join(f"{s},{r},0.1\n" for s, r in rows) + "4100,,\n")
+    rate, n = speed_devices.sps_while_learning(tmp_path, after=1000)
+    assert n == 2 and rate == pytest.approx(100, rel=0.01)
+    assert speed_devices.sps_while_learning(tmp_path, after=3000) == (None, 1)  # one row: no rate
+
+
+@pytest.mark.skipif(importlib.import_module("torch").cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_speed_devices_refuses_cuda_without_a_gpu():
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speed_devices.py"), "--devices", "cuda"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == ["speed_devices: error: --devices names cuda, but torch sees no CUDA GPU"]
+
+
+@pytest.mark.parametrize("cells,message", [
+    ("classic:dqn", "expected suite:algo:env"), ("nosuch:dqn:CartPole-v1", "unknown suite 'nosuch'"),
+    ("classic:dqn:Nope-v0", "no cell dqn Nope-v0 in suite classic"),
+])
+def test_speed_devices_names_a_wrong_cell_in_one_line(cells, message):
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speed_devices.py"), "--devices", "cpu", "--cells", cells],
+                       capture_output=True, text=True)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("speed_devices: error: --cells") and message in lines[0]

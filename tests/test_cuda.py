@@ -1,7 +1,6 @@
 """The CUDA path, on a machine with a GPU (skipped where torch sees none, as on CI's machines).
 
-Every script trains with `--device cuda`, its networks and (for the replay-based ones) its replay
-memory on the GPU; a run stopped and resumed there writes the same metrics.csv, weights and
+Every script trains with `--device cuda`; a run stopped and resumed there writes the same metrics.csv, weights and
 evaluation as the uninterrupted run there; with `--device auto` a checkpoint moves between a GPU
 machine and a CPU-only one in both directions; a model saved on the GPU loads on a machine without one and acts as it did. The replay
 memories sample on the GPU exactly the rows they sample on the CPU.
@@ -10,6 +9,7 @@ memories sample on the GPU exactly the rows they sample on the CPU.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import gymnasium as gym
@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from common.fastpath import probe_batch
 from common.replay import FrameMemory, ReplayMemory
 from harness.errors import InputError
 from test_checkpoint import CASES, MODULES, assert_same_run, make_args, stop_at_env_step
@@ -29,6 +30,7 @@ def on_gpu(**kw) -> dict:
     return dict(kw, device="cuda")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_script_trains_on_the_gpu_and_its_model_loads_on_a_cpu(tmp_path, case):
     algo, kw = CASES[case]
@@ -42,18 +44,21 @@ def test_every_script_trains_on_the_gpu_and_its_model_loads_on_a_cpu(tmp_path, c
     tensors = [t for v in saved.values() for t in (v.values() if isinstance(v, dict) else [v])]
     assert tensors and all(t.is_cuda for t in tensors)
 
-    # the same weights act the same on both devices (up to float rounding across devices)
+    # the same weights act the same on both devices, on standard-normal observations (float rounding
+    # across devices is far below the gaps between Q-values there)
     act_cpu, act_gpu = module.load_policy(args, str(model), "cpu"), module.load_policy(args, str(model), "cuda")
     env = gym.make(kw["env_id"])
-    obs = np.stack([env.reset(seed=s)[0] for s in range(32)]).astype(np.float32)
+    obs = probe_batch(env.observation_space.shape)
     env.close()
-    a, b = act_cpu(obs), act_gpu(obs)
-    if np.issubdtype(np.asarray(a).dtype, np.integer):
-        assert (np.asarray(a) == np.asarray(b)).mean() >= 0.9  # argmax may flip on a near-tie
+    a, b = np.asarray(act_cpu(obs)), np.asarray(act_gpu(obs))
+    assert a.shape == b.shape and len(a) == len(obs)
+    if np.issubdtype(a.dtype, np.integer):
+        np.testing.assert_array_equal(a, b)
     else:
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_stopped_and_resumed_on_the_gpu_equals_the_uninterrupted_run_there(tmp_path, monkeypatch, case):
     algo, kw = CASES[case]
@@ -68,6 +73,7 @@ def test_stopped_and_resumed_on_the_gpu_equals_the_uninterrupted_run_there(tmp_p
     assert_same_run(resumed, straight)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gpu_first", [True, False])
 @pytest.mark.parametrize("case", ["dqn-CartPole", "a2c-Pendulum", "naf-Pendulum"])
 def test_a_checkpoint_moves_between_a_gpu_machine_and_a_cpu_one(tmp_path, monkeypatch, case, gpu_first):
@@ -83,7 +89,7 @@ def test_a_checkpoint_moves_between_a_gpu_machine_and_a_cpu_one(tmp_path, monkey
         stopped = module.train(make_args(algo, tmp_path, **auto))
     assert stopped["error"] == "preempted" and stopped["device"] == ("cuda" if gpu_first else "cpu")
     other = "cpu" if gpu_first else "cuda"
-    with pytest.raises(InputError, match="--device was 'auto' in that run, 'cuda' now|--device was 'auto' in that run, 'cpu' now"):
+    with pytest.raises(InputError, match=re.escape(f"--device was 'auto' in that run, '{other}' now")):
         module.train(make_args(algo, tmp_path, resume=stopped["run_dir"], **dict(kw, device=other)))
     with monkeypatch.context() as m:
         if gpu_first:
