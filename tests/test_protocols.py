@@ -201,4 +201,3 @@ def test_the_readme_minatar_protocol_command_is_the_minatar_paper_cell():
     cell = next(c for c in load_suite("minatar_paper").cells if c.env == args.env_id)
     assert args.total_timesteps == cell.steps
     assert {k: getattr(args, k) for k in cell.settings} == cell.settings
-
