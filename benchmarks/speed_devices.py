@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "algos"))
 from provenance import code_state  # noqa: E402
 from speed_minatar import cli_flags  # noqa: E402
-from suite import load_suite  # noqa: E402
+from suite import Cell, load_suite, metrics_file  # noqa: E402
 
 DEFAULT_CELLS = [
     "classic:dqn:CartPole-v1",
@@ -87,7 +87,7 @@ def find_cell(spec: str):
 
 def sps_while_learning(run_dir: Path, after: int) -> tuple[float | None, int]:
     """Env steps per wall second between the first and last logged rows past step `after`; (rate, rows)."""
-    with open(next(run_dir.glob("*/metrics.csv"))) as f:
+    with open(metrics_file(run_dir)) as f:
         rows = [(int(r["global_step"]), int(r["sps"])) for r in csv.DictReader(f) if r.get("sps") and int(r["global_step"]) > after]
     if len(rows) < 2 or rows[0][1] <= 0 or rows[-1][1] <= 0:
         return None, len(rows)
@@ -95,8 +95,7 @@ def sps_while_learning(run_dir: Path, after: int) -> tuple[float | None, int]:
     return (s1 - s0) / (s1 / r1 - s0 / r0), len(rows)
 
 
-def run_one(spec: str, device: str, a: DeviceArgs, scratch: Path) -> dict:
-    cell = find_cell(spec)
+def run_one(spec: str, cell: Cell, device: str, a: DeviceArgs, scratch: Path) -> dict:
     settings = dict(cell.settings)
     defaults = {f.name: f.default for f in dataclasses.fields(importlib.import_module(cell.algo).Args)}
     after = 0
@@ -114,7 +113,7 @@ def run_one(spec: str, device: str, a: DeviceArgs, scratch: Path) -> dict:
     if done.returncode != 0:
         return {"cell": spec, "device": device, "error": done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
     rate, rows = sps_while_learning(run_dir, after)
-    summary = json.loads(next(run_dir.glob("*/summary.json")).read_text())
+    summary = json.loads((metrics_file(run_dir).parent / "summary.json").read_text())
     measured = "logged rows past learning_starts"
     if rate is None and after == 0:  # no heatup (a2c, n_step_q, sarsa) and too few logged rows: the whole run's figure
         rate, measured = summary.get("sps"), "the whole run (summary.json)"
@@ -128,8 +127,7 @@ def main(a: DeviceArgs) -> int:
     try:
         if "cuda" in a.devices and not torch.cuda.is_available():
             raise BadInput("--devices names cuda, but torch sees no CUDA GPU")
-        for spec in a.cells:
-            find_cell(spec)  # a wrong name fails before any run
+        cells = {spec: find_cell(spec) for spec in a.cells}  # a wrong name fails before any run
     except BadInput as e:
         print(f"speed_devices: error: {e}", file=sys.stderr)
         return 2
@@ -140,10 +138,10 @@ def main(a: DeviceArgs) -> int:
     try:
         if parallel:
             with concurrent.futures.ThreadPoolExecutor(max_workers=len(cpu_cells) + 1) as pool:
-                cpu_jobs = {pool.submit(run_one, c, "cpu", a, scratch): (c, "cpu") for c in cpu_cells}
+                cpu_jobs = {pool.submit(run_one, c, cells[c], "cpu", a, scratch): (c, "cpu") for c in cpu_cells}
 
                 def gpu_chain():
-                    return {(c, d): run_one(c, d, a, scratch) for c in a.cells for d in a.devices if d != "cpu"}
+                    return {(c, d): run_one(c, cells[c], d, a, scratch) for c in a.cells for d in a.devices if d != "cpu"}
 
                 chain = pool.submit(gpu_chain)
                 for job, key in cpu_jobs.items():
@@ -152,7 +150,7 @@ def main(a: DeviceArgs) -> int:
         else:
             for c in a.cells:
                 for d in a.devices:
-                    results[(c, d)] = run_one(c, d, a, scratch)
+                    results[(c, d)] = run_one(c, cells[c], d, a, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
