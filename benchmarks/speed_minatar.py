@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from childproc import run_timed  # noqa: E402
 from provenance import code_state  # noqa: E402
-from suite import load_suite  # noqa: E402
+from suite import load_suite, metrics_file  # noqa: E402
 
 PEER_RUNNER = """
 import sys, torch
@@ -133,8 +133,7 @@ def ours(a: SpeedArgs, scratch: Path) -> dict:
     cpu, wall = child([sys.executable, str(ROOT / "algos" / "dqn.py"), "--env", env_id, "--seed", str(a.seed),
                        "--total-timesteps", str(a.frames), "--torch-threads", "1", "--eval-episodes", "1", "--no-progress",
                        "--run-dir", str(run_dir), *flags], cwd=str(ROOT))
-    metrics = next(run_dir.glob("*/metrics.csv"))
-    with open(metrics) as f:
+    with open(metrics_file(run_dir)) as f:
         rows = [r for r in csv.DictReader(f) if r["episodic_return"]]
     returns, frames = [float(r["episodic_return"]) for r in rows], [int(r["global_step"]) for r in rows]
     return side_result(cpu, wall, frames, returns, a.frames)
