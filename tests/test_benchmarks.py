@@ -16,7 +16,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "benchmarks" / "investigations"))
 
 import job  # noqa: E402
 import provenance  # noqa: E402
@@ -401,61 +400,6 @@ def test_speed_parses_ratios_from_the_scripts_output():
     assert ratios == [3.0] and closing[-1].endswith("ratio 3.00x")
     out = "repeat 1: ours 100 steps/s\n\nA2C CartPole-v1\n ours: median 5 steps/s\nratio ours/sb3: 2.50x\n"
     assert speed.parse(out)[1] == [2.5]
-
-
-@pytest.mark.parametrize("act_dim", [1, 2])
-def test_ddpg_floor_counts_exactly_the_matrix_products_our_update_runs(act_dim):
-    """floor_ddpg.py's list of products (its lower bound on any implementation's time) must be
-    the products autograd really runs in one critic step and one actor step of ddpg.py's update:
-    not fewer (the floor would be too low) and not more (too high)."""
-    import collections
-
-    import floor_ddpg
-    import torch
-
-    B, H = 8, 16
-    update = floor_ddpg.our_update(B, H, act_dim)
-
-    def shapes_of_one_update() -> collections.Counter:
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
-            update()
-        found = collections.Counter()
-        for e in prof.events():
-            assert e.name not in ("aten::mv", "aten::addmv", "aten::bmm", "aten::baddbmm", "aten::dot"), e.name
-            if e.name in ("aten::mm", "aten::addmm"):
-                a, b = [x for x in e.input_shapes if len(x) == 2][-2:]  # addmm also gets the bias and two scalars
-                found[(a[0], a[1], b[1])] += 1
-        return found
-
-    critic_only, with_actor = shapes_of_one_update(), shapes_of_one_update()  # updates 1 (critic) and 2 (critic + actor)
-    critic_step, actor_step = floor_ddpg.products(B, 3, act_dim, H)
-    expect = lambda pairs: collections.Counter((a.shape[0], a.shape[1], b.shape[1]) for a, b in pairs)  # noqa: E731
-    assert critic_only == expect(critic_step)
-    assert with_actor == expect(critic_step) + expect(actor_step)
-
-
-def test_dqn_budget_compares_a_run_with_updates_against_the_same_run_without(capsys):
-    """budget_dqn.py's estimate of an update's cost inside the loop is the difference of two dqn.py
-    runs; that only holds if the second skips every update and the first does one per 10 env
-    steps after the heatup. The budget it prints per update must be the target's time per env
-    step less the loop's, spread over the updates actually done."""
-    import re
-
-    import budget_dqn
-
-    steps = 10_400  # CleanRL's heatup is 10,000 steps
-    _, with_updates = budget_dqn.run_seconds(steps, 1, updates=True)
-    _, without = budget_dqn.run_seconds(steps, 1, updates=False)
-    assert (with_updates, without) == (40, 0)
-    budget_dqn.main(["--steps", str(steps), "--reps", "20", "--sb3-sps", "3000"])
-    out = capsys.readouterr().out
-    loop_us = float(re.search(r"\(1\) the loop without updates: [\d,]+ steps/s = ([\d.]+) us per env step", out).group(1))
-    updates = int(re.search(r"([\d,]+) updates", out).group(1).replace(",", ""))
-    left_us = float(re.search(r"3x SB3 \(3,000 steps/s\) = 9,000 steps/s: 111\.1 us per env step; .* (-?[\d.]+) us per update", out).group(1))
-    assert updates == 40
-    assert left_us == pytest.approx((1e6 / 9000 - loop_us) * steps / updates, abs=0.05 * steps / updates + 0.5)  # both printed figures are rounded
-    with pytest.raises(SystemExit):  # no update at all: nothing to measure
-        budget_dqn.main(["--steps", "10000"])
 
 
 @pytest.mark.slow

@@ -16,8 +16,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import run  # noqa: E402
 from suite import load_suite  # noqa: E402
 
-DOCS = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", ROOT / "benchmarks" / "investigations" / "README.md",
-        *sorted((ROOT / "benchmarks" / "results").glob("*.md")), *sorted((ROOT / "benchmarks" / "results").glob("*/REPORT.md")),
+DOCS = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "benchmarks" / "results").glob("*.md")),
+        *sorted((ROOT / "benchmarks" / "results").glob("*/REPORT.md")),
         *sorted((ROOT / "benchmarks" / "results").glob("*/superseded/README.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
