@@ -254,7 +254,12 @@ def closing(suite: str, a: argparse.Namespace, finished, done_ok, known_failed, 
         print(f"  FAILED {job.label}: {r.get('error')}  (log: {job.dir / 'log.txt'})")
     for job in missing:
         print(f"  MISSING algos/{job.cell.algo}.py: {job.label} not run")
-    print(f"report: {report_command(suite, a)}")
+    if a.total_timesteps:  # no report counts a smoke try: say what it is for and where its results are
+        runs = Path(a.results_dir) / suite / "runs"
+        print(f"smoke try: it checks that the selected cells run end to end; no report counts it. Each run's figures: "
+              f"{runs}/<run>/result.json (status, the script's summary) and its run folder (metrics.csv, summary.json)")
+    else:
+        print(f"report: {report_command(suite, a)}")
     return 1 if failed or missing else 0
 
 

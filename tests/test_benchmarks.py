@@ -180,7 +180,10 @@ def test_a_smoke_try_is_not_comparable_and_never_counts(tiny, tmp_path, capsys, 
     assert run.main([*argv, "--total-timesteps", "300"]) == 2
     assert "must be below the budget of every selected cell: dqn CartPole-v1 (300)" in capsys.readouterr().err
     assert run.main([*argv, "--total-timesteps", "200"]) == 0
-    assert "smoke try: 200 env steps per run, not comparable" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "smoke try: 200 env steps per run, not comparable" in out
+    assert "report: " not in out, "a report of smoke runs shows nothing: the runner does not offer one"
+    assert f"no report counts it. Each run's figures: {results / 'tiny' / 'runs'}/<run>/result.json" in out
     (smoke,) = (results / "tiny" / "runs").iterdir()
     cell = load_suite("tiny", tiny["common"][3]).cells[0]
     assert smoke.name != cell.run_name(1) and smoke.name == cell.with_budget(200).run_name(1)
@@ -493,3 +496,18 @@ def test_speed_devices_names_a_wrong_cell_in_one_line(cells, message):
                        capture_output=True, text=True)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("speed_devices: error: --cells") and message in lines[0]
+
+
+def test_a_smoke_sweep_ends_with_where_its_runs_are_not_a_report_command(tmp_path, capsys):
+    """A report counts no smoke try (it would say "no finished runs yet"): the runner's last line says
+    what the smoke try is for and where its figures are; a full sweep ends with its report command."""
+    import argparse
+    import time
+
+    a = argparse.Namespace(total_timesteps=200, results_dir=str(tmp_path), suites_file=str(run.SUITES_FILE))
+    assert run.closing("classic", a, [], [], [], [], time.time()) == 0
+    out = capsys.readouterr().out
+    assert "report: " not in out and f"{tmp_path / 'classic' / 'runs'}/<run>/result.json" in out and "summary.json" in out
+    a.total_timesteps = None
+    run.closing("classic", a, [], [], [], [], time.time())
+    assert f"report: python benchmarks/report.py --suite classic --results-dir {tmp_path}" in capsys.readouterr().out
