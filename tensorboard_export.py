@@ -19,7 +19,7 @@ from pathlib import Path
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness.run import tensorboard_writer, write_tensorboard  # noqa: E402
+from harness.extras import tensorboard_writer, write_tensorboard  # noqa: E402
 
 
 @dataclass

@@ -14,16 +14,10 @@ Deviations from the paper:
 - Defaults are CleanRL's classic-control settings (MSE loss, Adam, 10k memory, [120, 84] MLP),
   not the Atari ones (Huber loss, RMSprop, 1M memory); both losses are flags, and the benchmark
   suites pass the pixel settings. One change to CleanRL's: the step size decays linearly to 0
-  over the learning phase (`--no-anneal-lr`: CleanRL's constant step size). With the constant step
-  size the final greedy policy solved CartPole-v1 (>= 475) on 9 of seeds 1-10: the final network
-  is a snapshot of an oscillating one, and seed 1's training return fell from ~500 to ~330 in its
-  last 25k steps (greedy 325.0; seed 2: 490.2). With the decay the late updates are small: seeds
-  1-10 each end at 500, their training return (epsilon 0.05) at 478-500 over the last 25k steps
-  (2026-11-26, 2-core CPU; the `defaults` suite). Tried before with the constant step size
-  (2026-11-25), each failing on another seed: a 50k memory (seed 7: 463.4), Double DQN with a
-  50k memory (seed 8: 397.3, a slow learner still improving at 500k; seed 9: 484.6),
-  rl-baselines3-zoo's tuned CartPole settings at their 50k steps (seed 1: 274.2). The other
-  suites' DQN cells keep their sources' constant step size (`anneal_lr = false`).
+  over the learning phase (`--no-anneal-lr`: CleanRL's constant step size). The final network is
+  a snapshot of an oscillating one; with a constant step size a seed can end on a dip, with the
+  decay the late updates are small (benchmarks/results/dqn.md has the runs). The other suites'
+  DQN cells keep their sources' constant step size.
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
 
 Pixels: the network's torso follows the observation (MLP for vectors, MinAtar's conv for MinAtar
@@ -32,26 +26,17 @@ the paper did). Atari rewards are clipped to their sign for learning only, a los
 training episode, and the logged returns are whole-game scores; Atari frame stacks go to a
 FrameMemory that stores each frame once.
 
-Protocols as flags:
-- MinAtar's example agent (Young & Tian 2019; the paper's curves): the `MinAtar/<Game>-v0` ids
-  (all 6 actions; `-v1` ids have the minimal action sets), `--optimizer rmsprop --rmsprop-centered
-  --rmsprop-alpha 0.95 --optimizer-eps 0.01 --learning-rate 2.5e-4 --loss huber --batch-size 32
-  --buffer-size 100000 --learning-starts 5000 --train-every 1 --target-every 1000 --end-epsilon 0.1
-  --decay-after-heatup --no-anneal-lr` with `--exploration-fraction` set so that the decay takes 100k steps
-  (0.1 of 1M steps); benchmarks/suites.toml's `minatar_paper` suite runs exactly that.
-- Atari evaluation: greedy over whole games (up to ALE's 108k-frame cap) by default; the Nature
-  paper's protocol is `--eval-epsilon 0.05 --eval-max-frames 18000` (5 minutes), CleanRL's
-  `--eval-epsilon 0.01`.
+Protocols as flags (MinAtar's example agent, the Nature paper's Atari evaluation): docs/pixels.md.
 
 Run:
     python algos/dqn.py --env CartPole-v1 --seed 1
     python algos/dqn.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
 
-Uses from common (the algorithm parts): NetworkWrapper (online/target network, Adam, clipping),
-ReplayMemory / FrameMemory, true_next_obs (the final observation at episode ends), pixels (Atari
-and MinAtar envs), torso (the network's feature layers), fastpath (the numpy greedy policy,
-checked against forward()). From harness (run plumbing): run (run folder, logging, evaluation,
-signals, checkpoints).
+Uses from common (the algorithm parts): NetworkWrapper (online/target network, optimizer,
+clipping), ReplayMemory / FrameMemory, true_next_obs (the final observation at episode ends),
+pixels (Atari and MinAtar envs), torso (the network's feature layers), fastpath (the numpy greedy
+policy, checked against forward()). From harness: run (run flags, run folder, logging,
+evaluation, signals, checkpoints).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -59,7 +44,6 @@ from __future__ import annotations
 
 import functools
 import math
-import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,11 +61,11 @@ _HERE = Path(__file__).resolve().parent  # common/ and harness/ sit beside a cop
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
 from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
-from common.fastpath import checked, probe_batch  # noqa: E402
+from common.fastpath import checked, numpy_mlp  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.replay import FrameMemory, ReplayMemory  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
-from harness.run import InputError, Run, Stopped, bad_input, flush_denormals, parse_args, record_first_episode, refuse_workers  # noqa: E402
+from harness.run import InputError, Run, RunArgs, bad_input, check, parse_args, refuse_workers, setup  # noqa: E402
 from harness.run import main as run_main  # noqa: E402
 
 ALGO = "dqn"
@@ -89,49 +73,15 @@ ALGO = "dqn"
 
 # 2. Arguments -----------------------------------------------------------------------------------
 @dataclass
-class Args:
+class Args(RunArgs):
     env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
     """gymnasium environment id (discrete actions; vectors, MinAtar/* or Atari ids such as ALE/Breakout-v5)"""
-    seed: int = 1
-    """seed of python, numpy, torch, the envs and the replay sampler"""
-    total_timesteps: int = 500_000
-    """env steps to train for, summed over all envs"""
-    num_envs: int = 1
-    """parallel envs stepped together"""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    """where the networks and the replay memory live (auto: cuda if available)"""
-    torch_threads: int = 1
-    """CPU threads for torch (small networks are fastest on 1)"""
-    track: bool = False
-    """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
-    tensorboard: bool = False
-    """also write TensorBoard scalars into <run folder>/tensorboard (needs the tensorboard extra)"""
-    wandb_project: str = "rl-reference"
-    """wandb project name"""
-    wandb_entity: Optional[str] = None
-    """wandb team or user"""
-    capture_video: bool = False
-    """record videos of evaluation episodes into <run folder>/videos"""
-    save_model: bool = False
-    """save the online network's state dict to <run folder>/model.pt"""
-    eval_every: int = 0
-    """env steps between greedy evaluations (0: only at the end)"""
-    eval_episodes: int = 10
-    """episodes per evaluation"""
     eval_epsilon: float = 0.0
     """probability of a uniform random action in evaluation (0: greedy; the Nature DQN paper used 0.05, CleanRL 0.01)"""
     eval_max_frames: Optional[int] = None
     """Atari only: end an evaluation game after this many emulator frames (None: ALE's cap of 108,000 = 30 minutes; the Nature paper's 5 minutes: 18000)"""
-    run_dir: str = "runs"
-    """parent folder of the run folder"""
-    progress: bool = True
-    """print a progress line while training"""
-    checkpoint_every: int = 0
-    """env steps between checkpoints in the run folder (0: none; SIGTERM/SIGUSR1 write one anyway)"""
     checkpoint_memory: bool = True
     """include the replay memory in checkpoints (without it a resumed run refills the memory for learning_starts steps before learning again: not an exact resume)"""
-    resume: Optional[str] = None
-    """run folder to continue from its last checkpoint, with its stored arguments (only the run length, evaluation and logging flags may change)"""
 
     learning_rate: float = 2.5e-4
     """the optimizer's step size"""
@@ -181,72 +131,28 @@ class Args:
     """map each bounded observation component from its [low, high] to [-1, 1] (vector envs; see common/pixels.py)"""
 
 
-def validate(args: Args) -> None:
-    """Raise InputError (one line, exit 2) naming the first bad value."""
-    checks = [
-        (args.total_timesteps > 0, f"--total-timesteps must be positive, got {args.total_timesteps}"),
-        (args.num_envs > 0, f"--num-envs must be positive, got {args.num_envs}"),
-        (args.batch_size > 0, f"--batch-size must be positive, got {args.batch_size}"),
-        (args.buffer_size > 0, f"--buffer-size must be positive, got {args.buffer_size}"),
-        (args.batch_size <= args.buffer_size, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}"),
-        (0.0 <= args.start_epsilon <= 1.0, f"--start-epsilon must be in [0, 1], got {args.start_epsilon}"),
-        (0.0 <= args.end_epsilon <= 1.0, f"--end-epsilon must be in [0, 1], got {args.end_epsilon}"),
-        (0.0 < args.exploration_fraction <= 1.0, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}"),
-        (0.0 < args.target_rate <= 1.0, f"--target-rate must be in (0, 1], got {args.target_rate}"),
-        (args.target_every > 0, f"--target-every must be positive, got {args.target_every}"),
-        (args.train_every > 0, f"--train-every must be positive, got {args.train_every}"),
-        (args.gradient_steps > 0, f"--gradient-steps must be positive, got {args.gradient_steps}"),
-        (args.learning_starts >= 0, f"--learning-starts must be >= 0, got {args.learning_starts}"),
-        (args.learning_starts < args.total_timesteps, f"--learning-starts {args.learning_starts} leaves no step to learn in --total-timesteps {args.total_timesteps}"),
-        (args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {args.checkpoint_every}"),
-        (args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}"),
-        (args.optimizer_eps > 0, f"--optimizer-eps must be positive, got {args.optimizer_eps}"),
-        (0.0 <= args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}"),
-        (args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered), "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
-        (0.0 <= args.gamma <= 1.0, f"--gamma must be in [0, 1], got {args.gamma}"),
-        (args.eval_every >= 0, f"--eval-every must be >= 0, got {args.eval_every}"),
-        (args.eval_episodes > 0, f"--eval-episodes must be positive, got {args.eval_episodes}"),
-        (0.0 <= args.eval_epsilon <= 1.0, f"--eval-epsilon must be in [0, 1], got {args.eval_epsilon}"),
-        (args.eval_max_frames is None or args.eval_max_frames > 0, f"--eval-max-frames must be positive, got {args.eval_max_frames}"),
-        (args.torch_threads > 0, f"--torch-threads must be positive, got {args.torch_threads}"),
-        (all(h > 0 for h in args.hidden_sizes), f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
-        (args.clip_grad_norm is None or args.clip_grad_norm > 0, f"--clip-grad-norm must be positive, got {args.clip_grad_norm}"),
-        (args.device != "cuda" or torch.cuda.is_available(), "--device cuda was asked for but CUDA is not available"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise InputError(message)
-    refuse_workers(ALGO)
-
-
 # 3. Environment ---------------------------------------------------------------------------------
-def make_env(
-    env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True, scale_obs: bool = False, max_frames: int | None = None
-) -> gym.vector.VectorEnv:
+def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True, scale_obs: bool = False,
+             max_frames: int | None = None) -> gym.vector.VectorEnv:
     """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"].
 
     Pixel ids get their standard preprocessing (common.pixels); `training=False` plays whole
     Atari games (evaluation), `training=True` ends an episode at each lost life; `scale_obs`
     rescales bounded vector observations to [-1, 1]; `max_frames` caps an Atari game's emulator frames."""
-    with bad_input():  # an unknown id
-        pixels.kind(env_id)
-
-    def thunk(i: int) -> Callable[[], gym.Env]:
-        def make() -> gym.Env:
-            if video_dir is not None:
-                return record_first_episode(pixels.make(env_id, training, render_mode="rgb_array", scale_obs=scale_obs, max_frames=max_frames), video_dir, i)
+    def make(i: int) -> gym.Env:
+        if video_dir is None:
             return pixels.make(env_id, training, scale_obs=scale_obs, max_frames=max_frames)
+        from harness.extras import record_first_episode
 
-        return make
+        return record_first_episode(pixels.make(env_id, training, "rgb_array", scale_obs, max_frames), video_dir, i)
 
-    with bad_input():  # an env that refuses the settings, or a missing env package
-        envs = gym.vector.SyncVectorEnv([thunk(i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
-    if not isinstance(envs.single_action_space, gym.spaces.Discrete):
-        envs.close()
-        raise InputError(f"{ALGO} needs a Discrete action space; {env_id} has {envs.single_action_space}")
-    if not isinstance(envs.single_observation_space, gym.spaces.Box):
-        envs.close()
-        raise InputError(f"{ALGO} needs a Box observation space; {env_id} has {envs.single_observation_space}")
+    with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
+        pixels.kind(env_id)
+        envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+    for space, kind in ((envs.single_action_space, gym.spaces.Discrete), (envs.single_observation_space, gym.spaces.Box)):
+        if not isinstance(space, kind):
+            envs.close()
+            raise InputError(f"{ALGO} needs a {kind.__name__} {'action' if kind is gym.spaces.Discrete else 'observation'} space; {env_id} has {space}")
     return envs
 
 
@@ -292,15 +198,8 @@ def evaluation_policy(greedy: Callable[[np.ndarray], np.ndarray], epsilon: float
     return lambda obs: select_actions(greedy, obs, epsilon, n_actions, rng)
 
 
-def dqn_targets(
-    q_target: nn.Module,
-    q_online: nn.Module,
-    rewards: torch.Tensor,
-    next_obs: torch.Tensor,
-    terminated: torch.Tensor,
-    gamma: float,
-    double_dqn: bool,
-) -> torch.Tensor:
+def dqn_targets(q_target: nn.Module, q_online: nn.Module, rewards: torch.Tensor, next_obs: torch.Tensor,
+                terminated: torch.Tensor, gamma: float, double_dqn: bool) -> torch.Tensor:
     """One-step targets [B]: r + gamma * (1 - terminated) * Q_target(s', a*).
 
     a* = argmax Q_target(s', .) for DQN, argmax Q_online(s', .) for Double DQN (which removes the
@@ -318,70 +217,33 @@ def dqn_targets(
 
 
 def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function.
-
-    Through `forward()`, except on CPU where a plain MLP (Linear and ReLU layers, no other
-    parameters) runs in numpy on zero-copy views of its parameters, which the optimizer and the
-    target sync update in place. At batch size 1 torch's dispatch (~3 us for each of ~8 ops)
-    costs more than the arithmetic; the numpy path is ~4x faster. It is used only while it gives
-    forward()'s Q-values on a probe batch (common.fastpath.checked): build the policy again after
-    loading weights.
-    """
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function: through `forward()`, or
+    on CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath;
+    at a batch of one, torch's per-op dispatch costs more than the arithmetic). Build it again
+    after loading weights."""
     def q_forward(obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, device=device)
         with torch.no_grad():
             return q_net(x if x.dtype == torch.uint8 else x.float()).cpu().numpy()  # [B, A]
 
-    layers = list(getattr(q_net, "net", []))
-    linear = [m for m in layers if isinstance(m, nn.Linear)]
-    plain_mlp = bool(linear) and all(isinstance(m, (nn.Linear, nn.ReLU)) for m in layers) and len(list(q_net.parameters())) == 2 * len(linear)
-    q_numpy = None
-    if device.type == "cpu" and plain_mlp:
-        weights = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in linear]  # [in, out], [out]
-
-        def q_numpy(obs: np.ndarray) -> np.ndarray:
-            x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
-            for k, (w, b) in enumerate(weights):
-                x = x @ w + b
-                if k < len(weights) - 1:
-                    np.maximum(x, 0.0, out=x)
-            return x  # [B, A]
-
-    q_values = checked(q_numpy, q_forward, probe_batch((linear[0].in_features,)) if q_numpy else None, f"{ALGO} greedy policy")
+    q_values = checked(numpy_mlp(list(getattr(q_net, "net", [])), device, q_net), q_forward, f"{ALGO} greedy policy")
     return lambda obs: q_values(obs).argmax(1)
-
-
-def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
-    """Greedy policy from a `--save-model` file (state dict, loaded with weights_only=True)."""
-    envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
-    q_net = QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
-    envs.close()
-    q_net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
-    return greedy_policy(q_net.to(device).eval(), torch.device(device))
 
 
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
-    torch.set_num_threads(args.torch_threads)
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
+    device = setup(args)  # torch threads, seeds, device
     # exploration and replay sampling: two independent streams spawned from the seed; generators seeded
     # with the int itself would both draw env 0's stream (reset(seed=seed) seeds env 0 that way)
     explore_seed, replay_seed = np.random.SeedSequence(args.seed).spawn(2)
     rng = np.random.default_rng(explore_seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs, scale_obs=args.scale_obs)
-    if args.eval_max_frames is not None and pixels.kind(args.env_id) != "atari":
-        envs.close()
-        raise InputError(f"--eval-max-frames is for Atari ids; {args.env_id} is not one")
     envs.action_space.seed(args.seed)
     envs.single_action_space.seed(args.seed)
     shape = obs_shape(envs.single_observation_space)  # images as they are, vectors flattened
-    n_actions = int(envs.single_action_space.n)
-    B = args.num_envs
+    n_actions, B = int(envs.single_action_space.n), args.num_envs
     atari = pixels.kind(args.env_id) == "atari"
 
     num_updates = max(1, (args.total_timesteps // args.train_every - args.learning_starts // args.train_every) * args.gradient_steps)
@@ -415,9 +277,7 @@ def train(args: Args) -> dict:
         rng.bit_generator.state = state["rng"]
         obs, global_step = state["obs"], state["global_step"]
     obs = obs.reshape(B, *shape)
-    error, completed, eval_returns, train_seconds = None, False, np.array([]), 0.0
-    flush_before = flush_denormals()  # subnormals become 0 (x86 is ~100x slower on them); the caller's setting comes back in `finally`
-    try:
+    with run.training(envs):
         while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B
             # act: uniform during heatup, then epsilon-greedy on the online network
@@ -467,28 +327,42 @@ def train(args: Args) -> dict:
                 })
             if global_step >= run.next_check:
                 run.progress(global_step)
-        train_seconds = run.elapsed()
-        eval_returns, error = run.final_evaluation(evaluation_policy(greedy, args.eval_epsilon, n_actions, args.seed, global_step), eval_envs, global_step)
-        completed = True
-    except (KeyboardInterrupt, Stopped, FloatingPointError) as e:
-        error = run.stopped(e, global_step)
-    except Exception as e:  # a bug: metrics.csv and summary.json keep the error, then the traceback
-        run.crashed(e, global_step)
-        raise
-    finally:
-        envs.close()
-        torch.set_flush_denormal(flush_before)
-    if args.save_model and (completed or error in ("interrupted", "preempted")):  # a NaN model is not worth keeping
-        torch.save(q_net.online.state_dict(), run.path / "model.pt")
-    summary = run.summary(global_step, train_seconds or run.elapsed(), eval_returns,
-                          device=str(device), completed=completed, error=error, updates=q_net.updates)
-    return run.finish(summary, global_step)
+        run.final_evaluation(evaluation_policy(greedy, args.eval_epsilon, n_actions, args.seed, global_step), eval_envs, global_step)
+    return run.finish(global_step, model=q_net.online, device=str(device), updates=q_net.updates)
 
 
-def main(args: Args) -> int:
-    """Exit status: 0 done, 1 stopped by a NaN loss or a failed final evaluation, 2 bad input,
-    75 stopped by SIGTERM/SIGUSR1 after a checkpoint, 130 interrupted."""
-    return run_main(ALGO, train, args)
+main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
+
+
+# Checks and saved policies --------------------------------------------------------------------
+def validate(args: Args) -> None:
+    """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
+    make_env(args.env_id, 1, scale_obs=args.scale_obs).close()  # an unknown id, the wrong action space
+    check(args, positive=("batch_size", "buffer_size", "target_every", "train_every", "gradient_steps", "learning_rate",
+                          "optimizer_eps", "eval_max_frames", "clip_grad_norm"),
+          fractions=("start_epsilon", "end_epsilon", "gamma", "eval_epsilon"), conditions=[
+        (args.batch_size <= args.buffer_size, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}"),
+        (0.0 < args.exploration_fraction <= 1.0, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}"),
+        (0.0 < args.target_rate <= 1.0, f"--target-rate must be in (0, 1], got {args.target_rate}"),
+        (args.learning_starts >= 0, f"--learning-starts must be >= 0, got {args.learning_starts}"),
+        (args.learning_starts < args.total_timesteps,
+         f"--learning-starts {args.learning_starts} leaves no step to learn in --total-timesteps {args.total_timesteps}"),
+        (0.0 <= args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}"),
+        (args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered),
+         "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
+        (args.eval_max_frames is None or pixels.kind(args.env_id) == "atari", f"--eval-max-frames is for Atari ids; {args.env_id} is not one"),
+        (all(h > 0 for h in args.hidden_sizes), f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
+    ])
+    refuse_workers(ALGO)
+
+
+def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
+    """Greedy policy from a `--save-model` file (state dict, loaded with weights_only=True), for evaluate.py."""
+    envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
+    q_net = QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
+    envs.close()
+    q_net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
+    return greedy_policy(q_net.to(device).eval(), torch.device(device))
 
 
 # 7. Entry point ---------------------------------------------------------------------------------

@@ -7,6 +7,10 @@ dueling head, a scaling, an extra module) would train with the new forward and a
 old one. `checked` keeps the fast path only where it gives `forward()`'s outputs on a probe
 batch, and otherwise acts through `forward()` and says so once. The scripts call it when they
 build their acting function, which they do again after loading weights.
+
+- `numpy_mlp(layers, device, net, *others)`: the numpy forward of a chain of Linear, ReLU and
+  Tanh layers, or None where it cannot stand for the network.
+- `checked(fast, plain, what)`: `fast` while it agrees with `plain`.
 """
 
 from __future__ import annotations
@@ -16,6 +20,41 @@ from typing import Callable
 
 import numpy as np
 import torch
+from torch import nn
+
+
+def numpy_mlp(layers: list[nn.Module], device: torch.device, net: nn.Module, *others: nn.Module | nn.Parameter | None
+              ) -> Callable[[np.ndarray], np.ndarray] | None:
+    """obs [B, ...] -> the output of `layers` applied in order [B, out], in numpy, on zero-copy views
+    of their parameters (which the optimizer and the target sync update in place).
+
+    None (act through `forward()`) unless the device is the CPU, `layers` hold a Linear and only
+    Linear, ReLU and Tanh modules, and every parameter of `net` belongs to `layers` or to `others`
+    (parts `forward()` uses that acting does not, e.g. a value head): a parameter elsewhere is a
+    part the numpy path would leave out. The caller still checks it against `forward()`.
+    """
+    linear = [m for m in layers if isinstance(m, nn.Linear)]
+    if device.type != "cpu" or not linear or not all(isinstance(m, (nn.Linear, nn.ReLU, nn.Tanh)) for m in layers):
+        return None
+    known = {id(p) for part in [*layers, *others] if part is not None
+             for p in ([part] if isinstance(part, nn.Parameter) else part.parameters())}
+    if any(id(p) not in known for p in net.parameters()):
+        return None
+    steps = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) if isinstance(m, nn.Linear)  # [in, out], [out]
+             else np.tanh if isinstance(m, nn.Tanh) else _relu for m in layers]
+
+    def forward(obs: np.ndarray) -> np.ndarray:
+        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        for step in steps:
+            x = step(x) if callable(step) else x @ step[0] + step[1]
+        return x
+
+    forward.in_features = linear[0].in_features
+    return forward
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0.0, out=x)
 
 
 def probe_batch(shape: tuple[int, ...], n: int = 64) -> np.ndarray:
@@ -23,16 +62,17 @@ def probe_batch(shape: tuple[int, ...], n: int = 64) -> np.ndarray:
     return np.random.default_rng(0).standard_normal((n, *shape)).astype(np.float32)
 
 
-def checked(fast: Callable[[np.ndarray], np.ndarray] | None, plain: Callable[[np.ndarray], np.ndarray], probe: np.ndarray,
-            what: str) -> Callable[[np.ndarray], np.ndarray]:
+def checked(fast: Callable[[np.ndarray], np.ndarray] | None, plain: Callable[[np.ndarray], np.ndarray], what: str,
+            probe: np.ndarray | None = None) -> Callable[[np.ndarray], np.ndarray]:
     """`fast` if it gives `plain`'s outputs on `probe` (up to float rounding), else `plain`.
 
     `plain` is the path through `forward()`; `fast` is None where the network's layers already
-    rule the fast path out. The check draws nothing from the run's generators (torch's CPU
+    rule the fast path out. The probe defaults to a batch of `fast.in_features`-vectors (numpy_mlp's). The check draws nothing from the run's generators (torch's CPU
     generator is forked around it, in case `forward()` draws), so it changes no result.
     """
     if fast is None:
         return plain
+    probe = probe_batch((fast.in_features,)) if probe is None else probe
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         expected = np.asarray(plain(probe))
         try:

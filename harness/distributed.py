@@ -34,11 +34,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from harness.errors import InputError
-
-
-class WorkerError(RuntimeError):
-    """The workers cannot go on together: one never joined, died, or stopped answering."""
+from harness.errors import InputError, WorkerError  # noqa: F401 (WorkerError: harness.distributed.WorkerError)
 
 
 DEFAULT_TIMEOUT = 300.0  # seconds; must exceed the longest stretch one rank works alone (rank 0's evaluation)

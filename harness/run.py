@@ -1,18 +1,22 @@
 """Run plumbing shared by every script: nothing here knows about an algorithm.
 
+- `RunArgs`: the run flags every script's `Args` extends; `check(args, conditions)` validates
+  them and then the script's own (one line, exit 2); `setup(args)` sets torch's threads and picks
+  the device; `seed_all(seed)`.
 - `parse_args(Args, doc)`: the command line (tyro); with `--resume RUN` the stored arguments
   become the defaults, so only the flags given again override them.
 - `Run`: the run folder (config.json, metrics.csv, summary.json, model and videos), the
   progress line, wandb, signals, and checkpoints (what a checkpoint holds is the script's dict;
   writing it atomically, loading it without code, generators and env state are
-  harness/checkpoint.py's). It reads the fields of the script's Args named in `RUN_FIELDS`.
+  harness/checkpoint.py's). `with run.training(envs):` frames the loop; `run.finish(...)` ends
+  the run with its model and summary.
 - `evaluate(act, make_envs, episodes, seed, video_dir)`: greedy episodes, one per env.
 - `main(algo, train, args)`: runs `train` and turns its outcome into the exit status.
-- `flush_denormals()`: subnormal floats become 0 while a script trains (much faster on x86);
-  returns the caller's setting, which the script restores when it returns.
-- `tensorboard_tag(algo, name)`, `write_tensorboard(folder, writer)`: the TensorBoard tags of the
-  metrics (CleanRL's names) and metrics.csv's rows as scalars, for `--tensorboard` and
-  tensorboard_export.py.
+- `workers()`: harness.distributed under torchrun, a one-process stand-in otherwise.
+- `flush_denormals()`: subnormal floats become 0 while a script trains (much faster on x86).
+
+Optional features live in harness/extras.py (TensorBoard, videos, wandb's login check) and
+harness/distributed.py (torchrun), imported only when a flag or torchrun asks for them.
 
 Exit status: 0 done; 1 stopped by a NaN loss, a lost worker or a failed final evaluation
 (summary and model kept), or a bug (its traceback; metrics.csv and summary.json keep the error);
@@ -28,12 +32,14 @@ checkpoint first (a second Ctrl-C stops at once).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import csv
 import dataclasses
+import io
 import json
-import netrc
 import os
+import random
 import re
 import signal
 import sys
@@ -41,15 +47,16 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Callable
-from urllib.parse import urlparse
+from typing import Annotated, Callable, Literal, Optional
 
 import gymnasium as gym
 import numpy as np
 import torch
+import tyro
+from torch import nn
 
-from harness import checkpoint, distributed
-from harness.errors import InputError
+from harness import checkpoint
+from harness.errors import InputError, WorkerError
 
 if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
     # MuJoCo renders (--capture-video) through EGL without a screen; must be set before mujoco is imported
@@ -68,37 +75,120 @@ RESUMABLE_CHANGES = {
     "capture_video", "save_model", "checkpoint_every", "checkpoint_memory", "resume", "run_dir", "torch_threads",
     "tensorboard",
 }
-# TensorBoard tags: CleanRL's where CleanRL logs the same quantity, charts/<name> for the others
-TENSORBOARD_TAGS = {
-    "episodic_return": "charts/episodic_return", "episodic_length": "charts/episodic_length", "sps": "charts/SPS",
-    "epsilon": "charts/epsilon", "loss": "losses/td_loss", "q_values": "losses/q_values", "critic_loss": "losses/qf1_loss",
-    "actor_loss": "losses/actor_loss", "policy_loss": "losses/policy_loss", "value_loss": "losses/value_loss",
-    "entropy": "losses/entropy", "grad_norm": "losses/grad_norm", "eval_return": "eval/episodic_return",
-    "eval_return_std": "eval/episodic_return_std",
-}
-TENSORBOARD_TAGS_BY_ALGO = {
-    "a2c": {"loss": "losses/loss"},  # the total loss (policy + value - entropy), not a TD loss
-    "ddpg": {"q_values": "losses/qf1_values"},  # CleanRL's DDPG name for the critic's Q(s, a)
-}
 
 
-# What Run reads from a script's Args, by name: every script's Args declares these fields.
-RUN_FIELDS = {
-    "env_id": "gymnasium id (the run folder's name, the summary)",
-    "seed": "the run's seed (folder name, evaluation seeds)",
-    "total_timesteps": "env steps to train for (progress, ETA)",
-    "num_envs": "parallel training envs (running episode returns)",
-    "eval_episodes": "episodes per evaluation",
-    "run_dir": "parent folder of the run folders",
-    "progress": "print the progress line",
-    "checkpoint_every": "env steps between checkpoints (0: none)",
-    "resume": "run folder to continue, or None",
-    "capture_video": "record evaluation videos",
-    "tensorboard": "write TensorBoard scalars",
-    "track": "log to wandb",
-    "wandb_project": "wandb project",
-    "wandb_entity": "wandb team or user",
-}
+@dataclasses.dataclass
+class RunArgs:
+    """The run flags every script shares. Each script's `Args` extends this dataclass with its
+    algorithm's flags (and gives a field another default where it needs one, e.g. its env)."""
+
+    env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
+    """gymnasium environment id"""
+    seed: int = 1
+    """seed of python, numpy, torch, the envs and the script's generators"""
+    total_timesteps: int = 500_000
+    """env steps to train for, summed over all envs (and all workers under torchrun)"""
+    num_envs: int = 1
+    """parallel envs stepped together (per worker under torchrun)"""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """where the networks live (auto: cuda if available)"""
+    torch_threads: int = 1
+    """CPU threads for torch (small networks are fastest on 1; a seed's result depends on the thread count)"""
+    track: bool = False
+    """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
+    tensorboard: bool = False
+    """also write TensorBoard scalars into <run folder>/tensorboard (needs the tensorboard extra)"""
+    wandb_project: str = "rl-reference"
+    """wandb project name"""
+    wandb_entity: Optional[str] = None
+    """wandb team or user"""
+    capture_video: bool = False
+    """record videos of evaluation episodes into <run folder>/videos"""
+    save_model: bool = False
+    """save the trained network's state dict to <run folder>/model.pt"""
+    eval_every: int = 0
+    """env steps between greedy evaluations (0: only at the end)"""
+    eval_episodes: int = 10
+    """episodes per evaluation"""
+    run_dir: str = "runs"
+    """parent folder of the run folder"""
+    progress: bool = True
+    """print a progress line while training"""
+    checkpoint_every: int = 0
+    """env steps between checkpoints in the run folder (0: none; SIGTERM/SIGUSR1 write one anyway)"""
+    resume: Optional[str] = None
+    """run folder to continue from its last checkpoint, with its stored arguments (only the run length, evaluation and logging flags may change)"""
+
+
+def check(args: RunArgs, conditions: list[tuple[bool, str]] = (), positive: tuple[str, ...] = (),
+          fractions: tuple[str, ...] = ()) -> None:
+    """Raise InputError (one line, exit 2) naming the first bad value: the run flags, then the
+    script's fields named in `positive` (> 0, or None where None is allowed), in `fractions` (in
+    [0, 1]), then its `conditions` ((ok, message) pairs)."""
+    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
+    value = lambda name: getattr(args, name)  # noqa: E731
+    checks = [
+        (args.total_timesteps > 0, f"--total-timesteps must be positive, got {args.total_timesteps}"),
+        (args.num_envs > 0, f"--num-envs must be positive, got {args.num_envs}"),
+        (args.eval_every >= 0, f"--eval-every must be >= 0, got {args.eval_every}"),
+        (args.eval_episodes > 0, f"--eval-episodes must be positive, got {args.eval_episodes}"),
+        (args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {args.checkpoint_every}"),
+        (args.torch_threads > 0, f"--torch-threads must be positive, got {args.torch_threads}"),
+        (args.device != "cuda" or torch.cuda.is_available(), "--device cuda was asked for but CUDA is not available"),
+        *((value(n) is None or value(n) > 0, f"{flag(n)} must be positive, got {value(n)}") for n in positive),
+        *((0.0 <= value(n) <= 1.0, f"{flag(n)} must be in [0, 1], got {value(n)}") for n in fractions),
+        *conditions,
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise InputError(message)
+
+
+def setup(args: RunArgs) -> torch.device:
+    """torch's CPU threads, python's, numpy's and torch's generators seeded with --seed, and the
+    device: `--device`, where auto is cuda if available."""
+    torch.set_num_threads(args.torch_threads)
+    seed_all(args.seed)
+    return torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
+
+
+def seed_all(seed: int) -> None:
+    """Seed python's, numpy's global and torch's generators."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def launched() -> bool:
+    """True in a process started as one of several torchrun workers (WORLD_SIZE > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+class _OneProcess:
+    """harness.distributed's calls for a single process, so that a script imports torch.distributed
+    only under torchrun: one worker, rank 0, nothing to average or check."""
+
+    WorkerError = WorkerError
+
+    @staticmethod
+    def init(device=None, timeout=None) -> int:
+        return 1
+
+    rank = staticmethod(lambda: 0)
+    is_main = staticmethod(lambda: True)
+    world_size = staticmethod(lambda: 1)
+    check_same = staticmethod(lambda config, what="arguments": None)
+    gather = staticmethod(lambda tensor: tensor)
+    shutdown = staticmethod(lambda wait=None: None)
+
+
+def workers():
+    """harness.distributed under torchrun; in a plain process a stand-in with the same calls."""
+    if launched():
+        from harness import distributed
+
+        return distributed
+    return _OneProcess
 
 
 class Stopped(Exception):
@@ -127,12 +217,31 @@ def flush_denormals() -> bool:
 
 
 # command line ----------------------------------------------------------------------------------
+def _cli(args_class, description: str, default=None):
+    """tyro.cli, with its boxed error messages (a value it cannot parse, an unknown flag) turned into
+    one `error:` line on stderr and exit 2, as every other bad input."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return tyro.cli(args_class, description=description, default=default)
+    except SystemExit as e:
+        if e.code in (0, None):
+            raise
+        lines = [re.sub(r"^[\s│╭╰─]+|[\s│╮╯─]+$", "", line) for line in captured.getvalue().splitlines()]
+        lines = [line for line in lines if line and not line.startswith(("For full helptext", "Argument helptext"))]
+        message = lines[1] if len(lines) > 1 else (lines[0] if lines else "bad command line")
+        message = message.removeprefix("Error parsing ")
+        hint = next((line for line in lines[2:] if line.startswith("--")), None)
+        if hint:
+            message += f" (expected: {hint})" if "parsing" in captured.getvalue() else f" (did you mean {hint}?)"
+        print(f"{Path(sys.argv[0]).stem}: error: {message}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+
+
 def parse_args(args_class, doc: str):
     """tyro's parser with the script's one-line description; `--resume RUN` takes RUN's arguments as defaults."""
-    import tyro
-
     description = doc.strip().splitlines()[0]
-    args = tyro.cli(args_class, description=description)
+    args = _cli(args_class, description)
     if not getattr(args, "resume", None):
         return args
     try:  # the folder is checked here, before train() builds envs and memory, to fail at once
@@ -148,7 +257,7 @@ def parse_args(args_class, doc: str):
             value = stored[f.name]
             defaults[f.name] = tuple(value) if isinstance(value, list) else value
     defaults["resume"] = args.resume
-    return tyro.cli(args_class, description=description, default=args_class(**defaults))
+    return _cli(args_class, description, default=args_class(**defaults))
 
 
 def _stored_config(folder: Path) -> dict:
@@ -180,7 +289,7 @@ def bad_input():
 
 def refuse_workers(algo: str) -> None:
     """One line instead of N independent copies writing N run folders under torchrun."""
-    if distributed.launched():
+    if launched():
         raise InputError(
             f"{algo} runs in one process; torchrun started {os.environ['WORLD_SIZE']} workers that would train "
             f"independent copies (several workers: a2c, n_step_q, sarsa). Run `python algos/{algo}.py` instead"
@@ -215,55 +324,6 @@ def evaluate(
     return returns
 
 
-class _FirstEpisodeVideo(gym.wrappers.RecordVideo):
-    """RecordVideo writing its one recording as <name_prefix>.mp4 (its own names add "-episode-<k>")."""
-
-    def start_recording(self, video_name: str):
-        super().start_recording(self.name_prefix)
-
-
-def record_first_episode(env: gym.Env, video_dir: str, index: int) -> gym.Env:
-    """`env` (made with render_mode="rgb_array") writing its first episode to video_dir/episode-<index>.mp4:
-    env i of an evaluation plays its episode i."""
-    with warnings.catch_warnings():  # every env of the evaluation writes into the same folder
-        warnings.filterwarnings("ignore", message=".*Overwriting existing videos")
-        return _FirstEpisodeVideo(env, video_dir, episode_trigger=lambda episode: episode == 0,
-                                  name_prefix=f"episode-{index}", disable_logger=True)
-
-
-# TensorBoard -----------------------------------------------------------------------------------
-def tensorboard_tag(algo: str, name: str) -> str:
-    """The TensorBoard tag of metrics.csv's column `name` in a run of `algo`."""
-    return TENSORBOARD_TAGS_BY_ALGO.get(algo, {}).get(name) or TENSORBOARD_TAGS.get(name, f"charts/{name}")
-
-
-def tensorboard_writer(folder: Path | None = None, purge_step: int | None = None):
-    """A SummaryWriter on <folder>/tensorboard (each run folder is one run under `tensorboard --logdir runs`);
-    without a folder only checks that the tensorboard package is there (ValueError if not)."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        raise InputError("--tensorboard needs the tensorboard package: pip install -r requirements-viz.txt") from None
-    return None if folder is None else SummaryWriter(str(folder / "tensorboard"), purge_step=purge_step)
-
-
-def write_tensorboard(folder: Path, writer) -> int:
-    """Every metric of <folder>/metrics.csv as a scalar at its global_step; returns the number of scalars.
-    Wall times are the run's start (from the folder name, else 0) plus the row's wall_seconds."""
-    algo = json.loads((folder / "config.json").read_text())["algo"]
-    stamp = re.search(r"__(\d{8}-\d{6})(-\d+)?$", folder.name)
-    start = time.mktime(time.strptime(stamp.group(1), "%Y%m%d-%H%M%S")) if stamp else 0.0
-    count = 0
-    with open(folder / "metrics.csv", newline="") as f:
-        for row in csv.DictReader(f):
-            step, wall = int(row.pop("global_step")), start + float(row.pop("wall_seconds"))
-            for name, value in row.items():
-                if value != "":
-                    writer.add_scalar(tensorboard_tag(algo, name), float(value), step, walltime=wall)
-                    count += 1
-    return count
-
-
 # the run ---------------------------------------------------------------------------------------
 def _mujoco_warning(message: str) -> None:
     warnings.warn(f"MuJoCo: {message.strip()}", RuntimeWarning, stacklevel=2)
@@ -280,9 +340,9 @@ class Run:
     """
 
     def __init__(self, algo: str, args, fields: list[str], write: bool = True):
-        missing = [name for name in RUN_FIELDS if not hasattr(args, name)]
+        missing = [f.name for f in dataclasses.fields(RunArgs) if not hasattr(args, f.name)]
         if missing:
-            raise TypeError(f"Run reads {', '.join(missing)} from the script's Args, which lacks them (harness.run.RUN_FIELDS)")
+            raise TypeError(f"Run reads {', '.join(missing)} from the script's Args, which lacks them (harness.run.RunArgs)")
         self.algo, self.args, self.write = algo, args, write
         self.fields = ["global_step", "wall_seconds", *fields]
         self.columns = set(fields)
@@ -301,19 +361,27 @@ class Run:
         self.wandb = None
         self.tensorboard = None  # a SummaryWriter with --tensorboard
         self._handlers: dict = {}
+        # the outcome, set by training() and final_evaluation(), read by finish()
+        self.step, self.error, self.completed, self.eval_returns, self.train_seconds = 0, None, False, np.array([]), 0.0
+        # the progress line's ETA: the rate since the current phase began (heatup, then learning)
+        self.heatup = getattr(args, "learning_starts", 0)
+        self.marks: collections.deque = collections.deque(maxlen=64)
         if "mujoco" in sys.modules:
             # the script made its MuJoCo envs: MuJoCo's warnings go through Python's, which show each
             # once (gymnasium's HalfCheetah model warns of a deprecated attribute at every load, and
             # every evaluation loads one per episode)
             sys.modules["mujoco"].set_mju_user_warning(_mujoco_warning)
-        if (self.checkpoint_every or args.resume) and distributed.launched():
+        if (self.checkpoint_every or args.resume) and launched():
             raise InputError("--checkpoint-every and --resume work in one process; under torchrun leave them out")
         if args.tensorboard:
+            from harness.extras import tensorboard_writer, write_tensorboard
+
             tensorboard_writer()  # a missing package is bad input, found before anything is written
         if not write:
             return
         config = {"algo": algo, **json.loads(json.dumps(dataclasses.asdict(args)))}
-        wandb_mode = _wandb_mode() if args.track else None
+        if args.track:
+            from harness.extras import wandb_mode
         if args.resume:
             self.path = Path(args.resume)
             self._check_resume(config)
@@ -347,7 +415,7 @@ class Run:
             self.wandb = wandb.init(
                 project=args.wandb_project, entity=args.wandb_entity, config=config, name=self.path.name,
                 id=re.sub(r"[^A-Za-z0-9_-]", "-", self.path.name), resume="allow", dir=str(self.path),
-                save_code=True, mode=wandb_mode,
+                save_code=True, mode=wandb_mode(),
             )
         self._catch_signals()
 
@@ -414,11 +482,14 @@ class Run:
         if self.wandb is not None:
             self.wandb.log(metrics, step=global_step)
         if self.tensorboard is not None:
+            from harness.extras import tensorboard_tag
+
             for name, value in metrics.items():
                 self.tensorboard.add_scalar(tensorboard_tag(self.algo, name), value, global_step)
 
     def episodes(self, global_step: int, rewards: np.ndarray, done: np.ndarray) -> None:
         """Add one vector step's rewards [B] to the running episodes; log and restart those that ended [B]."""
+        self.step = global_step
         self.ep_return += rewards
         self.ep_length += 1
         for i in np.flatnonzero(done):
@@ -426,12 +497,25 @@ class Run:
             self.log(global_step, episodic_return=float(self.ep_return[i]), episodic_length=int(self.ep_length[i]))
             self.ep_return[i], self.ep_length[i] = 0.0, 0
 
+    def _eta(self, global_step: int, now: float) -> float:
+        """Seconds left at the rate of the last minute of the current phase (after heatup: learning
+        steps cost more than random ones, so the rate since the start would promise too much)."""
+        if self.marks and (self.marks[-1][1] <= self.heatup) != (global_step <= self.heatup):
+            self.marks.clear()  # a new phase
+        self.marks.append((now, global_step))
+        while len(self.marks) > 2 and now - self.marks[1][0] > 60.0:
+            self.marks.popleft()
+        (t0, s0), elapsed = self.marks[0], now - self.start
+        rate = (global_step - s0) / (now - t0) if now - t0 > 1e-3 and global_step > s0 else global_step / max(elapsed, 1e-9)
+        return (self.total - global_step) / max(rate, 1e-9)
+
     def progress(self, global_step: int, force: bool = False) -> None:
         """A line with steps, steps/s, ETA and recent return: redrawn on a terminal, every 10% in a log."""
         self.next_check = global_step + 1000
         if not self.write:
             return
         now = time.perf_counter()
+        eta_seconds = self._eta(global_step, now) if self.show else 0.0  # a rate mark at every call, printed or not
         if now - self.last_flush > 5.0:
             self.file.flush()
             if self.tensorboard is not None:
@@ -448,10 +532,13 @@ class Run:
         recent_return = float(np.mean(self.recent_returns)) if self.recent_returns else float("nan")
         elapsed = now - self.start
         sps = global_step / max(elapsed, 1e-9)
-        eta = (self.total - global_step) / max(sps, 1e-9)
+        if global_step < self.total and global_step <= self.heatup:
+            eta = f"heatup to {self.heatup:,}"  # random actions, no learning: its rate says nothing of what follows
+        else:
+            eta = f"ETA {eta_seconds:6.0f}s"
         line = (
             f"{self.algo} {global_step:>10,}/{self.total:,} steps ({100 * frac:5.1f}%)  {sps:>7,.0f} steps/s  "
-            f"elapsed {elapsed:6.0f}s  ETA {eta:6.0f}s  return(last 10) {recent_return:8.2f}"
+            f"elapsed {elapsed:6.0f}s  {eta}  return(last 10) {recent_return:8.2f}"
         )
         print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", flush=True)
         self.last_print = now
@@ -468,7 +555,7 @@ class Run:
 
     # signals and checkpoints
     def _catch_signals(self) -> None:
-        if threading.current_thread() is not threading.main_thread() or distributed.launched():
+        if threading.current_thread() is not threading.main_thread() or launched():
             return  # torchrun workers keep the default: all must stop at the same update
 
         def preempt(signum, frame):
@@ -486,6 +573,7 @@ class Run:
     def checkpoint_due(self, prev_step: int, global_step: int) -> bool:
         """True every `--checkpoint-every` env steps, at the end of training (so a finished run can be
         extended), and at the step after a stop was asked for."""
+        self.step = global_step
         if self.stop_reason is not None:
             return True
         if self.checkpoint_every and global_step >= self.args.total_timesteps:
@@ -553,7 +641,11 @@ class Run:
             print(f"\n{self.algo}: {e.reason} at step {global_step:,}: checkpoint written{where}", file=sys.stderr)
             return e.reason
         if isinstance(e, KeyboardInterrupt):
-            print(f"\n{self.algo}: interrupted at step {global_step:,}; writing logs", file=sys.stderr)
+            if self.write and self.checkpoint_every and (self.path / "checkpoint.pt").is_file():
+                how = f"--resume {self.path} continues from its last checkpoint"
+            else:
+                how = "it cannot be resumed: no checkpoint was written (--checkpoint-every N writes one every N steps)"
+            print(f"\n{self.algo}: interrupted at step {global_step:,}; writing logs; {how}", file=sys.stderr)
             return "interrupted"
         print(f"\n{self.algo}: stopped: {e}", file=sys.stderr)
         return str(e)
@@ -562,13 +654,16 @@ class Run:
         """A bug ended training: metrics.csv and summary.json keep what happened, with the error; the
         script re-raises, so the traceback shows and the exit status is 1."""
         try:
-            error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-            self.finish(self.summary(global_step, self.elapsed(), np.array([]), completed=False, error=error), global_step)
+            self.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            self.completed, self.eval_returns, self.train_seconds = False, np.array([]), 0.0
+            self.finish(global_step)
         except Exception:  # the original error matters more than a second one while recording it
             pass
 
-    def final_evaluation(self, act, make_envs, global_step: int) -> tuple[np.ndarray, str | None]:
-        """The last evaluation; a failure (e.g. no renderer for the video) costs the evaluation, not the run."""
+    def final_evaluation(self, act, make_envs, global_step: int) -> None:
+        """The last evaluation, after the training time is taken; the run is then complete. A failure
+        (e.g. no renderer for the video) costs the evaluation, not the run."""
+        self.train_seconds = self.elapsed()
         try:
             returns, message = self.evaluate(act, make_envs, global_step), None
         except Exception as e:  # the run's model and summary are written whatever happens here
@@ -578,7 +673,25 @@ class Run:
         if self._final_checkpoint is not None:
             self._write_checkpoint(self._final_checkpoint)
             self._final_checkpoint = None
-        return returns, message
+        self.eval_returns, self.error, self.completed = returns, message, True
+
+    @contextlib.contextmanager
+    def training(self, envs: gym.vector.VectorEnv):
+        """The training loop's frame: subnormal floats flushed to zero while it runs (flush_denormals);
+        Ctrl-C, a stop signal, a NaN loss or a lost worker end it with a line on stderr and the
+        outcome in `error`; any other exception is a bug, recorded in metrics.csv and summary.json
+        and raised again. The envs are closed on every path."""
+        flush_before = flush_denormals()
+        try:
+            yield
+        except (KeyboardInterrupt, Stopped, FloatingPointError, WorkerError) as e:
+            self.error = self.stopped(e, self.step)
+        except Exception as e:
+            self.crashed(e, self.step)
+            raise
+        finally:
+            envs.close()
+            torch.set_flush_denormal(flush_before)
 
     def summary(self, global_step: int, train_seconds: float, eval_returns: np.ndarray, **fields) -> dict:
         """The common fields of summary.json; the script adds its own."""
@@ -598,8 +711,15 @@ class Run:
         }
         return summary
 
-    def finish(self, summary: dict, global_step: int) -> dict:
-        """Final progress line, summary.json, wandb closed, signal handlers given back."""
+    def finish(self, global_step: int, model: nn.Module | dict | None = None, **fields) -> dict:
+        """The end of a run: `model` (a module's state dict, or a dict of them) in model.pt with
+        --save-model unless a NaN loss or a bug stopped the run; summary.json with the common
+        fields and the script's `fields`; the final progress line, wandb closed, signal handlers
+        given back. Returns the summary."""
+        if model is not None and self.write and self.args.save_model and (self.completed or self.error in ("interrupted", "preempted")):
+            torch.save(model.state_dict() if isinstance(model, nn.Module) else model, self.path / "model.pt")
+        summary = self.summary(global_step, self.train_seconds or self.elapsed(), self.eval_returns, **fields,
+                               completed=self.completed, error=self.error)
         for sig, handler in self._handlers.items():
             signal.signal(sig, handler)
         self._handlers = {}
@@ -621,21 +741,6 @@ class Run:
         return summary
 
 
-def _wandb_mode() -> str | None:
-    """None (wandb decides) when a key or an offline mode is set; "offline", with a warning, when not logged in."""
-    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
-        return None
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
-    try:
-        if netrc.netrc().authenticators(host):
-            return None
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
-        pass
-    print("wandb: not logged in (run `wandb login` or set WANDB_API_KEY); logging offline into the run folder, "
-          "upload later with `wandb sync`", file=sys.stderr)
-    return "offline"
-
-
 def main(algo: str, train: Callable, args) -> int:
     """Run `train(args)`; the exit status (module docstring) from its summary.
 
@@ -643,11 +748,11 @@ def main(algo: str, train: Callable, args) -> int:
     other exception is a bug: Python prints its traceback and the exit status is 1."""
     try:
         summary = train(args)
-    except (InputError, distributed.WorkerError) as e:
+    except (InputError, WorkerError) as e:
         print(f"{algo}: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     finally:
-        distributed.shutdown()
+        workers().shutdown()
     if summary["error"] == "interrupted":
         return EXIT_INTERRUPTED
     if summary["error"] == "preempted":

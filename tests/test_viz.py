@@ -15,7 +15,7 @@ import a2c
 import harness.run
 import dqn
 import plot
-from harness.run import tensorboard_tag
+from harness.extras import tensorboard_tag
 
 ROOT = Path(__file__).resolve().parents[1]
 # CleanRL's tags for what dqn logs; charts/epsilon, losses/grad_norm and eval/episodic_return_std are ours

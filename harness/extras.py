@@ -1,0 +1,105 @@
+"""The run's optional features, imported only when a flag asks for one: TensorBoard scalars
+(`--tensorboard`, tensorboard_export.py), evaluation videos (`--capture-video`) and wandb's
+login check (`--track`). A copied script runs without this file until one of those flags is given.
+
+- `tensorboard_tag(algo, name)`, `write_tensorboard(folder, writer)`: the TensorBoard tags of the
+  metrics (CleanRL's names) and metrics.csv's rows as scalars.
+- `record_first_episode(env, video_dir, index)`: an env that records its first episode.
+- `wandb_mode()`: offline, with a warning, when wandb has no login.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import netrc
+import os
+import re
+import sys
+import time
+import warnings
+from pathlib import Path
+from urllib.parse import urlparse
+
+import gymnasium as gym
+
+from harness.errors import InputError
+
+# TensorBoard tags: CleanRL's where CleanRL logs the same quantity, charts/<name> for the others
+TENSORBOARD_TAGS = {
+    "episodic_return": "charts/episodic_return", "episodic_length": "charts/episodic_length", "sps": "charts/SPS",
+    "epsilon": "charts/epsilon", "loss": "losses/td_loss", "q_values": "losses/q_values", "critic_loss": "losses/qf1_loss",
+    "actor_loss": "losses/actor_loss", "policy_loss": "losses/policy_loss", "value_loss": "losses/value_loss",
+    "entropy": "losses/entropy", "grad_norm": "losses/grad_norm", "eval_return": "eval/episodic_return",
+    "eval_return_std": "eval/episodic_return_std",
+}
+TENSORBOARD_TAGS_BY_ALGO = {
+    "a2c": {"loss": "losses/loss"},  # the total loss (policy + value - entropy), not a TD loss
+    "ddpg": {"q_values": "losses/qf1_values"},  # CleanRL's DDPG name for the critic's Q(s, a)
+}
+
+
+class _FirstEpisodeVideo(gym.wrappers.RecordVideo):
+    """RecordVideo writing its one recording as <name_prefix>.mp4 (its own names add "-episode-<k>")."""
+
+    def start_recording(self, video_name: str):
+        super().start_recording(self.name_prefix)
+
+
+def record_first_episode(env: gym.Env, video_dir: str, index: int) -> gym.Env:
+    """`env` (made with render_mode="rgb_array") writing its first episode to video_dir/episode-<index>.mp4:
+    env i of an evaluation plays its episode i."""
+    with warnings.catch_warnings():  # every env of the evaluation writes into the same folder
+        warnings.filterwarnings("ignore", message=".*Overwriting existing videos")
+        return _FirstEpisodeVideo(env, video_dir, episode_trigger=lambda episode: episode == 0,
+                                  name_prefix=f"episode-{index}", disable_logger=True)
+
+
+
+# TensorBoard -----------------------------------------------------------------------------------
+def tensorboard_tag(algo: str, name: str) -> str:
+    """The TensorBoard tag of metrics.csv's column `name` in a run of `algo`."""
+    return TENSORBOARD_TAGS_BY_ALGO.get(algo, {}).get(name) or TENSORBOARD_TAGS.get(name, f"charts/{name}")
+
+
+def tensorboard_writer(folder: Path | None = None, purge_step: int | None = None):
+    """A SummaryWriter on <folder>/tensorboard (each run folder is one run under `tensorboard --logdir runs`);
+    without a folder only checks that the tensorboard package is there (ValueError if not)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise InputError("--tensorboard needs the tensorboard package: pip install -r requirements-viz.txt") from None
+    return None if folder is None else SummaryWriter(str(folder / "tensorboard"), purge_step=purge_step)
+
+
+def write_tensorboard(folder: Path, writer) -> int:
+    """Every metric of <folder>/metrics.csv as a scalar at its global_step; returns the number of scalars.
+    Wall times are the run's start (from the folder name, else 0) plus the row's wall_seconds."""
+    algo = json.loads((folder / "config.json").read_text())["algo"]
+    stamp = re.search(r"__(\d{8}-\d{6})(-\d+)?$", folder.name)
+    start = time.mktime(time.strptime(stamp.group(1), "%Y%m%d-%H%M%S")) if stamp else 0.0
+    count = 0
+    with open(folder / "metrics.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            step, wall = int(row.pop("global_step")), start + float(row.pop("wall_seconds"))
+            for name, value in row.items():
+                if value != "":
+                    writer.add_scalar(tensorboard_tag(algo, name), float(value), step, walltime=wall)
+                    count += 1
+    return count
+
+
+
+def wandb_mode() -> str | None:
+    """None (wandb decides) when a key or an offline mode is set; "offline", with a warning, when not logged in."""
+    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+        return None
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        if netrc.netrc().authenticators(host):
+            return None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        pass
+    print("wandb: not logged in (run `wandb login` or set WANDB_API_KEY); logging offline into the run folder, "
+          "upload later with `wandb sync`", file=sys.stderr)
+    return "offline"
