@@ -1,0 +1,483 @@
+"""The report's text and plots: REPORT.md's sections, the learning-curve PNGs, and the README's result tables."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import statistics
+import warnings
+
+import numpy as np
+from pathlib import Path
+
+from provenance import Checker, recorded_state
+from selection import VERDICT_SEEDS, Judged, judge_suite
+from stats import BOOTSTRAP_RESAMPLES, MANY_SEEDS, bootstrap_ci, iqm, mean_std
+from suite import RESULTS_DIR, ROOT, SUITES_FILE, Cell, Suite, load_references, load_suite, metrics_file
+
+
+def fmt_eval(xs: list[float]) -> str:
+    """The eval column: mean [95% CI] over seeds (a CI from 2 seeds on), the std, and the
+    IQM [95% CI] from MANY_SEEDS seeds on."""
+    if not xs:
+        return "-"
+    m = statistics.fmean(xs)
+    if len(xs) == 1:
+        return f"{m:.1f}"
+    lo, hi = bootstrap_ci(xs)
+    text = f"{m:.1f} [{lo:.1f}, {hi:.1f}]<br>std {statistics.pstdev(xs):.1f}"
+    if len(xs) >= MANY_SEEDS:
+        lo, hi = bootstrap_ci(xs, iqm)
+        text += f"<br>IQM {float(iqm(xs)):.1f} [{lo:.1f}, {hi:.1f}]"
+    return text
+
+
+
+def fmt_ms(xs: list[float], digits: int = 1) -> str:
+    if not xs:
+        return "-"
+    m, s = mean_std(xs)
+    return f"{m:.{digits}f} ± {s:.{digits}f}" if len(xs) > 1 else f"{m:.{digits}f}"
+
+
+def train_last(run_dir: Path, n: int) -> float | None:
+    """The mean of a run's last `n` training-episode returns, from its metrics.csv (MinAtar's figure
+    plots that moving average with n = 100); None without episodes."""
+    m = metrics_file(run_dir)
+    if m is None:
+        return None
+    with open(m) as f:
+        returns = [float(row["episodic_return"]) for row in csv.DictReader(f) if row.get("episodic_return")]
+    return statistics.fmean(returns[-n:]) if returns else None
+
+
+def fmt_steps(n: int) -> str:
+    return f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k" if n >= 1000 else str(n)
+
+
+def fmt_seconds(s: float) -> str:
+    if s != s:
+        return "-"
+    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min" if s >= 120 else f"{s:.0f} s"
+
+
+def script_command(cell: Cell, seed: int) -> str:
+    """The same run as the runner's, as one command line of the script (tyro flags)."""
+    parts = [f"python algos/{cell.algo}.py --env {cell.env} --seed {seed} --total-timesteps {cell.steps}"]
+    if cell.eval_every:
+        parts.append(f"--eval-every {cell.eval_every}")
+    for k, v in cell.settings.items():
+        flag = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            parts.append(flag if v else "--no-" + k.replace("_", "-"))
+        elif isinstance(v, (list, tuple)):
+            parts.append(f"{flag} {' '.join(map(str, v))}")
+        else:
+            parts.append(f"{flag} {v}")
+    return " ".join(parts)
+
+
+
+def eval_column(xs: list[float], threshold: float | None) -> str:
+    """fmt_eval, then how many seeds reach the threshold."""
+    text = fmt_eval(xs)
+    if xs and threshold is not None:
+        text += f"<br>{sum(x >= threshold for x in xs)}/{len(xs)} seeds ≥ {threshold:g}"
+    return text
+
+
+def read_curves(path: Path) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """(eval points, training episode returns) from a metrics.csv, as (global_step, value) lists."""
+    evals, train = [], []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            step = int(row["global_step"])
+            if row.get("eval_return"):
+                evals.append((step, float(row["eval_return"])))
+            if row.get("episodic_return"):
+                train.append((step, float(row["episodic_return"])))
+    return evals, train
+
+
+def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, stale: bool = False) -> bool:
+    try:
+        import matplotlib
+    except ImportError:  # plotting is a benchmarks-only dependency (benchmarks/requirements.txt)
+        print("report: matplotlib is not installed, skipping plots (pip install -r benchmarks/requirements.txt)")
+        return False
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = []
+    for seed, r in sorted(runs.items()):
+        if r["status"] == "incomplete":  # still going: a partial curve would drag the mean down
+            continue
+        m = metrics_file(r["dir"])
+        if m is not None:
+            curves.append(read_curves(m))
+    if not curves:
+        return False
+    grid = np.linspace(0, cell.steps, 101)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
+
+    def band(series: list[np.ndarray], color: str, label: str) -> None:
+        arr = np.array(series)  # [seeds, grid]
+        with warnings.catch_warnings():  # grid points before a seed's first episode are all-NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = np.nanmean(arr, 0)
+            std = np.nanstd(arr, 0)
+        ax.plot(grid, mean, color=color, label=f"{label} (mean of {len(series)} seed{'s' if len(series) > 1 else ''})")
+        if len(series) > 1:
+            ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
+
+    train_series, eval_series = [], []
+    for evals, train in curves:
+        if len(train) >= 2:
+            steps, rets = np.array(train).T
+            # mean of the episodes that ended in each grid interval, carried forward over empty ones
+            idx = np.clip(np.searchsorted(grid, steps, side="left"), 0, len(grid) - 1)
+            sums, counts = np.bincount(idx, rets, len(grid)), np.bincount(idx, minlength=len(grid))
+            y = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+            last = np.nan
+            for i in range(idx.max() + 1):  # not past the last episode: a stopped run ends there
+                last = y[i] if not np.isnan(y[i]) else last
+                y[i] = last
+            train_series.append(y)
+        if evals:
+            es, ev = np.array(evals).T
+            y = np.interp(grid, es, ev, left=np.nan)
+            y[grid < es[0]] = np.nan
+            eval_series.append(y)
+    if train_series:
+        band(train_series, "tab:blue", "training episodes")
+    if eval_series:
+        band(eval_series, "tab:orange", "greedy eval")
+    if cell.threshold is not None:
+        ax.axhline(cell.threshold, color="black", linestyle="--", linewidth=1, label=f"threshold {cell.threshold:g}")
+    for ref, color in zip(refs, ["tab:green", "tab:red", "tab:purple", "tab:brown"]):
+        ax.axhline(ref["mean"], color=color, linestyle=":", linewidth=1.5,
+                   label=f"{ref['source'].split(' (')[0].split(',')[0]}: {ref['mean']:g} ({ref['convention']}, {fmt_steps(ref['steps'])})")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("episodic return")
+    ax.set_title(f"{cell.algo} on {cell.env}" + (" (stale runs: made with older code)" if stale else ""))
+    ax.set_xlim(0, cell.steps)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return True
+
+
+def speed_section(speed_dir: Path) -> list[str]:
+    files = sorted(speed_dir.glob("*.json"))
+    lines = ["## Speed against the peers", ""]
+    if not files:
+        return lines + ["Not run yet: `python benchmarks/speed.py` runs the per-algorithm comparisons and writes "
+                        f"`{speed_dir.name}/`.", ""]
+    lines += ["Each comparison runs ours and the peer side by side in one invocation with matched settings "
+              "(the settings are in each script's docstring); the machine is shared, so only the ratio within "
+              "one invocation means anything.", "",
+              "| comparison | when | ratio ours/peer | result (the script's own summary) | status |", "|---|---|---|---|---|"]
+    for f in files:
+        d = json.loads(f.read_text())
+        if "command" not in d:  # a comparison script's own raw output, not a speed.py record
+            continue
+        ratios = ", ".join(f"{r:.2f}x" for r in d.get("ratios", [])) or "-"
+        summary = "<br>".join(x.replace("|", "\\|") for x in d.get("summary_lines", [])) or "-"
+        status = "ok" if d.get("returncode") == 0 else f"FAILED (exit {d.get('returncode')}): {d.get('error', '')}"
+        lines.append(f"| `{d['command']}` | {d.get('finished', '-')} | {ratios} | {summary} | {status} |")
+    return lines + [""]
+
+
+def machine_section(all_runs: list[dict]) -> list[str]:
+    machines = [r["machine"] for r in all_runs if r.get("machine")]
+    lines = ["## Machine and versions", ""]
+    if not machines:
+        return lines + ["No runs yet.", ""]
+    seen = {}
+    for m in machines:
+        key = (m.get("cpu"), m.get("cpu_count"), m.get("platform"), json.dumps(m.get("versions"), sort_keys=True))
+        seen.setdefault(key, []).append(m)
+    for (cpu, n, plat, versions), ms in seen.items():
+        loads = [m["load_average"][0] for m in ms if m.get("load_average")]
+        lines.append(f"- {len(ms)} run(s) on: {cpu}, {n} logical CPUs, {plat}")
+        lines.append("  - versions: " + ", ".join(f"{k} {v}" for k, v in json.loads(versions).items() if v))
+        if loads:
+            lines.append(f"  - 1-min load average at run start: {min(loads):.1f} to {max(loads):.1f} "
+                         f"(the machine was shared: steps/s and wall times are pessimistic)")
+    commits = sorted({short_commit(recorded_state(r)) for r in all_runs if r["status"] in ("ok", "failed")})
+    lines.append(f"- code: git commit(s) {', '.join(commits)} (+dirty: uncommitted changes in the code the run used; "
+                 "each run's state is in the Runs table)")
+    return lines + [""]
+
+
+def ref_label(r: dict) -> str:
+    std = f" ± {r['std']:g}" if "std" in r else ""
+    return f"{r['mean']:g}{std} ({r['convention']}, {fmt_steps(r['steps'])})"
+
+
+def short_commit(state: dict | None) -> str:
+    commit = (state or {}).get("commit")
+    return (commit[:7] + ("+dirty" if state.get("dirty") else "")) if commit else "?"
+
+
+def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out: list[Cell], refs: dict, plots: bool,
+                selection: str = "") -> tuple[str, dict, int]:
+    """REPORT.md's text, the verdict counts and the number of plots drawn."""
+    out_dir = results_dir / suite.name
+    runs_dir = out_dir / "runs"
+    lines = []  # the title and the date go on top at the end: the date is the last run's, so that the same runs give the same report
+    if not suite.runnable:
+        lines += [f"**Declared, not runnable here:** {suite.not_runnable_reason}", ""]
+    lines += ["- **eval**: mean greedy return over the script's evaluation episodes (10) of the final policy; "
+              "the mean over seeds with its 95% confidence interval (CI) in brackets (percentile bootstrap over the seeds, "
+              f"{BOOTSTRAP_RESAMPLES:,} resamples, fixed generator seed; from 2 seeds on), then the std over seeds; from "
+              f"{MANY_SEEDS} seeds on also the interquartile mean (IQM: the mean of the middle 50% of the seeds' values) "
+              "with its own CI; then how many seeds reach the threshold. **train**: mean of the last 10 training episodes "
+              "(CleanRL's convention); mean ± std over seeds; beside a reference in the convention *train100* (MinAtar's "
+              "figure: the moving average of 100 training episodes) also the mean of the last 100 (*last 100*).",
+              "- **steps/s**: env steps per second of the training loop (final evaluation excluded), mean over seeds; "
+              "**wall**: mean wall time per run. One torch thread per run.",
+              "- **code**: a run counts only when it is current: it ran with the cell's settings on a clean commit whose "
+              "files that decide its numbers (its script and the `common/` and `harness/` files it imports, "
+              "transitively) are the same as today's, or an equivalence check (`benchmarks/equivalence.py`, "
+              "`results/equivalence.json`) showed that its commit's files give the same metrics for the cell as today's. "
+              "Any other run is *stale*: its commit and the files changed since (or the dirty tree) are shown, its "
+              "figures only where the cell has no current run (marked *stale*). Smoke tries (`--total-timesteps`) never count.",
+              "- **verdict**: against the cell's threshold, from the current runs. Rule *mean*: PASS when the mean over "
+              f"at least {VERDICT_SEEDS} finished seeds meets it; the reason then says whether the CI's lower bound clears "
+              "the threshold too (for a mean below it: whether the CI's upper bound reaches it). Rule *all*, only for a "
+              "cell whose threshold comes with a published result that asks it of every seed: every seed must meet it. "
+              "FAIL gives the reason: below threshold, crashed (or the final evaluation failed), script missing. A cell "
+              f"with runs on other code is *stale*; one with seeds still to run, or fewer than {VERDICT_SEEDS} finished, "
+              "is *partial*, unless its current runs already fail it.",
+              f"- Reproduce a cell into a new folder: `python benchmarks/run.py --suite {suite.name} --algos ALGO --envs ENV "
+              f"--results-dir my_results` then `python benchmarks/report.py --suite {suite.name} --results-dir my_results`.", ""]
+
+    header = ("| algo | env | steps | seeds ok | eval: mean [95% CI] | train (last 10) | steps/s | wall/run | threshold | references | verdict |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|")
+    ref_ids: list[str] = []
+    table, details, failures, all_runs, drawn = [header], [], [], [], []
+    counts = {"PASS": 0, "FAIL": 0, "partial": 0, "stale": 0, "n/a": 0}
+    measured_seconds, measured_by_cell = 0.0, {}
+    est_missing: list[tuple[Cell, int]] = []
+    for j in judged:
+        cell, runs = j.cell, j.runs
+        all_runs += list(runs.values())
+        summaries = [r["summary"] for r in j.shown.values()]
+        counts[j.verdict] += 1
+        cell_refs = []
+        for rid in cell.references:
+            if rid not in refs:
+                cell_refs.append(f"unknown reference {rid}")
+                continue
+            if rid not in ref_ids:
+                ref_ids.append(rid)
+            cell_refs.append(f"{ref_label(refs[rid])} [{ref_ids.index(rid) + 1}]")
+        walls = [r["summary"]["wall_seconds"] for r in runs.values() if r["status"] == "ok"]
+        measured_seconds += sum(walls)
+        if walls:
+            measured_by_cell[id(cell)] = statistics.fmean(walls)
+        missing_seeds = len([s for s in cell.seeds if s not in j.current_ok])
+        if missing_seeds:
+            est_missing.append((cell, missing_seeds))
+        thr = "-" if cell.threshold is None else f"{cell.threshold:g} ({cell.pass_rule})"
+        v, reason = j.verdict, j.reason
+        verdict_txt = f"**{v}**" + (f": {reason.removeprefix('partial: ')}" if v == "partial" else f": {reason}" if reason else "")
+        if cell.note and v == "FAIL":
+            verdict_txt += f". Why: {cell.note}"
+        elif cell.note and cell.threshold is None:  # no verdict to explain: what the reader should know about the cell
+            verdict_txt += f". Note: {cell.note}"
+        evals = [s["eval_return_mean"] for s in summaries]
+        last100 = ""
+        if any(refs.get(rid, {}).get("convention") == "train100" for rid in cell.references):  # the reference's own convention beside ours
+            shown = [r for seed, r in sorted(j.shown.items())]
+            values = [x for x in (train_last(r["dir"], 100) for r in shown) if x is not None]
+            last100 = f"<br>last 100: {fmt_ms(values)}" if values else ""
+        stale_ok = len([r for r in runs.values() if r["status"] == "ok" and r.get("stale")])
+        table.append(
+            f"| {cell.algo} | {cell.env} | {fmt_steps(cell.steps)} | {len(j.current_ok)}/{len(cell.seeds)}"
+            + (f" (+{stale_ok} stale)" if stale_ok else "") + " | "
+            + ("*stale*: " if j.shown_stale else "") + f"{eval_column(evals, cell.threshold)} | "
+            f"{fmt_ms([s['train_return_last10'] for s in summaries if s.get('train_return_last10') is not None])}{last100} | "
+            f"{fmt_ms([s['sps'] for s in summaries], 0).split(' ±')[0]} | "
+            f"{fmt_seconds(statistics.fmean(s['wall_seconds'] for s in summaries)) if summaries else '-'} | "
+            f"{thr} | {'<br>'.join(cell_refs) or '-'} | {verdict_txt} |")
+        for seed, r in sorted(runs.items()):
+            s = r.get("summary") or {}
+            err = str(r.get("error") or "").replace("|", "\\|")[:200]
+            rel = r["dir"].relative_to(out_dir)
+            ev = s.get("eval_return_mean")
+            tr = s.get("train_return_last10")
+            code = short_commit(recorded_state(r)) if r["status"] in ("ok", "failed") else "-"
+            if r.get("stale"):
+                code = f"**stale**: {r['stale']}"
+            elif r.get("current_by"):
+                code += f": {r['current_by']}"
+            details.append(f"| {cell.algo} | {cell.env} | {seed} | {r['status']} | {'-' if ev is None else f'{ev:.1f}'} | "
+                           f"{'-' if tr is None else f'{tr:.1f}'} | {s.get('sps', '-')} | {s.get('wall_seconds', '-')} | "
+                           f"{code.replace('|', chr(92) + '|')} | {err or '-'} | [{rel.name}]({rel.as_posix()}) |")
+            if r["status"] != "ok":
+                failures.append((cell, seed, r))
+        if j.older or j.smoke:
+            ignored = [f"{j.older} run(s) with older settings"] * bool(j.older) + [f"{j.smoke} smoke tr{'ies' if j.smoke > 1 else 'y'}"] * bool(j.smoke)
+            details.append(f"| {cell.algo} | {cell.env} | - | {' and '.join(ignored)} ignored | | | | | | | |")
+        if plots and j.shown:
+            png = out_dir / "plots" / f"{cell.slug}.png"
+            if plot_cell(cell, j.shown, [refs[i] for i in cell.references if i in refs], png, stale=j.shown_stale):
+                drawn.append((cell, png))
+
+    listed = (f"{len(judged)} of the suite's {len(suite.cells)} cells" if left_out or len(judged) != len(suite.cells)
+              else f"{len(judged)} cell{'s' if len(judged) != 1 else ''}")
+    lines += [f"**{listed}: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['partial']} partial, "
+              f"{counts['stale']} stale (runs on other code), {counts['n/a']} without threshold.**", ""]
+    if left_out:
+        lines += [f"Not listed: {len(left_out)} cell{'s' if len(left_out) > 1 else ''} without runs ("
+                  + ", ".join(f"{c.algo} {c.env}" for c in left_out) + "); `--algos` / `--envs` list them.", ""]
+    lines += [*table, ""]
+
+    # time: measured, and an estimate for what is left from the same algorithm's measured speed
+    left, unknown = 0.0, []
+    for cell, n in est_missing:
+        if id(cell) in measured_by_cell:
+            left += n * measured_by_cell[id(cell)]
+        else:
+            unknown.append(f"{cell.algo} {cell.env}")
+    lines += ["## Time", "",
+              f"- Measured: {fmt_seconds(measured_seconds)} of run time over the finished runs (sum of wall times, "
+              "one run at a time per worker)."]
+    if est_missing:
+        lines.append(f"- Without a current finished run: {sum(n for _, n in est_missing)} seed(s) of the listed cells"
+                     + (f"; from the wall time of the cell's finished runs, about {fmt_seconds(left)} to run them"
+                        if left else "")
+                     + (f"; no seed of the cell finished yet for: {', '.join(unknown)}" if unknown else "") + ".")
+    lines.append("")
+
+    lines += ["## References", ""]
+    for i, rid in enumerate(ref_ids, 1):
+        r = refs[rid]
+        std = f" ± {r['std']:g}" if "std" in r else ""
+        lines.append(f"{i}. `{rid}`: {r['algo']} {r['env']}, {r['steps']:,} steps: {r['mean']:g}{std} "
+                     f"({r['convention']}, {r['seeds']} seed{'s' if r['seeds'] > 1 else ''}, {'tuned' if r['tuned'] else 'untuned'}). "
+                     f"{r['source']}, <{r['url']}>. Env: {r['env_note']}.")
+    lines += ["", "All references with their conventions: `benchmarks/references.toml`.", ""]
+
+    if drawn:
+        lines += ["## Learning curves", "",
+                  "Mean over seeds with a ±1 std band, of the runs the table's figures come from; training returns are "
+                  "averaged per 1% of the run; greedy evaluations every 5% of the run; the threshold is dashed, references dotted.", ""]
+        for cell, png in drawn:
+            lines.append(f"![{cell.algo} {cell.env}]({png.relative_to(out_dir).as_posix()})")
+        lines.append("")
+
+    lines += ["## Failures", ""]
+    if failures:
+        for cell, seed, r in failures:
+            rel = r["dir"].relative_to(out_dir).as_posix()
+            lines.append(f"- `{cell.algo}` `{cell.env}` seed {seed}: **{r['status']}**"
+                         + (" (stale)" if r.get("stale") else "") + f": {r.get('error')} (log: [{rel}/log.txt]({rel}/log.txt))")
+            tb = r.get("traceback") or "\n".join(r.get("log_tail") or [])
+            if tb:
+                lines += ["", "  ```", *("  " + x for x in tb.strip().splitlines()[-8:]), "  ```"]
+    else:
+        lines.append("No run crashed.")
+    lines.append("")
+
+    lines += ["## Runs", "", "| algo | env | seed | status | eval | train (last 10) | steps/s | wall s | code | error | folder |",
+              "|---|---|---|---|---|---|---|---|---|---|---|", *details, "",
+              "## Settings of each cell", "", *(settings_line(j.cell) for j in judged), ""]
+    lines += speed_section(results_dir / "speed")
+    lines += machine_section(all_runs)
+
+    finished = sorted(str(r["finished"]).replace("T", " ")[:16] for r in all_runs if r.get("finished"))
+    when = f"runs finished {finished[0][:10]} to {finished[-1][:10]}" if finished else "no finished runs yet"
+    lines[0:0] = [f"# Benchmark report: `{suite.name}`", "",
+                  (f"{suite.description}. " if suite.description else "") + f"Written by "
+                  f"`python benchmarks/report.py --suite {suite.name}{selection}` from `{runs_dir.name}/` ({when}).", ""]
+    return "\n".join(lines), counts, len(drawn)
+
+
+def settings_line(cell: Cell) -> str:
+    return (f"- `{cell.algo}` `{cell.env}` (hash `{cell.digest}`), settings from {cell.settings_source or '-'}; "
+            f"threshold from {cell.threshold_source or '-'}"
+            + (f"; every seed must reach it, as in {cell.pass_rule_source}" if cell.pass_rule == "all" else "")
+            + f". One seed by hand:\n  `{script_command(cell, cell.seeds[0])}`")
+
+
+# ---- the README's result tables -------------------------------------------------------------------
+README = ROOT / "README.md"
+MARKER = re.compile(r"(<!-- results:([\w-]+):start -->\n)(.*?)(<!-- results:\2:end -->)", re.DOTALL)
+
+
+def fmt_num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.1f}"
+
+
+def short_verdict(j: Judged) -> str:
+    if j.verdict == "PASS":
+        return "**PASS**"
+    if j.verdict == "FAIL":
+        return "**FAIL**: " + j.reason.split(";")[0].split(": mean")[0].split(": seed")[0]
+    if j.verdict == "stale":
+        stale = {s: r for s, r in j.runs.items() if r.get("stale")}
+        commits = sorted({short_commit(recorded_state(r)) for r in stale.values()})
+        seeds = "every seed" if set(stale) >= set(j.runs) else f"seed{'s' if len(stale) > 1 else ''} {', '.join(map(str, sorted(stale)))}"
+        return f"*stale*: {seeds} ran on other code ({', '.join(commits)})"
+    if j.verdict == "partial":
+        return "partial: " + j.reason.removeprefix("partial: ").split(";")[0].split(" (")[0]
+    return "no threshold"
+
+
+def readme_table(suite_name: str, results_dir: Path = RESULTS_DIR, suites_file: Path | str = SUITES_FILE,
+                 checker: Checker | None = None) -> str:
+    """The README's block for a suite: its cells with runs, each with its final greedy evaluation
+    (mean ± std and each seed's), the training return, the first reference and the verdict. A cell
+    whose runs are all stale shows no numbers (they belong to other code), only its verdict."""
+    suite = load_suite(suite_name, suites_file)
+    refs = load_references()
+    judged, _ = judge_suite(suite, results_dir / suite.name / "runs", checker or Checker())
+    counts = {k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")}
+    report = (results_dir / suite.name / "REPORT.md").resolve()
+    report = report.relative_to(ROOT).as_posix() if report.is_relative_to(ROOT) else str(report)
+    lines = [f"Written by `python benchmarks/report.py --readme` from the `{suite.name}` suite's runs "
+             f"([its report]({report}), with every run, the CIs and the reasons): {len(judged)} cell{'' if len(judged) == 1 else 's'} with runs, "
+             f"{counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['partial']} partial, {counts['stale']} stale (made with "
+             f"older code), {counts['n/a']} without threshold.", "",
+             "| algo | env | steps | greedy eval: mean ± std (each seed) | train (last 10) | threshold | reference | min/run | verdict |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for j in judged:
+        cell = j.cell
+        # a stale cell's numbers came from other code: its report keeps them, the README shows none
+        seeds = [] if j.shown_stale else sorted(j.shown)
+        evals = [j.shown[s]["summary"]["eval_return_mean"] for s in seeds]
+        trains = [j.shown[s]["summary"].get("train_return_last10") for s in seeds]
+        trains = [x for x in trains if x is not None]
+        if evals:
+            m, sd = mean_std(evals)
+            ev = (f"{fmt_num(m)} ± {fmt_num(sd)} ({', '.join(fmt_num(x) for x in evals)})" if len(evals) > 1 else fmt_num(m))
+            if cell.threshold is not None:
+                ev += f"; {sum(x >= cell.threshold for x in evals)}/{len(evals)} ≥ {cell.threshold:g}"
+            if not j.shown_stale and len(j.current_ok) < len([r for r in j.runs.values() if r["status"] == "ok"]):
+                ev += "; current seeds only"
+        else:
+            ev = "-"
+        tr = f"{fmt_num(mean_std(trains)[0])} ± {fmt_num(mean_std(trains)[1])}" if len(trains) > 1 else fmt_num(trains[0]) if trains else "-"
+        ref = "-"
+        if cell.references and cell.references[0] in refs:
+            r = refs[cell.references[0]]
+            ref = f"{r['source'].split(' (')[0].split(',')[0]} {ref_label(r)}"
+        thr = "-" if cell.threshold is None else f"{cell.threshold:g}"
+        minutes = [j.shown[s]["summary"]["wall_seconds"] / 60 for s in seeds]
+        wall = f"{statistics.fmean(minutes):.{0 if statistics.fmean(minutes) >= 10 else 1}f}" if minutes else "-"
+        lines.append(f"| {cell.algo} | {cell.env} | {fmt_steps(cell.steps)} | {ev} | {tr} | {thr} | {ref} | {wall} | {short_verdict(j)} |")
+    return "\n".join(lines) + "\n"
+
+
+def readme_text(text: str, results_dir: Path = RESULTS_DIR, suites_file: Path | str = SUITES_FILE) -> str:
+    """`text` (the README) with every `<!-- results:SUITE:start -->` ... `end` block rewritten."""
+    checker = Checker()
+    return MARKER.sub(lambda m: m.group(1) + readme_table(m.group(2), results_dir, suites_file, checker) + m.group(4), text)

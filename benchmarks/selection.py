@@ -1,0 +1,174 @@
+"""Which runs count for a cell, and its verdict: the run selection behind the report.
+
+A cell's runs are the run folders with its settings hash; each finished one is current or stale
+(provenance.Checker: its commit's deciding files against HEAD's, or an equivalence record), and
+the verdict (PASS, FAIL, partial, stale, n/a) comes from the current ones.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from provenance import Checker, recorded_state
+from stats import ci_caution
+from suite import Cell, Suite, read_result, script_path
+
+# ---- which runs count -----------------------------------------------------------------------------
+VERDICT_SEEDS = 5  # a cell's verdict (PASS, or FAIL by its mean) needs this many finished current seeds
+
+
+def cell_runs(cell: Cell, runs_dir: Path) -> dict[int, dict]:
+    """seed -> result.json (with the run folder added) for the cell's current settings hash; a run
+    whose final evaluation failed (an older runner called it ok) is failed."""
+    out = {}
+    for d in sorted(runs_dir.glob(f"{cell.slug}__s*__{cell.digest}")):
+        r = read_result(d)
+        if r is None:
+            r = {"status": "incomplete", "error": "no result.json: the run is still going, or was killed"}
+        elif r["status"] == "ok" and (r.get("summary") or {}).get("eval_return_mean") is None:
+            r = {**r, "status": "failed", "error": "its final evaluation failed: the summary has no eval_return_mean"}
+        r["dir"] = d
+        out[int(d.name.split("__")[2][1:])] = r
+    return out
+
+
+def other_runs(cell: Cell, runs_dir: Path) -> tuple[int, int]:
+    """(runs with other settings, smoke tries) in the cell's folders: never counted."""
+    older = smoke = 0
+    for d in runs_dir.glob(f"{cell.slug}__s*__*"):
+        if d.name.endswith(cell.digest):
+            continue
+        spec = read_result(d) or {}
+        spec = spec.get("spec") or (json.loads((d / "spec.json").read_text()) if (d / "spec.json").exists() else {})
+        if spec.get("comparable", True) is False:
+            smoke += 1
+        else:
+            older += 1
+    return older, smoke
+
+
+def mark_stale(cell: Cell, runs: dict[int, dict], checker: Checker) -> None:
+    """Set each finished run's `stale` (None: current; else why not) and `current_by` (an
+    equivalence check, if that is what makes it current); every attempt of a resumed run counts."""
+    key = (cell.algo, cell.env, cell.digest)
+    for r in runs.values():
+        r["stale"], r["current_by"] = None, ""
+        if r["status"] not in ("ok", "failed"):
+            continue
+        spec = r.get("spec") or {}
+        if spec.get("comparable", True) is False or r.get("comparable", True) is False:
+            r["stale"] = "a smoke try on a shrunk budget"
+            continue
+        for state in [*map(recorded_state, spec.get("earlier_code", [])), recorded_state(r)]:
+            fresh = checker.freshness(state, cell.algo, key)
+            if not fresh.current:
+                r["stale"] = fresh.why
+                break
+            r["current_by"] = r["current_by"] or fresh.why
+
+
+def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
+    """('PASS' | 'FAIL' | 'partial' | 'stale' | 'n/a', reason), from the current runs (those whose
+    `stale` is not set).
+
+    FAIL on what the current finished runs show: a crash (or a failed final evaluation), a seed
+    below an "all" threshold, or, with every seed run and at least VERDICT_SEEDS of them, a mean
+    below the threshold. Otherwise a cell with runs on other code is 'stale'; one with seeds
+    still to run, or fewer than VERDICT_SEEDS finished, is 'partial'. Rule "mean" (the default):
+    PASS when the mean meets the threshold; the reason says whether the 95% CI of the mean clears
+    it too. Rule "all" (only where a published result judges every seed, suites.toml's
+    pass_rule_source): every seed must meet it."""
+    if not script_path(cell.algo).exists():
+        return "FAIL", f"script missing: algos/{cell.algo}.py"
+    stale = {s: r for s, r in runs.items() if r.get("stale")}
+    runs = {s: r for s, r in runs.items() if not r.get("stale")}
+    ok = {s: r for s, r in runs.items() if r["status"] == "ok"}
+    failures = [f"seed {s} {'crashed' if 'final evaluation' not in str(r.get('error')) else 'failed'}: {str(r.get('error'))[:120]}"
+                for s, r in sorted(runs.items()) if r["status"] == "failed"]
+    missing = [s for s in cell.seeds if s not in runs or runs[s]["status"] not in ("ok", "failed")]
+    evals = {s: r["summary"]["eval_return_mean"] for s, r in ok.items()}
+    t = cell.threshold
+    enough = len(evals) >= VERDICT_SEEDS
+    so_far = ""
+    if t is not None and evals:
+        if cell.pass_rule == "all":
+            below = [f"seed {s}: {v:.1f} < {t:g}" for s, v in sorted(evals.items()) if v < t]
+            if below:  # more seeds cannot change it
+                failures.append("below threshold: " + "; ".join(below))
+        else:
+            m = statistics.fmean(evals.values())
+            if m < t and not missing and enough:
+                failures.append(f"below threshold: mean {m:.1f} < {t:g}" + ci_caution(list(evals.values()), t))
+            so_far = f"; mean so far {m:.1f} ({'≥' if m >= t else '<'} {t:g})"
+    stale_note = ""
+    if stale:
+        by_why: dict[str, list[int]] = {}
+        for s, r in sorted(stale.items()):
+            by_why.setdefault(r["stale"], []).append(s)
+        stale_note = f"{len(stale)} run{'s' if len(stale) > 1 else ''} on other code: " + "; ".join(
+            f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {why}" for why, seeds in by_why.items())
+    done = len([s for s in cell.seeds if s in ok])
+    partial = f"partial: {done} of {len(cell.seeds)} seeds"
+    not_run = [str(s) for s in missing if s not in runs and s not in stale]
+    unfinished = [f"seed {s} {runs[s]['status']}" for s in missing if s in runs]  # running, interrupted or killed
+    if not_run:
+        partial += f" (not run: seed{'s' if len(not_run) > 1 else ''} {', '.join(not_run)})"
+    if unfinished:
+        partial += f" (unfinished: {', '.join(unfinished)})"
+    if failures:
+        return "FAIL", "; ".join(failures + ([partial] if missing else []) + ([stale_note] if stale else []))
+    if stale:
+        return "stale", stale_note + (f"; {partial}" if not_run or unfinished else "")
+    if missing:
+        return "partial", partial + so_far
+    if t is None:
+        return "n/a", "no threshold set"
+    if not enough:
+        return "partial", (f"partial: {len(evals)} seed{'s' if len(evals) != 1 else ''}; a verdict needs {VERDICT_SEEDS} "
+                           f"finished seeds" + so_far)
+    values = list(evals.values())
+    if cell.pass_rule == "all":
+        return "PASS", f"{len(values)}/{len(values)} seeds ≥ {t:g}"
+    return "PASS", f"mean {statistics.fmean(values):.1f} ≥ {t:g}" + ci_caution(values, t)
+
+
+@dataclass
+class Judged:
+    """One cell of a report: its runs, which of them its figures come from, its verdict."""
+    cell: Cell
+    runs: dict[int, dict]
+    verdict: str
+    reason: str
+    shown: dict[int, dict]  # the ok runs the figures come from: the current ones, or the stale ones when none is current
+    shown_stale: bool
+    older: int = 0  # runs with other settings
+    smoke: int = 0  # smoke tries
+
+    @property
+    def current_ok(self) -> dict[int, dict]:
+        return {s: r for s, r in self.runs.items() if r["status"] == "ok" and not r.get("stale")}
+
+
+def judge_suite(suite: Suite, runs_dir: Path, checker: Checker, algos=None, envs=None) -> tuple[list[Judged], list[Cell]]:
+    """The cells to list (those with runs, and those selected with `algos` / `envs`) judged; and the
+    cells left out (no run, not selected)."""
+    listed, left_out = [], []
+    selecting = bool(algos or envs)
+    for cell in suite.cells:
+        selected = (not algos or cell.algo in algos) and (not envs or cell.env in envs)
+        if selecting and not selected:
+            continue
+        runs = cell_runs(cell, runs_dir) if runs_dir.exists() else {}
+        older, smoke = other_runs(cell, runs_dir) if runs_dir.exists() else (0, 0)
+        if not selecting and not runs and not older:
+            left_out.append(cell)
+            continue
+        mark_stale(cell, runs, checker)
+        v, reason = verdict(cell, runs)
+        current = {s: r for s, r in runs.items() if r["status"] == "ok" and not r.get("stale")}
+        stale_ok = {s: r for s, r in runs.items() if r["status"] == "ok" and r.get("stale")}
+        listed.append(Judged(cell, runs, v, reason, current or stale_ok, not current and bool(stale_ok), older, smoke))
+    return listed, left_out
