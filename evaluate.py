@@ -92,7 +92,15 @@ def main(a: EvalArgs) -> int:
     args = module.Args(**{k: v for k, v in config.items() if k in known})
     episodes = args.eval_episodes if a.episodes is None else a.episodes
     seed = args.seed + 100_000 if a.seed is None else a.seed  # the scripts' evaluation seed, apart from the training envs'
-    act = module.load_policy(args, str(model_path), a.device)
+    try:
+        act = module.load_policy(args, str(model_path), a.device)
+    except RuntimeError as e:  # load_state_dict: missing, unexpected or resized weights
+        if "state_dict" not in str(e):
+            raise
+        where = f"--script {script}" if a.script is not None else f"{script.relative_to(ROOT)} (this repository's)"
+        print(f"evaluate: error: the run's model.pt does not fit the network of {where}: {str(e).splitlines()[0].rstrip(':.')}; "
+              "give the script that trained the run with --script PATH", file=sys.stderr)
+        return 2
     video_dir = str(a.run / "eval_videos") if a.capture_video else None
     from harness.run import evaluate
 

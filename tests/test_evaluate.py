@@ -102,3 +102,20 @@ def test_script_option_loads_the_network_from_a_copied_script(tmp_path, capsys, 
     assert getattr(sys.modules["dqn"], "LOADED_FROM_THE_COPY", False)
     expected = f"return {summary['eval_return_mean']:.2f} +- {summary['eval_return_std']:.2f} over 3 episodes"
     assert expected in capsys.readouterr().out
+
+
+def test_a_run_whose_network_differs_from_the_repositorys_script_says_so_in_one_line(tmp_path, capsys, monkeypatch):
+    """A copied script with an extra layer trained the run; without --script, evaluate.py names the fix, no traceback."""
+    import dqn
+    import torch
+
+    monkeypatch.setitem(sys.modules, "dqn", dqn)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    summary = dqn.train(probes.tiny_args(dqn, "dqn", tmp_path / "runs", seed=3, eval_episodes=1, save_model=True, device="cpu"))
+    model = Path(summary["run_dir"]) / "model.pt"
+    weights = torch.load(model, weights_only=True)
+    torch.save({**weights, "net.9.weight": torch.zeros(2, 2)}, model)  # a layer algos/dqn.py does not have
+    capsys.readouterr()
+    assert evaluate.main(evaluate.EvalArgs(run=Path(summary["run_dir"]))) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "does not fit the network of algos/dqn.py" in err and "--script PATH" in err
