@@ -32,11 +32,8 @@ Run:
     python algos/dqn.py --env CartPole-v1 --seed 1
     python algos/dqn.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
 
-Uses from common (the algorithm parts): NetworkWrapper (online/target network, optimizer,
-clipping), ReplayMemory / FrameMemory, true_next_obs (the final observation at episode ends),
-pixels (Atari and MinAtar envs), torso (the network's feature layers), fastpath (the numpy greedy
-policy, checked against forward()). From harness: run (run flags, run folder, logging,
-evaluation, signals, checkpoints).
+Uses from common (the algorithm parts): network, replay, autoreset, pixels, torso, fastpath; from
+harness: run (run flags and folder, logging, evaluation, signals, checkpoints).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -134,11 +131,8 @@ class Args(RunArgs):
 # 3. Environment ---------------------------------------------------------------------------------
 def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True, scale_obs: bool = False,
              max_frames: int | None = None) -> gym.vector.VectorEnv:
-    """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"].
-
-    Pixel ids get their standard preprocessing (common.pixels); `training=False` plays whole
-    Atari games (evaluation), `training=True` ends an episode at each lost life; `scale_obs`
-    rescales bounded vector observations to [-1, 1]; `max_frames` caps an Atari game's emulator frames."""
+    """Vector env with SAME_STEP autoreset (the true final observation is in infos["final_obs"]), made
+    by common.pixels.make (pixel preprocessing, `training`: a lost life ends an Atari episode)."""
     def make(i: int) -> gym.Env:
         if video_dir is None:
             return pixels.make(env_id, training, scale_obs=scale_obs, max_frames=max_frames)
@@ -188,16 +182,6 @@ def select_actions(
     return actions
 
 
-def evaluation_policy(greedy: Callable[[np.ndarray], np.ndarray], epsilon: float, n_actions: int, seed: int, step: int) -> Callable[[np.ndarray], np.ndarray]:
-    """The evaluation's policy: `greedy`, or epsilon-greedy with a generator of its own, seeded
-    from the run's seed and the step (training's streams stay untouched; a resumed run evaluates
-    the same way)."""
-    if epsilon == 0.0:
-        return greedy
-    rng = np.random.default_rng([seed, step])
-    return lambda obs: select_actions(greedy, obs, epsilon, n_actions, rng)
-
-
 def dqn_targets(q_target: nn.Module, q_online: nn.Module, rewards: torch.Tensor, next_obs: torch.Tensor,
                 terminated: torch.Tensor, gamma: float, double_dqn: bool) -> torch.Tensor:
     """One-step targets [B]: r + gamma * (1 - terminated) * Q_target(s', a*).
@@ -214,20 +198,6 @@ def dqn_targets(q_target: nn.Module, q_online: nn.Module, rewards: torch.Tensor,
         else:
             next_value = next_q.max(1).values  # [B]
         return rewards + gamma * (1.0 - terminated) * next_value
-
-
-def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function: through `forward()`, or
-    on CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath;
-    at a batch of one, torch's per-op dispatch costs more than the arithmetic). Build it again
-    after loading weights."""
-    def q_forward(obs: np.ndarray) -> np.ndarray:
-        x = torch.as_tensor(obs, device=device)
-        with torch.no_grad():
-            return q_net(x if x.dtype == torch.uint8 else x.float()).cpu().numpy()  # [B, A]
-
-    q_values = checked(numpy_mlp(list(getattr(q_net, "net", [])), device, q_net), q_forward, f"{ALGO} greedy policy")
-    return lambda obs: q_values(obs).argmax(1)
 
 
 # 6. Training ------------------------------------------------------------------------------------
@@ -334,7 +304,31 @@ def train(args: Args) -> dict:
 main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
 
 
-# Checks and saved policies --------------------------------------------------------------------
+# Acting, checks and saved policies ---------------------------------------------------------------
+def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function: through `forward()`, or
+    on CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath;
+    at a batch of one, torch's per-op dispatch costs more than the arithmetic). Build it again
+    after loading weights."""
+    def q_forward(obs: np.ndarray) -> np.ndarray:
+        x = torch.as_tensor(obs, device=device)
+        with torch.no_grad():
+            return q_net(x if x.dtype == torch.uint8 else x.float()).cpu().numpy()  # [B, A]
+
+    q_values = checked(numpy_mlp(list(getattr(q_net, "net", [])), device, q_net), q_forward, f"{ALGO} greedy policy")
+    return lambda obs: q_values(obs).argmax(1)
+
+
+def evaluation_policy(greedy: Callable[[np.ndarray], np.ndarray], epsilon: float, n_actions: int, seed: int, step: int) -> Callable[[np.ndarray], np.ndarray]:
+    """The evaluation's policy: `greedy`, or epsilon-greedy with a generator of its own, seeded
+    from the run's seed and the step (training's streams stay untouched; a resumed run evaluates
+    the same way)."""
+    if epsilon == 0.0:
+        return greedy
+    rng = np.random.default_rng([seed, step])
+    return lambda obs: select_actions(greedy, obs, epsilon, n_actions, rng)
+
+
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     make_env(args.env_id, 1, scale_obs=args.scale_obs).close()  # an unknown id, the wrong action space

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -211,6 +212,42 @@ def test_ctrl_c_stops_with_130_and_a_checkpoint_only_when_checkpointing(tmp_path
     summary = json.loads((run / "summary.json").read_text())
     assert summary["error"] == "interrupted" and summary["total_timesteps"] > 0
     assert (run / "checkpoint.pt").exists() == checkpointing
+    # the line says whether the run can be continued, and how
+    if checkpointing:
+        assert f"--resume {run} continues from its last checkpoint" in err, err
+    else:
+        assert "cannot be resumed" in err and "--checkpoint-every" in err, err
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--batch-size", "abc"], "--batch-size: invalid literal for int() with base 10: 'abc' (expected: --batch-size INT)"),
+    (["--batch-sizee", "3"], "Unrecognized options: --batch-sizee, 3 (did you mean --batch-size INT?)"),
+])
+def test_a_value_tyro_cannot_parse_is_one_error_line_with_exit_2(argv, says):
+    r = subprocess.run([sys.executable, str(ROOT / "algos" / "dqn.py"), *argv], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == f"dqn: error: {says}", r.stderr
+
+
+def test_the_progress_line_says_heatup_and_its_eta_follows_the_learning_rate(tmp_path, capsys):
+    """During heatup the line names it instead of an ETA extrapolated from random actions; afterwards
+    the ETA comes from the rate since learning began."""
+    args = probes.tiny_args(dqn, "dqn", tmp_path, total_timesteps=3000, learning_starts=2000, progress=True)
+    dqn.train(args)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("dqn ") and " steps (" in line]
+    steps = [int(line.split()[1].split("/")[0].replace(",", "")) for line in lines]
+    assert any(s <= 2000 for s in steps) and any(s > 2000 for s in steps), lines
+    for s, line in zip(steps, lines):
+        assert ("heatup to 2,000" in line) == (s <= 2000) and ("ETA" in line) == (s > 2000), line
+
+
+def test_eta_uses_the_rate_of_the_current_phase():
+    run = harness.run.Run.__new__(harness.run.Run)
+    run.heatup, run.total, run.start = 1000, 11_000, 0.0
+    run.marks = collections.deque(maxlen=64)
+    run._eta(0, 0.0)
+    run._eta(1000, 1.0)  # heatup: 1000 steps/s
+    run._eta(1001, 1.0)  # learning begins: a new phase
+    assert run._eta(2001, 11.0) == pytest.approx((11_000 - 2001) / 100)  # 100 steps/s since then, not ~180 overall
 
 
 def test_evaluate_closes_its_envs_when_the_policy_fails():
