@@ -249,11 +249,11 @@ def test_bad_slurm_flags_are_one_line_and_exit_2(suites, tmp_path, capsys):
 
 
 def _commands(script: str) -> list[list[str]]:
-    """Every `python benchmarks/<script>` command in the README and benchmarks/README.md (continued lines joined)."""
+    """Every `python benchmarks/<script>` command in the README, docs/*.md and benchmarks/README.md (continued lines joined)."""
     import shlex
 
     out = []
-    for doc in (ROOT / "README.md", ROOT / "benchmarks" / "README.md"):
+    for doc in (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"):
         text = doc.read_text().replace("\\\n", " ")
         out += [shlex.split(line.split("#")[0])[2:] for line in text.splitlines() if line.startswith(f"python benchmarks/{script}")]
     return out

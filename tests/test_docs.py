@@ -16,7 +16,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import run  # noqa: E402
 from suite import load_suite  # noqa: E402
 
-DOCS = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "benchmarks" / "results").glob("*.md")),
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # the README and the pages it links by subject
+DOCS = [*PAGES, ROOT / "benchmarks" / "README.md", *sorted((ROOT / "benchmarks" / "results").glob("*.md")),
         *sorted((ROOT / "benchmarks" / "results").glob("*/REPORT.md")),
         *sorted((ROOT / "benchmarks" / "results").glob("*/superseded/README.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -77,8 +78,9 @@ def test_the_wording_check_can_fail():
         assert not WORDING.search(fine), fine
 
 
-def readme_block(heading: str) -> str:
-    text = (ROOT / "README.md").read_text()
+def readme_block(heading: str, page: str = "README.md") -> str:
+    """The first bash block after `heading` in the README (or in another page, e.g. docs/tools.md)."""
+    text = (ROOT / page).read_text()
     section = text[text.index(heading):]
     return section[section.index("```bash") + 7:section.index("```", section.index("```bash") + 7)]
 
@@ -103,10 +105,11 @@ def test_readme_quick_start_runs_and_evaluate_scores_its_run_folder(tmp_path):
 
 
 def test_readme_tensorboard_commands_follow_from_the_quick_start():
-    """Each command of the TensorBoard block reads run folders that a command before it writes: the
-    export takes runs trained without --tensorboard, plot.py runs that exist."""
+    """Each command of the TensorBoard block (docs/tools.md, after the README's quick start) reads run
+    folders that a command before it writes: the export takes runs trained without --tensorboard,
+    plot.py runs that exist."""
     trained = {}  # seed -> trained with --tensorboard, for every dqn CartPole-v1 command up to here
-    for block in (readme_block("## Quick start"), readme_block("### TensorBoard and plots")):
+    for block in (readme_block("## Quick start"), readme_block("## TensorBoard and plots", "docs/tools.md")):
         for line in block.splitlines():
             argv = shlex.split(line.split("#")[0])
             if argv[:2] == ["python", "algos/dqn.py"] and "--help" not in argv:
@@ -123,6 +126,92 @@ def test_readme_tensorboard_commands_follow_from_the_quick_start():
                     if argv[1] == "tensorboard_export.py":
                         assert not any(trained[s] for s in seeds), f"{line}: exports a run that --tensorboard already wrote"
     assert any(trained.values()), "the block shows --tensorboard too"
+
+
+def test_the_readme_links_every_docs_page_and_names_every_extra():
+    """The README is the front page: each docs/ page is one link away, and each extra is named where
+    it is needed (an env family, a flag)."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 300
+    for page in PAGES[1:]:
+        assert f"](docs/{page.name}" in text, f"the README does not link docs/{page.name}"
+    for extra, where in (("requirements-box2d.txt", "LunarLander"), ("requirements-mujoco.txt", "HalfCheetah"),
+                         ("requirements-video.txt", "--capture-video"), ("requirements-pixels.txt", "MinAtar"),
+                         ("requirements-viz.txt", "--tensorboard")):
+        assert (ROOT / extra).exists(), extra
+        line = next((x for x in text.splitlines() if f"pip install -r {extra}" in x), "")
+        assert where in line, f"the README's install line for {extra} should say it is for {where}"
+
+
+def test_the_readme_carries_no_dates_outside_links():
+    """Dates belong to the results pages and the reports (the README links them)."""
+    text = re.sub(r"\]\([^)]*\)", "]()", (ROOT / "README.md").read_text())
+    assert not re.findall(r"\b20\d\d-\d\d-\d\d\b", text)
+
+
+def test_the_core_requirements_are_the_core():
+    """requirements.txt installs what `python algos/dqn.py --env CartPole-v1` needs and nothing
+    else; each extra's packages sit in its own file, and requirements-dev.txt (CI) installs them all."""
+    def reqs(name: str) -> set[str]:
+        out = set()
+        for line in (ROOT / name).read_text().splitlines():
+            line = line.split("#")[0].strip()
+            if line.startswith("-r "):
+                out |= reqs(str((ROOT / name).parent.relative_to(ROOT) / line[3:].strip()))
+            elif line:
+                out.add(re.split(r"[<>=!~ ]", line)[0].lower())
+        return out
+
+    core = reqs("requirements.txt")
+    assert core == {"torch", "gymnasium[classic-control]", "numpy", "tyro", "wandb"}, core
+    assert "torch==2.13.0" in (ROOT / "requirements.txt").read_text()
+    dev = reqs("requirements-dev.txt")
+    for extra, package in (("requirements-box2d.txt", "gymnasium[box2d]"), ("requirements-mujoco.txt", "gymnasium[mujoco]"),
+                           ("requirements-video.txt", "moviepy"), ("requirements-pixels.txt", "minatar"),
+                           ("requirements-viz.txt", "tensorboard"), ("benchmarks/requirements-cluster.txt", "optuna")):
+        assert package in reqs(extra) and package in dev, (extra, package)
+    assert "pytest" in dev and not any("pytest" in reqs(f.name) for f in ROOT.glob("requirements*.txt") if f.name != "requirements-dev.txt")
+
+
+def code_blocks(page: Path) -> list[str]:
+    """The commands of a page's bash blocks, continued lines joined, comments dropped."""
+    text = page.read_text()
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                lines.append(line)
+    return lines
+
+
+def test_every_script_command_the_pages_show_parses():
+    """Every `python algos/<script>.py ...` (or torchrun ... algos/<script>.py ...) in a bash block of
+    the README and docs/*.md names a script that exists and gives flags that script accepts; every
+    other `python <file>` names a file that exists."""
+    import importlib
+
+    import tyro
+
+    sys.path[:0] = [str(ROOT / "algos"), str(ROOT)]
+    checked = 0
+    for page in PAGES:
+        for line in code_blocks(page):
+            argv = shlex.split(line.split(" #")[0])
+            while argv and re.fullmatch(r"[A-Z_]+=\S*", argv[0]):  # an environment variable before the command
+                argv = argv[1:]
+            if not argv or argv[0] not in ("python", "torchrun"):
+                continue
+            script = next((a for a in argv[1:] if a.endswith(".py")), None)
+            if script is None:  # python -m pytest ...
+                continue
+            assert (ROOT / script).exists(), f"{page.relative_to(ROOT)}: {line}: no {script}"
+            if script.startswith("algos/") and "--help" not in argv:
+                args = argv[argv.index(script) + 1:]
+                module = importlib.import_module(Path(script).stem)
+                tyro.cli(module.Args, args=args)
+                checked += 1
+    assert checked >= 8, checked
 
 
 def test_readme_benchmark_command_runs_the_cell_in_a_new_folder(tmp_path, capsys):

@@ -140,39 +140,39 @@ def test_eval_max_frames_outside_atari_is_bad_input(tmp_path, env_id):
 
 
 def test_the_minatar_paper_cells_settings_reach_dqn_as_flags():
-    """speed_minatar.py runs our side from the minatar_paper suite's settings as command-line flags."""
+    """speed.py minatar runs our side from the minatar_paper suite's settings as command-line flags."""
     import tyro
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import speed_minatar
+    import speed
     from suite import load_suite
 
     for cell in load_suite("minatar_paper").cells:
-        args = tyro.cli(dqn.Args, args=speed_minatar.cli_flags(cell.settings))
+        args = tyro.cli(dqn.Args, args=speed.cli_flags(cell.settings))
         assert {k: getattr(args, k) for k in cell.settings} == cell.settings
         assert args.optimizer == "rmsprop" and args.rmsprop_centered and args.decay_after_heatup and not args.double_dqn
 
 
 def test_speed_minatar_curve_is_the_mean_of_the_last_100_episodes_at_each_point():
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import speed_minatar
+    import speed
 
     frames = list(range(10, 2010, 10))  # 200 episodes, one every 10 frames
     returns = [float(i) for i in range(200)]
-    points = speed_minatar.curve(frames, returns, total=2000, points=4)
+    points = speed.curve(frames, returns, total=2000, points=4)
     assert [at for at, _ in points] == [500, 1000, 1500, 2000]
     assert points[0][1] == sum(range(50)) / 50  # 50 episodes by frame 500: all of them
     assert points[-1][1] == sum(range(100, 200)) / 100  # the last 100 only
-    assert speed_minatar.curve([900], [3.0], total=1000, points=2) == [[1000, 3.0]]  # no point before the first episode
+    assert speed.curve([900], [3.0], total=1000, points=2) == [[1000, 3.0]]  # no point before the first episode
 
 
 def test_timed_children_at_once_each_get_their_own_cpu_time():
-    """speed_minatar.py --parallel times two children from two threads: each must get its own CPU time."""
+    """speed.py minatar --parallel times two children from two threads: each must get its own CPU time."""
     import concurrent.futures
     import os
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from childproc import run_timed
+    from speed import run_timed
 
     busy = [sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"]
     idle = [sys.executable, "-c", "import time; time.sleep(1.0)"]
@@ -184,8 +184,8 @@ def test_timed_children_at_once_each_get_their_own_cpu_time():
 
 
 def test_the_readme_minatar_protocol_command_is_the_minatar_paper_cell():
-    """The README's command for MinAtar's protocol must run what the minatar_paper suite runs: a
-    flag the README leaves out (a default that differs from the agent's) fails here."""
+    """The command for MinAtar's protocol (docs/pixels.md) must run what the minatar_paper suite runs: a
+    flag the page leaves out (a default that differs from the agent's) fails here."""
     import shlex
 
     import tyro
@@ -193,7 +193,7 @@ def test_the_readme_minatar_protocol_command_is_the_minatar_paper_cell():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from suite import load_suite
 
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "pixels.md").read_text()
     start = readme.index("python algos/dqn.py --env MinAtar/Breakout-v0")
     command = readme[start:readme.index("```", start)].replace("\\\n", " ")
     argv = shlex.split(command)[2:]
