@@ -423,7 +423,8 @@ def test_report_of_a_partial_run_says_partial(tiny, tmp_path, current):
 
 
 def test_speed_quick_shortens_every_comparison():
-    for name, (script, full, quick) in speed.COMPARISONS.items():
+    for name in speed.COLLECTED:
+        full, quick = speed.COMPARISONS[name]["full"], speed.COMPARISONS[name]["quick"]
         assert quick is not None, f"{name} has no --quick budget"
         assert "--total-timesteps" in quick, name
         steps = int(quick[quick.index("--total-timesteps") + 1])
@@ -467,24 +468,22 @@ def test_committed_report_is_what_report_py_writes_from_the_committed_runs(tmp_p
 
 
 def test_speed_devices_rate_is_taken_between_the_logged_rows_past_the_heatup(tmp_path):
-    """speed_devices.py: env steps per second between the first and last row past learning_starts,
+    """speed.py devices: env steps per second between the first and last row past learning_starts,
     each row's elapsed time being its global_step over its (rounded) sps."""
-    import speed_devices
-
     run = tmp_path / "run"
     run.mkdir()
     # 1,000 steps of heatup in 1 s, then 100 steps/s: step 2,000 at 11 s, 4,000 at 31 s
     rows = [(500, 1000), (2000, round(2000 / 11)), (4000, round(4000 / 31))]
     (run / "metrics.csv").write_text("global_step,sps,loss\n" + "".join(f"{s},{r},0.1\n" for s, r in rows) + "4100,,\n")
-    rate, n = speed_devices.sps_while_learning(tmp_path, after=1000)
+    rate, n = speed.sps_while_learning(tmp_path, after=1000)
     assert n == 2 and rate == pytest.approx(100, rel=0.01)
-    assert speed_devices.sps_while_learning(tmp_path, after=3000) == (None, 1)  # one row: no rate
+    assert speed.sps_while_learning(tmp_path, after=3000) == (None, 1)  # one row: no rate
 
 
 @pytest.mark.skipif(importlib.import_module("torch").cuda.is_available(), reason="the refusal is for machines without CUDA")
 def test_speed_devices_refuses_cuda_without_a_gpu():
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speed_devices.py"), "--devices", "cuda"], capture_output=True, text=True)
-    assert r.returncode == 2 and r.stderr.strip().splitlines() == ["speed_devices: error: --devices names cuda, but torch sees no CUDA GPU"]
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speed.py"), "devices", "--devices", "cuda"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == ["speed devices: error: --devices names cuda, but torch sees no CUDA GPU"]
 
 
 @pytest.mark.parametrize("cells,message", [
@@ -492,10 +491,10 @@ def test_speed_devices_refuses_cuda_without_a_gpu():
     ("classic:dqn:Nope-v0", "no cell dqn Nope-v0 in suite classic"),
 ])
 def test_speed_devices_names_a_wrong_cell_in_one_line(cells, message):
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speed_devices.py"), "--devices", "cpu", "--cells", cells],
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speed.py"), "devices", "--devices", "cpu", "--cells", cells],
                        capture_output=True, text=True)
     lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("speed_devices: error: --cells") and message in lines[0]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("speed devices: error: --cells") and message in lines[0]
 
 
 def test_a_smoke_sweep_ends_with_where_its_runs_are_not_a_report_command(tmp_path, capsys):
