@@ -25,25 +25,20 @@ Deviations from the paper:
   are picked to learn Pendulum within 50k steps; the paper's [200, 200] net and Coach's 5 gradient
   steps per env step at rate 0.001 are flags.
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
-- L's exponentiated diagonal is kept within [e^-5, e^10] (`lower_triangular`): the cap stops an
-  overflow seen on HalfCheetah-v5, the floor a collapse of P to 0 that froze the policy on one
-  Pendulum-v1 seed in ten (changed default, 2026-11-25; the `defaults` suite has the seeds' results).
-- One torch thread by default: on an idle 2-core machine two threads train the [256, 256]
-  networks ~25% faster, but beside other work they collapse (2026-11-25, 2-core machine at load
-  average 5-10: a 14k-step DDPG Pendulum-v1 run took 56 s on one thread; on two it had not
-  finished after 20 minutes). Results depend on the thread count (products are summed in another
-  order), so a seed's result moves with `--torch-threads`.
+- L's exponentiated diagonal is kept within [e^-5, e^10] (`lower_triangular`): the cap stops
+  |L^T (a - mu)|^2 from overflowing, the floor stops P from collapsing to 0, which freezes the
+  policy (benchmarks/results/ddpg_naf.md has the runs).
+- One torch thread by default; a seed's result depends on the thread count (benchmarks/results/speed.md).
 
-Pixels: none; vector observations only. Image observations and MinAtar or Atari ids are refused
-(dqn, n_step_q, sarsa and a2c take them).
+Pixels: none; image observations and MinAtar or Atari ids are refused (dqn, n_step_q, sarsa and a2c take them).
 
 Run:
     python algos/naf.py --env Pendulum-v1 --seed 1
 
 Uses from common (the algorithm parts): NetworkWrapper (online/target network, Adam, soft sync),
-ReplayMemory, true_next_obs (the final observation at episode ends), pixels and is_image (to
-refuse pixel envs), fastpath (the numpy policy, checked against forward()). From harness (run
-plumbing): run (run folder, logging, evaluation, signals, checkpoints).
+ReplayMemory, true_next_obs (the final observation at episode ends), fastpath (the numpy policy,
+checked against forward()). From harness: run (run flags, run folder, logging, evaluation,
+signals, checkpoints).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -51,7 +46,6 @@ from __future__ import annotations
 
 import functools
 import math
-import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,13 +61,11 @@ from torch import nn
 
 _HERE = Path(__file__).resolve().parent  # common/ and harness/ sit beside a copied script, one folder up in this repo
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
-from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
-from common.fastpath import checked, probe_batch  # noqa: E402
+from common.fastpath import checked, numpy_mlp, probe_batch  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.replay import ReplayMemory  # noqa: E402
-from common.torso import is_image  # noqa: E402
-from harness.run import InputError, Run, Stopped, bad_input, flush_denormals, parse_args, record_first_episode, refuse_workers  # noqa: E402
+from harness.run import InputError, Run, RunArgs, bad_input, check, parse_args, refuse_workers, setup  # noqa: E402
 from harness.run import main as run_main  # noqa: E402
 
 ALGO = "naf"
@@ -81,45 +73,15 @@ ALGO = "naf"
 
 # 2. Arguments -----------------------------------------------------------------------------------
 @dataclass
-class Args:
+class Args(RunArgs):
     env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "Pendulum-v1"
     """gymnasium environment id (continuous actions, vector observations)"""
-    seed: int = 1
-    """seed of python, numpy, torch, the envs and the replay sampler"""
     total_timesteps: int = 50_000
     """env steps to train for, summed over all envs"""
-    num_envs: int = 1
-    """parallel envs stepped together"""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    """where the networks and the replay memory live (auto: cuda if available)"""
     torch_threads: int = 1
     """CPU threads for torch (2 train the [256, 256] networks ~25% faster on an idle machine, far slower on a busy one)"""
-    track: bool = False
-    """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
-    tensorboard: bool = False
-    """also write TensorBoard scalars into <run folder>/tensorboard (needs the tensorboard extra)"""
-    wandb_project: str = "rl-reference"
-    """wandb project name"""
-    wandb_entity: Optional[str] = None
-    """wandb team or user"""
-    capture_video: bool = False
-    """record videos of evaluation episodes into <run folder>/videos"""
-    save_model: bool = False
-    """save the online network's state dict to <run folder>/model.pt"""
-    eval_every: int = 0
-    """env steps between greedy evaluations (0: only at the end)"""
-    eval_episodes: int = 10
-    """episodes per evaluation"""
-    run_dir: str = "runs"
-    """parent folder of the run folder"""
-    progress: bool = True
-    """print a progress line while training"""
-    checkpoint_every: int = 0
-    """env steps between checkpoints in the run folder (0: none; SIGTERM/SIGUSR1 write one anyway)"""
     checkpoint_memory: bool = True
     """include the replay memory in checkpoints (without it a resumed run refills the memory for learning_starts steps before learning again: not an exact resume)"""
-    resume: Optional[str] = None
-    """run folder to continue from its last checkpoint, with its stored arguments (only the run length, evaluation and logging flags may change)"""
 
     learning_rate: float = 1e-3
     """Adam step size"""
@@ -155,69 +117,36 @@ class Args:
     """rewards are multiplied by this in the targets (Q-values are in scaled units; logged returns are not scaled)"""
 
 
-def validate(args: Args) -> None:
-    """Raise InputError (one line, exit 2) naming the first bad value."""
-    checks = [
-        (args.total_timesteps > 0, f"--total-timesteps must be positive, got {args.total_timesteps}"),
-        (args.num_envs > 0, f"--num-envs must be positive, got {args.num_envs}"),
-        (args.batch_size > 0, f"--batch-size must be positive, got {args.batch_size}"),
-        (args.buffer_size > 0, f"--buffer-size must be positive, got {args.buffer_size}"),
-        (args.batch_size <= args.buffer_size, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}"),
-        (args.noise_std >= 0.0, f"--noise-std must be >= 0, got {args.noise_std}"),
-        (0.0 < args.ou_theta <= 1.0, f"--ou-theta must be in (0, 1], got {args.ou_theta}"),
-        (0.0 < args.target_rate <= 1.0, f"--target-rate must be in (0, 1], got {args.target_rate}"),
-        (args.train_every > 0, f"--train-every must be positive, got {args.train_every}"),
-        (args.gradient_steps > 0, f"--gradient-steps must be positive, got {args.gradient_steps}"),
-        (args.learning_starts >= 0, f"--learning-starts must be >= 0, got {args.learning_starts}"),
-        (args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}"),
-        (0.0 <= args.gamma <= 1.0, f"--gamma must be in [0, 1], got {args.gamma}"),
-        (args.learning_starts < args.total_timesteps, f"--learning-starts {args.learning_starts} leaves no step to learn in --total-timesteps {args.total_timesteps}"),
-        (args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {args.checkpoint_every}"),
-        (args.eval_every >= 0, f"--eval-every must be >= 0, got {args.eval_every}"),
-        (args.eval_episodes > 0, f"--eval-episodes must be positive, got {args.eval_episodes}"),
-        (args.torch_threads > 0, f"--torch-threads must be positive, got {args.torch_threads}"),
-        (all(h > 0 for h in args.hidden_sizes), f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
-        (args.clip_grad_norm is None or args.clip_grad_norm > 0, f"--clip-grad-norm must be positive, got {args.clip_grad_norm}"),
-        (args.reward_scale > 0 and math.isfinite(args.reward_scale), f"--reward-scale must be positive, got {args.reward_scale}"),
-        (args.device != "cuda" or torch.cuda.is_available(), "--device cuda was asked for but CUDA is not available"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise InputError(message)
-    refuse_workers(ALGO)
-
-
 # 3. Environment ---------------------------------------------------------------------------------
 def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.vector.VectorEnv:
     """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"]."""
-    with bad_input():  # an unknown id
-        kind = pixels.kind(env_id)
-    if kind is not None:
+    if env_id.startswith(("ALE/", "MinAtar/")) or "NoFrameskip" in env_id:
         raise InputError(f"{ALGO} takes vector observations; {env_id} is a pixel env (dqn, n_step_q, sarsa and a2c take images)")
 
-    def thunk(i: int) -> Callable[[], gym.Env]:
-        def make() -> gym.Env:
-            if video_dir is not None:
-                return record_first_episode(gym.make(env_id, render_mode="rgb_array"), video_dir, i)
+    def make(i: int) -> gym.Env:
+        if video_dir is None:
             return gym.make(env_id)
+        from harness.extras import record_first_episode
 
-        return make
+        return record_first_episode(gym.make(env_id, render_mode="rgb_array"), video_dir, i)
 
-    with bad_input():  # an env that refuses the settings, or a missing env package
-        envs = gym.vector.SyncVectorEnv([thunk(i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
-    space = envs.single_action_space
-    if not isinstance(space, gym.spaces.Box):
-        envs.close()
-        raise InputError(f"{ALGO} needs a continuous (Box) action space; {env_id} has {space}")
-    if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
-        envs.close()
-        raise InputError(f"{ALGO} needs finite action bounds to scale its tanh output; {env_id} has {space}")
-    if not isinstance(envs.single_observation_space, gym.spaces.Box):
-        envs.close()
-        raise InputError(f"{ALGO} needs a Box observation space; {env_id} has {envs.single_observation_space}")
-    if is_image(envs.single_observation_space.shape):
-        envs.close()
-        raise InputError(f"{ALGO} takes vector observations; {env_id} gives images of shape {envs.single_observation_space.shape}")
+    with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
+        try:
+            gym.spec(env_id)
+        except gym.error.Error as e:
+            raise ValueError(f"unknown environment id {env_id!r} ({e})") from None
+        envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+    space, obs_space = envs.single_action_space, envs.single_observation_space
+    for bad, problem in [
+        (not isinstance(space, gym.spaces.Box), f"needs a continuous (Box) action space; {env_id} has {space}"),
+        (isinstance(space, gym.spaces.Box) and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()),
+         f"needs finite action bounds to scale its tanh output; {env_id} has {space}"),
+        (not isinstance(obs_space, gym.spaces.Box), f"needs a Box observation space; {env_id} has {obs_space}"),
+        (len(obs_space.shape or ()) == 3, f"takes vector observations; {env_id} gives images of shape {obs_space.shape}"),
+    ]:
+        if bad:
+            envs.close()
+            raise InputError(f"{ALGO} {problem}")
     return envs
 
 
@@ -288,19 +217,18 @@ def lower_triangular(entries: torch.Tensor, action_dim: int) -> torch.Tensor:
 
     Only the diagonal entries go through exp: exponentiating every entry and masking afterwards
     overflows for an off-diagonal entry above ~88 (float32), and the masked inf gives NaN gradients.
-    The exponent is capped at LOG_DIAGONAL_MAX: on HalfCheetah-v5 one state's diagonal entry grew
-    to ~81 after 264k steps (L ~ 3e35), |L^T (a - mu)|^2 overflowed and the loss became NaN. A
-    diagonal of e^10 already gives a curvature (P's diagonal, e^20 ~ 5e8) far beyond any return
-    scale; below the cap nothing changes, and above it the entry gets no gradient.
+    The exponent is capped at LOG_DIAGONAL_MAX: a diagonal entry that keeps growing makes
+    |L^T (a - mu)|^2 overflow float32 and the loss NaN. A diagonal of e^10 already gives a
+    curvature (P's diagonal, e^20 ~ 5e8) far beyond any return scale; below the cap nothing
+    changes, and above it the entry gets no gradient.
 
-    The exponent is floored at LOG_DIAGONAL_MIN (a deviation from the paper): on Pendulum-v1 seed 2,
-    after 6k updates, L's diagonal lay between 3e-19 and 0.05 over the states (P down to ~1e-37)
-    and mu sat at the lower action bound almost everywhere. mu's gradient is proportional to P: it
-    fell far below Adam's eps (1e-8), Adam's steps on mu vanished, and the policy stayed a constant
-    push at the bound for the rest of the run (eval -1,444.6). At
-    the floor P's diagonal is e^-10 ~ 5e-5: too small to matter to Q at any action scale, large
+    The exponent is floored at LOG_DIAGONAL_MIN (a deviation from the paper): mu's gradient is
+    proportional to P, so where L's diagonal collapses towards 0 it falls far below Adam's eps
+    (1e-8), Adam's steps on mu vanish and the policy freezes (a constant push at an action bound).
+    At the floor P's diagonal is e^-10 ~ 5e-5: too small to matter to Q at any action scale, large
     enough for mu's gradient to stay well above Adam's eps. Below the floor the entry gets no
-    gradient (the other heads and states still move the shared layers).
+    gradient (the other heads and states still move the shared layers). The runs behind both
+    bounds: benchmarks/results/ddpg_naf.md.
     """
     rows, cols = torch.tril_indices(action_dim, action_dim, device=entries.device)  # [A(A+1)/2] each
     diagonal = rows == cols
@@ -326,14 +254,8 @@ def naf_q_values(net: NAFNetwork, obs: torch.Tensor, actions: torch.Tensor) -> t
     return values + naf_advantage(actions, mu, L)
 
 
-def naf_targets(
-    net_target: NAFNetwork,
-    rewards: torch.Tensor,
-    next_obs: torch.Tensor,
-    terminated: torch.Tensor,
-    gamma: float,
-    twin_target: NAFNetwork | None = None,
-) -> torch.Tensor:
+def naf_targets(net_target: NAFNetwork, rewards: torch.Tensor, next_obs: torch.Tensor, terminated: torch.Tensor,
+                gamma: float, twin_target: NAFNetwork | None = None) -> torch.Tensor:
     """One-step targets [B]: r + gamma * (1 - terminated) * V_target(s'), since max_a' Q(s', a') = V(s').
 
     With `twin_target`, the smaller of the two target networks' values (Fujimoto et al. 2018's
@@ -349,60 +271,32 @@ def naf_targets(
 
 
 def deterministic_policy(net: NAFNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> mu(obs) [B, A] (no noise), as a numpy function: the greedy action,
-    argmax_a Q(obs, a).
-
-    Through `forward()`, except on CPU where the trunk and the mu head (Linear and ReLU layers;
-    the value and L heads are not needed to act, and no other parameters may exist) run in numpy
-    on zero-copy views of their parameters, which the optimizer and the target sync update in
-    place. At batch size 1 torch's dispatch (~3 us for each of ~10 ops) costs more than the
-    arithmetic; the numpy path is several times faster. It is used only while it gives
-    forward()'s mu on a probe batch (common.fastpath.checked): build the policy again after
-    loading weights.
-    """
+    """obs [B, *obs_shape] -> mu(obs) [B, A] (no noise), the greedy action argmax_a Q(obs, a), as a
+    numpy function: through `forward()`, or on CPU through a numpy copy of the trunk and the mu
+    head (the value and L heads are not needed to act) while it gives forward()'s mu
+    (common.fastpath; at a batch of one, torch's per-op dispatch costs more than the arithmetic).
+    Build it again after loading weights."""
     def act_forward(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
             return net(x)[1].cpu().numpy()
 
-    heads = [getattr(net, name, None) for name in ("trunk", "mu_head", "value_head", "l_head")]
-    layers = [*heads[0], heads[1]] if all(h is not None for h in heads) else []
-    linear = [m for m in layers if isinstance(m, nn.Linear)]
-    known = sum(len(list(h.parameters())) for h in heads if h is not None)
-    plain_mlp = bool(linear) and all(isinstance(m, (nn.Linear, nn.ReLU)) for m in layers) and len(list(net.parameters())) == known
-    act_numpy = None
-    if device.type == "cpu" and plain_mlp:
-        weights = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in linear]  # [in, out], [out]
-        scale, bias = net.action_scale.numpy(), net.action_bias.numpy()  # [A]
+    layers = [*getattr(net, "trunk", []), getattr(net, "mu_head", None)]
+    net_numpy = numpy_mlp(layers, device, net, getattr(net, "value_head", None), getattr(net, "l_head", None))
+    if net_numpy is None:  # act through forward()
+        return act_forward
+    scale, bias = net.action_scale.numpy(), net.action_bias.numpy()  # [A], zero-copy views
 
-        def act_numpy(obs: np.ndarray) -> np.ndarray:
-            x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
-            for k, (w, b) in enumerate(weights):
-                x = x @ w + b
-                if k < len(weights) - 1:
-                    np.maximum(x, 0.0, out=x)
-            return bias + scale * np.tanh(x)
+    def act_numpy(obs: np.ndarray) -> np.ndarray:
+        return bias + scale * np.tanh(net_numpy(obs))
 
-    return checked(act_numpy, act_forward, probe_batch((linear[0].in_features,)) if act_numpy else None, f"{ALGO} policy")
-
-
-def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
-    """Deterministic policy from a `--save-model` file (state dict, loaded with weights_only=True)."""
-    envs = make_env(args.env_id, 1)
-    net = NAFNetwork(int(np.prod(envs.single_observation_space.shape)), envs.single_action_space, tuple(args.hidden_sizes), args.layer_norm)
-    envs.close()
-    net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
-    return deterministic_policy(net.to(device).eval(), torch.device(device))
+    return checked(act_numpy, act_forward, f"{ALGO} policy", probe_batch((net_numpy.in_features,)))
 
 
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
-    torch.set_num_threads(args.torch_threads)
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
+    device = setup(args)  # torch threads, seeds, device
     noise_seed, replay_seed = np.random.SeedSequence(args.seed).spawn(2)  # independent streams from one seed
     rng = np.random.default_rng(noise_seed)  # exploration
 
@@ -417,10 +311,8 @@ def train(args: Args) -> dict:
     B = args.num_envs
 
     def make_q() -> NetworkWrapper:
-        return NetworkWrapper(
-            NAFNetwork(obs_dim, envs.single_action_space, args.hidden_sizes, args.layer_norm), lr=args.learning_rate, optimizer="adam",
-            clip_grad_norm=args.clip_grad_norm, target=True, device=device,
-        )
+        return NetworkWrapper(NAFNetwork(obs_dim, envs.single_action_space, args.hidden_sizes, args.layer_norm),
+                              lr=args.learning_rate, optimizer="adam", clip_grad_norm=args.clip_grad_norm, target=True, device=device)
 
     q_net = make_q()
     q_twin = make_q() if args.twin_q else None  # after q_net: q_net's initial weights are the same with and without it
@@ -446,9 +338,7 @@ def train(args: Args) -> dict:
         noise.state[:] = state["noise"]
         obs, global_step = state["obs"], state["global_step"]
     obs = obs.reshape(B, obs_dim)
-    error, completed, eval_returns, train_seconds = None, False, np.array([]), 0.0
-    flush_before = flush_denormals()  # subnormals become 0 (x86 is ~100x slower on them); the caller's setting comes back in `finally`
-    try:
+    with run.training(envs):
         while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B
             # act: uniform during heatup, then mu(s) + noise, clipped to the bounds
@@ -501,28 +391,40 @@ def train(args: Args) -> dict:
                 })
             if global_step >= run.next_check:
                 run.progress(global_step)
-        train_seconds = run.elapsed()
-        eval_returns, error = run.final_evaluation(policy, eval_envs, global_step)
-        completed = True
-    except (KeyboardInterrupt, Stopped, FloatingPointError) as e:
-        error = run.stopped(e, global_step)
-    except Exception as e:  # a bug: metrics.csv and summary.json keep the error, then the traceback
-        run.crashed(e, global_step)
-        raise
-    finally:
-        envs.close()
-        torch.set_flush_denormal(flush_before)
-    if args.save_model and run.write and (completed or error in ("interrupted", "preempted")):  # a NaN model is not worth keeping
-        torch.save(q_net.online.state_dict(), run.path / "model.pt")
-    summary = run.summary(global_step, train_seconds or run.elapsed(), eval_returns,
-                          device=str(device), completed=completed, error=error, updates=q_net.updates)
-    return run.finish(summary, global_step)
+        run.final_evaluation(policy, eval_envs, global_step)
+    return run.finish(global_step, model=q_net.online, device=str(device), updates=q_net.updates)
 
 
-def main(args: Args) -> int:
-    """Exit status: 0 done, 1 stopped by a NaN loss or a failed final evaluation, 2 bad input,
-    75 stopped by SIGTERM/SIGUSR1 after a checkpoint, 130 interrupted."""
-    return run_main(ALGO, train, args)
+main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
+
+
+# Checks and saved policies --------------------------------------------------------------------
+def validate(args: Args) -> None:
+    """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
+    make_env(args.env_id, 1).close()  # an unknown id, a pixel env, the wrong action space
+    check(args, positive=("batch_size", "buffer_size", "train_every", "gradient_steps", "learning_rate", "clip_grad_norm"),
+          fractions=("gamma",), conditions=[
+        (args.batch_size <= args.buffer_size, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}"),
+        (args.noise_std >= 0.0, f"--noise-std must be >= 0, got {args.noise_std}"),
+        (0.0 < args.ou_theta <= 1.0, f"--ou-theta must be in (0, 1], got {args.ou_theta}"),
+        (0.0 < args.target_rate <= 1.0, f"--target-rate must be in (0, 1], got {args.target_rate}"),
+        (args.learning_starts >= 0, f"--learning-starts must be >= 0, got {args.learning_starts}"),
+        (args.learning_starts < args.total_timesteps,
+         f"--learning-starts {args.learning_starts} leaves no step to learn in --total-timesteps {args.total_timesteps}"),
+        (all(h > 0 for h in args.hidden_sizes), f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
+        (args.reward_scale > 0 and math.isfinite(args.reward_scale), f"--reward-scale must be positive, got {args.reward_scale}"),
+    ])
+    refuse_workers(ALGO)
+
+
+def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
+    """Deterministic policy from a `--save-model` file (state dict, loaded with weights_only=True), for evaluate.py."""
+    envs = make_env(args.env_id, 1)
+    net = NAFNetwork(int(np.prod(envs.single_observation_space.shape)), envs.single_action_space, tuple(args.hidden_sizes),
+                     args.layer_norm)
+    envs.close()
+    net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
+    return deterministic_policy(net.to(device).eval(), torch.device(device))
 
 
 # 7. Entry point ---------------------------------------------------------------------------------

@@ -51,23 +51,25 @@ def torch_rule(obs: torch.Tensor) -> torch.Tensor:
 
 def record_steps(monkeypatch, module) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """Every vector-env step the script takes, as (index of the env set, obs acted on, actions);
-    set 0 is the training envs, the later ones are evaluations."""
+    set 0 is the training envs, the later ones are evaluations. Sets are numbered at their first
+    reset: the env that validate() makes to check the id is never reset."""
     log: list[tuple[int, np.ndarray, np.ndarray]] = []
     made = [0]
     real_make_env = module.make_env
 
     def make_env(*args, **kwargs):
         envs = real_make_env(*args, **kwargs)
-        index, made[0] = made[0], made[0] + 1
         reset, step, last = envs.reset, envs.step, {}
 
         def reset_(*a, **k):
+            if "index" not in last:
+                last["index"], made[0] = made[0], made[0] + 1
             obs, infos = reset(*a, **k)
             last["obs"] = obs
             return obs, infos
 
         def step_(actions):
-            log.append((index, np.array(last["obs"], copy=True), np.array(actions, copy=True)))
+            log.append((last["index"], np.array(last["obs"], copy=True), np.array(actions, copy=True)))
             out = step(actions)
             last["obs"] = out[0]
             return out
