@@ -60,7 +60,7 @@ from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
 from common.fastpath import checked, numpy_mlp  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
-from common.replay import FrameMemory, ReplayMemory  # noqa: E402
+from common.replay import ReplayMemory  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
 from harness.run import InputError, Run, RunArgs, bad_input, check, parse_args, refuse_workers, setup  # noqa: E402
 from harness.run import main as run_main  # noqa: E402
@@ -225,6 +225,8 @@ def train(args: Args) -> dict:
     )
     greedy = greedy_policy(q_net.online, device)
     if atari:  # frame stacks: each frame stored once
+        from common.atari import FrameMemory
+
         memory = FrameMemory(args.buffer_size, shape[1:], shape[0], B, device=device, seed=replay_seed)
     else:  # images stay uint8 (the network converts them)
         memory = ReplayMemory(args.buffer_size, shape, (), discrete=True, device=device, seed=replay_seed,
@@ -242,7 +244,7 @@ def train(args: Args) -> dict:
         greedy = greedy_policy(q_net.online, device)  # the fast path checked again, on the loaded weights
         if state["memory"] is not None:
             memory.load_state_dict(state["memory"])
-            if state["envs_restarted"] and isinstance(memory, FrameMemory):
+            if state["envs_restarted"] and atari:
                 memory.new_episodes()  # the reset observations must not be stacked onto the old episodes' frames
         rng.bit_generator.state = state["rng"]
         obs, global_step = state["obs"], state["global_step"]

@@ -1,23 +1,16 @@
-"""Pixel envs: Atari with the DQN paper's preprocessing, and MinAtar.
+"""Env makers: `gym.make` for every id, plus the standard preprocessing of pixel envs.
 
-`make(env_id, training)` is `gym.make` for every id, plus the standard preprocessing when the id
-is a pixel env (and, for vector envs, the optional rescaling described under `make`):
+`make(env_id, training)` adds, when the id is a pixel env (and, for vector envs, the optional
+rescaling described under `make`):
 
-- Atari (any `ale_py` id, e.g. `ALE/Breakout-v5`, `BreakoutNoFrameskip-v4`), Mnih et al. 2015:
-  up to 30 no-op actions at the start of a game, each action repeated for 4 frames with the max
-  over the last two (flicker), 84x84 grayscale, the last 4 frames stacked ([4, 84, 84] uint8),
-  FIRE pressed at the start of a game and after each lost life in games that wait for it. In a
-  training env a lost life also ends the *episode* (the game goes on, and `reset()` continues it);
-  an evaluation env plays full games. Rewards are left as they are: the scripts clip them to
-  their sign for learning only, so logged and evaluated returns are real game scores.
-  `ALE/*-v5` ids keep their sticky actions (the previous action repeats with probability 0.25);
-  `*NoFrameskip-v4` ids have none.
+- Atari (any `ale_py` id, e.g. `ALE/Breakout-v5`, `BreakoutNoFrameskip-v4`): the DQN paper's
+  preprocessing, in common/atari.py (imported for Atari ids only). Rewards are left as they are:
+  the scripts clip them to their sign for learning only, so logged and evaluated returns are real
+  game scores. `ALE/*-v5` ids keep their sticky actions (the previous action repeats with
+  probability 0.25); `*NoFrameskip-v4` ids have none.
 - MinAtar (`MinAtar/<Game>-v0|v1`, Young & Tian 2019): observations turned from [10, 10, C]
   booleans into [C, 10, 10] uint8, and a time limit of MINATAR_MAX_STEPS steps, since most games
   have none and a good agent would never end an episode.
-
-gymnasium 1.4 has the Atari preprocessing and the frame stack, not the episodic-life and
-fire-reset wrappers; `terminal_on_life_loss=True` would restart the whole game at each life.
 """
 
 from __future__ import annotations
@@ -26,7 +19,6 @@ import gymnasium as gym
 import numpy as np
 
 MINATAR_MAX_STEPS = 10_000  # our choice: MinAtar registers no time limit
-FRAME_STACK = 4
 
 
 def _register() -> None:
@@ -81,15 +73,9 @@ def make(env_id: str, training: bool = True, render_mode: str | None = None, sca
         raise ValueError(f"--scale-obs is for vector observations; {env_id} is a {env_kind} env")
     kwargs = {} if render_mode is None else {"render_mode": render_mode}  # not every env takes the argument
     if env_kind == "atari":
-        if max_frames is not None:
-            kwargs["max_num_frames_per_episode"] = max_frames
-        env = gym.make(env_id, frameskip=1, **kwargs)  # AtariPreprocessing skips the frames
-        env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
-        if "FIRE" in env.unwrapped.get_action_meanings():
-            env = FireReset(env)
-        if training:
-            env = EpisodicLife(env)
-        return gym.wrappers.FrameStackObservation(env, FRAME_STACK)  # pads a new episode with its first frame
+        from common.atari import make_atari
+
+        return make_atari(env_id, training, max_frames, **kwargs)
     if env_kind == "minatar":
         return ChannelsFirst(gym.make(env_id, max_episode_steps=MINATAR_MAX_STEPS, **kwargs))
     env = gym.make(env_id, **kwargs)
@@ -108,70 +94,12 @@ def game_over(terminated: np.ndarray, truncated: np.ndarray, infos: dict) -> np.
     """Which envs finished a real episode this step [B] bool, for logging returns.
 
     A training Atari env ends an episode at each lost life; the game, whose score the published
-    tables report, ends only when the last life is lost. `EpisodicLife` marks the other ends with
+    tables report, ends only when the last life is lost. `common.atari.EpisodicLife` marks the other ends with
     info["life_lost"], which a SAME_STEP vector env moves into infos["final_info"].
     """
     done = np.logical_or(terminated, truncated)
     life_lost = infos.get("final_info", {}).get("life_lost")
     return done & ~np.asarray(life_lost, dtype=bool) if life_lost is not None else done
-
-
-class FireReset(gym.Wrapper):
-    """Presses FIRE after a reset and after each lost life, in games that wait for it to go on.
-
-    Without it an agent can sit out a whole game doing nothing (Breakout's ball is only served
-    on FIRE). The press is part of the step that lost the life, in training and evaluation alike.
-    """
-
-    def reset(self, **kwargs):
-        self.env.reset(**kwargs)
-        obs, _, terminated, truncated, info = self.env.step(1)  # FIRE
-        if terminated or truncated:
-            obs, info = self.env.reset(**kwargs)
-        self.lives = self.env.unwrapped.ale.lives()
-        return obs, info
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        lives = self.env.unwrapped.ale.lives()
-        if lives < self.lives and not (terminated or truncated):
-            obs, fire_reward, terminated, truncated, info = self.env.step(1)
-            reward += fire_reward
-        self.lives = lives
-        return obs, reward, terminated, truncated, info
-
-
-class EpisodicLife(gym.Wrapper):
-    """Ends the training episode when a life is lost (DQN paper); the game itself goes on.
-
-    The step that loses a life (and not the game) returns terminated=True with info["life_lost"];
-    the next `reset()` continues the same game from that observation, and only a real game over
-    makes `reset()` start a new game. The value of the state after a lost life is therefore
-    never bootstrapped, which is the point of the trick.
-    """
-
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
-        self.lives, self.game_over, self.last = 0, True, None
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        lives = self.env.unwrapped.ale.lives()
-        self.game_over = terminated or truncated
-        if lives < self.lives and not self.game_over:
-            info = {**info, "life_lost": True}
-            terminated = True
-        self.lives, self.last = lives, (obs, info)
-        return obs, reward, terminated, truncated, info
-
-    def reset(self, **kwargs):
-        if self.game_over or kwargs.get("seed") is not None:
-            obs, info = self.env.reset(**kwargs)
-        else:  # the game goes on from the frame where the life was lost
-            obs, info = self.last
-            info = {k: v for k, v in info.items() if k != "life_lost"}
-        self.lives, self.game_over = self.env.unwrapped.ale.lives(), False
-        return obs, info
 
 
 class ChannelsFirst(gym.ObservationWrapper):

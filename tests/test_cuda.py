@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from common.fastpath import probe_batch
-from common.replay import FrameMemory, ReplayMemory
+from common.atari import FrameMemory  # noqa: E402
+from common.replay import ReplayMemory
 from harness.errors import InputError
 from test_checkpoint import CASES, MODULES, assert_same_run, make_args, stop_at_env_step
 from test_pixels import fill

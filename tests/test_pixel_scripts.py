@@ -86,7 +86,8 @@ def test_minatar_smoke_feeds_uint8_grids_to_the_network(tmp_path, torso_inputs, 
     assert {shape[1:] for _, shape in torso_inputs} == {(4, 10, 10)}  # Breakout's 4 channels, first
     batches = {shape[0] for _, shape in torso_inputs}
     assert LEARNING_BATCH[algo] in batches and args.num_envs in batches  # learning and acting
-    assert made == [True] * args.num_envs + [False] * args.eval_episodes  # the evaluation plays whole games
+    # validate() first makes one env to check the id and its spaces; then the training envs; the evaluation plays whole games
+    assert made == [True] * (1 + args.num_envs) + [False] * args.eval_episodes
     # the saved model reloads as the same greedy policy (what evaluate.py does)
     act = module.load_policy(args, str(run / "model.pt"))
     returns = run_evaluate(act, functools.partial(module.make_env, args.env_id, training=False), args.eval_episodes, args.seed + 100_000)
@@ -159,7 +160,7 @@ def test_evaluate_py_plays_whole_games(tmp_path, monkeypatch, made):
 def recording_frame_memory(monkeypatch, module):
     """Replaces the script's FrameMemory by one that keeps what each `add` was given, whole stacks per
     env (the brute-force record), and lists every memory made."""
-    from common.replay import FrameMemory
+    from common.atari import FrameMemory
 
     made = []
 
@@ -174,7 +175,9 @@ def recording_frame_memory(monkeypatch, module):
                 self.record[i].append((np.array(obs[i]), int(actions[i]), float(rewards[i]), np.array(next_obs[i]), float(terminated[i])))
             return super().add(obs, actions, rewards, next_obs, terminated, done)
 
-    monkeypatch.setattr(module, "FrameMemory", Recording)
+    import common.atari
+
+    monkeypatch.setattr(common.atari, "FrameMemory", Recording)  # the script imports it when it meets an Atari id
     return made
 
 

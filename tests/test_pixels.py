@@ -12,7 +12,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common.replay import FrameMemory  # noqa: E402
+from common.atari import EpisodicLife, FireReset, FrameMemory  # noqa: E402
 from common.torso import obs_shape, torso  # noqa: E402
 from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
@@ -221,7 +221,7 @@ def test_fire_is_pressed_on_reset_and_after_a_lost_life():
     pixels.kind("BreakoutNoFrameskip-v4")
     inner = gym.wrappers.AtariPreprocessing(gym.make("BreakoutNoFrameskip-v4"), noop_max=30, frame_skip=4)
     log = ActionLog(inner)
-    env = pixels.FireReset(log)
+    env = FireReset(log)
     env.reset(seed=2)
     assert log.actions == [1]  # FIRE, after the no-ops AtariPreprocessing did itself
     rng = np.random.default_rng(0)
@@ -367,7 +367,7 @@ def test_fire_is_pressed_once_after_each_lost_life_over_a_whole_game(monkeypatch
 def test_games_without_fire_get_no_fire_press(monkeypatch):
     env, log = logged_atari(monkeypatch, True, "MsPacmanNoFrameskip-v4")
     env.reset(seed=0)
-    assert log.steps == [] and not any(isinstance(e, pixels.FireReset) for e in layers(env))
+    assert log.steps == [] and not any(isinstance(e, FireReset) for e in layers(env))
     env.step(2)
     assert [a for a, _, _ in log.steps] == [2]
 
@@ -459,7 +459,7 @@ class ScriptedLives(gym.Env):
 
 
 def test_the_fire_press_adds_its_reward_to_the_step_that_lost_the_life():
-    env = pixels.EpisodicLife(pixels.FireReset(ScriptedLives()))
+    env = EpisodicLife(FireReset(ScriptedLives()))
     env.reset()  # FIRE: step 1
     out = [env.step(0) for _ in range(2)]  # steps 2 and 3: the life lost at 3, FIRE at 4
     assert [o[1] for o in out] == [1.0, 11.0] and out[1][2] and out[1][4]["life_lost"]
