@@ -226,27 +226,6 @@ def actor_loss(actor: nn.Module, critic: nn.Module, obs: torch.Tensor) -> torch.
     return -critic(obs, actor(obs)).mean()
 
 
-def deterministic_policy(actor: Actor, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> mu(obs) [B, A] (no noise), as a numpy function: through `forward()`, or
-    on CPU through a numpy copy of a plain MLP actor while it gives forward()'s actions
-    (common.fastpath; at a batch of one, torch's per-op dispatch costs more than the arithmetic).
-    Build it again after loading weights."""
-    def act_forward(obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
-            return actor(x).cpu().numpy()
-
-    net_numpy = numpy_mlp(list(getattr(actor, "net", [])), device, actor)  # None: act through forward()
-    if net_numpy is None:
-        return act_forward
-    scale, bias = actor.action_scale.numpy(), actor.action_bias.numpy()  # [A], zero-copy views
-
-    def act_numpy(obs: np.ndarray) -> np.ndarray:
-        return bias + scale * np.tanh(net_numpy(obs))
-
-    return checked(act_numpy, act_forward, f"{ALGO} policy", probe_batch((net_numpy.in_features,)))
-
-
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
@@ -352,7 +331,28 @@ def train(args: Args) -> dict:
 main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
 
 
-# Checks and saved policies --------------------------------------------------------------------
+# Acting, checks and saved policies ---------------------------------------------------------------
+def deterministic_policy(actor: Actor, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, *obs_shape] -> mu(obs) [B, A] (no noise), as a numpy function: through `forward()`, or
+    on CPU through a numpy copy of a plain MLP actor while it gives forward()'s actions
+    (common.fastpath; at a batch of one, torch's per-op dispatch costs more than the arithmetic).
+    Build it again after loading weights."""
+    def act_forward(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
+            return actor(x).cpu().numpy()
+
+    net_numpy = numpy_mlp(list(getattr(actor, "net", [])), device, actor)  # None: act through forward()
+    if net_numpy is None:
+        return act_forward
+    scale, bias = actor.action_scale.numpy(), actor.action_bias.numpy()  # [A], zero-copy views
+
+    def act_numpy(obs: np.ndarray) -> np.ndarray:
+        return bias + scale * np.tanh(net_numpy(obs))
+
+    return checked(act_numpy, act_forward, f"{ALGO} policy", probe_batch((net_numpy.in_features,)))
+
+
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     make_env(args.env_id, 1).close()  # an unknown id, a pixel env, the wrong action space

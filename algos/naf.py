@@ -270,29 +270,6 @@ def naf_targets(net_target: NAFNetwork, rewards: torch.Tensor, next_obs: torch.T
         return rewards + gamma * (1.0 - terminated) * next_value
 
 
-def deterministic_policy(net: NAFNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> mu(obs) [B, A] (no noise), the greedy action argmax_a Q(obs, a), as a
-    numpy function: through `forward()`, or on CPU through a numpy copy of the trunk and the mu
-    head (the value and L heads are not needed to act) while it gives forward()'s mu
-    (common.fastpath; at a batch of one, torch's per-op dispatch costs more than the arithmetic).
-    Build it again after loading weights."""
-    def act_forward(obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
-            return net(x)[1].cpu().numpy()
-
-    layers = [*getattr(net, "trunk", []), getattr(net, "mu_head", None)]
-    net_numpy = numpy_mlp(layers, device, net, getattr(net, "value_head", None), getattr(net, "l_head", None))
-    if net_numpy is None:  # act through forward()
-        return act_forward
-    scale, bias = net.action_scale.numpy(), net.action_bias.numpy()  # [A], zero-copy views
-
-    def act_numpy(obs: np.ndarray) -> np.ndarray:
-        return bias + scale * np.tanh(net_numpy(obs))
-
-    return checked(act_numpy, act_forward, f"{ALGO} policy", probe_batch((net_numpy.in_features,)))
-
-
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
@@ -398,7 +375,30 @@ def train(args: Args) -> dict:
 main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
 
 
-# Checks and saved policies --------------------------------------------------------------------
+# Acting, checks and saved policies ---------------------------------------------------------------
+def deterministic_policy(net: NAFNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, *obs_shape] -> mu(obs) [B, A] (no noise), the greedy action argmax_a Q(obs, a), as a
+    numpy function: through `forward()`, or on CPU through a numpy copy of the trunk and the mu
+    head (the value and L heads are not needed to act) while it gives forward()'s mu
+    (common.fastpath; at a batch of one, torch's per-op dispatch costs more than the arithmetic).
+    Build it again after loading weights."""
+    def act_forward(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
+            return net(x)[1].cpu().numpy()
+
+    layers = [*getattr(net, "trunk", []), getattr(net, "mu_head", None)]
+    net_numpy = numpy_mlp(layers, device, net, getattr(net, "value_head", None), getattr(net, "l_head", None))
+    if net_numpy is None:  # act through forward()
+        return act_forward
+    scale, bias = net.action_scale.numpy(), net.action_bias.numpy()  # [A], zero-copy views
+
+    def act_numpy(obs: np.ndarray) -> np.ndarray:
+        return bias + scale * np.tanh(net_numpy(obs))
+
+    return checked(act_numpy, act_forward, f"{ALGO} policy", probe_batch((net_numpy.in_features,)))
+
+
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     make_env(args.env_id, 1).close()  # an unknown id, a pixel env, the wrong action space
