@@ -59,6 +59,8 @@ def check(a: EvalArgs) -> tuple[dict, Path]:
     if missing:
         also = "; a run writes model.pt with --save-model" if "model.pt" in missing else ""
         raise ValueError(f"{a.run} has no {' and no '.join(missing)} (not a run folder{also})")
+    if a.capture_video and importlib.util.find_spec("moviepy") is None:
+        raise ValueError("--capture-video needs moviepy: pip install -r requirements-video.txt")
     if a.episodes is not None and a.episodes <= 0:
         raise ValueError(f"--episodes must be positive, got {a.episodes}")
     try:

@@ -2,24 +2,19 @@
 
 One object holds the online network, an optional target copy (never in the optimizer, never
 given gradients), the optimizer, an optional learning-rate schedule and gradient clipping.
-`train_step(loss)` takes one gradient step and returns `(loss, grad_norm)`: the loss that was
-minimised and the global L2 norm of the gradient *before* clipping, both as detached 0-d
-tensors so that no host/device synchronisation happens unless the caller asks for `.item()`.
+`train_step(loss)` takes one gradient step and returns `(loss, grad_norm)`: the loss minimised and
+the global L2 norm of the gradient *before* clipping, as detached 0-d tensors (no host/device sync
+unless the caller asks for `.item()`).
 
-By default the trainable parameters are moved into one flat tensor (their values and the
-module's Parameter objects stay; only the storage moves), so zeroing the gradient, its norm,
-the clipping and the optimizer's step are one kernel each instead of one per layer: per-op
-dispatch, not arithmetic, dominates small networks on a CPU. `flat=False` leaves the module's
-parameters alone, for per-layer learning rates (pass `optimizer` as a function of the
-parameters), another optimizer, or torch.compile; the results are the same up to the order in
-which the gradient norm is summed. Both paths use public torch APIs only
-(benchmarks/investigations/optimizer_step.py measures them side by side).
+By default the trainable parameters live in one flat tensor (the module keeps its Parameter
+objects; only the storage moves), so zeroing the gradient, its norm, the clipping and the
+optimizer's step are one kernel each instead of one per layer: per-op dispatch, not arithmetic,
+dominates small networks on a CPU. `flat=False` leaves the parameters alone (per-layer groups,
+another optimizer, torch.compile); results agree up to the order of the norm's sum.
 
-Several worker processes (Coach's "global" network, launched by torchrun): pass
-`workers=harness.distributed` (anything with `world_size()`, `average_`, `broadcast_` and
-`gather`); the wrapper starts every worker from rank 0's weights and, between `backward()` and
-the norm in `train_step`, replaces the gradient by its average over the workers with one
-all_reduce. Without `workers` (one process) nothing extra happens.
+Several torchrun workers (Coach's "global" network): pass `workers=harness.distributed`; every
+worker starts from rank 0's weights and the gradient is averaged over the workers (one
+all_reduce) before the norm. Without `workers` nothing extra happens.
 """
 
 from __future__ import annotations
@@ -233,16 +228,12 @@ class NetworkWrapper:
         return loss.detach(), grad_norm.detach()
 
     def _step(self) -> None:
-        """The optimizer's step. On the flat parameter, after the first step (which creates the
-        optimizer's state the standard way), plain Adam and plain RMSprop skip `step()`'s per-call
-        bookkeeping (profiler record, hooks, param-group loops): fused Adam through
-        `torch.optim.adam.adam`, the public functional form that `Adam.step()` itself calls (~120 us
-        of CPU time of a ~475 us DQN update, benchmarks/investigations/optimizer_step.py); RMSprop
-        (plain or centered, no momentum or weight decay) through the same in-place tensor ops, in
-        the same order, as torch's single-tensor RMSprop, with its denominator in a buffer kept
-        between steps instead of a fresh tensor (~100 us of a ~2.4 ms MinAtar DQN update). Both
-        give `step()`'s weights bit for bit (tests/test_common.py). Step hooks registered on the
-        optimizer run only through `step()`: use `flat=False`, or another optimizer, to have them."""
+        """The optimizer's step. On the flat parameter, after the first step (which creates the state
+        the standard way), plain Adam and RMSprop skip `step()`'s per-call bookkeeping (profiler
+        record, hooks, param-group loops): fused Adam through `torch.optim.adam.adam`, the functional
+        form `Adam.step()` calls; RMSprop through torch's own in-place ops in the same order, with its
+        denominator kept between steps. Both give `step()`'s weights bit for bit (tests/test_common.py;
+        benchmarks/results/speed.md has the gain). Step hooks run only through `step()` (`flat=False`)."""
         state = self.optimizer.state.get(self.flat_param) if self.flat_param is not None else None
         group = self.optimizer.param_groups[0]
         if not state or group.get("maximize") or group.get("capturable") or group.get("differentiable"):

@@ -5,7 +5,11 @@ login check (`--track`). A copied script runs without this file until one of tho
 - `tensorboard_tag(algo, name)`, `write_tensorboard(folder, writer)`: the TensorBoard tags of the
   metrics (CleanRL's names) and metrics.csv's rows as scalars.
 - `record_first_episode(env, video_dir, index)`: an env that records its first episode.
-- `wandb_mode()`: offline, with a warning, when wandb has no login.
+- `open_wandb(args, config, folder)`: the run's wandb run; offline, with a warning, when wandb has
+  no login (`wandb_mode()`).
+- `open_tensorboard(folder, resumed_step)`: the run's SummaryWriter.
+- `check_packages(args)`: each flag's package is there, or one line naming its requirements file.
+- `route_mujoco_warnings()`: MuJoCo's warnings through Python's, which show each once.
 """
 
 from __future__ import annotations
@@ -103,3 +107,42 @@ def wandb_mode() -> str | None:
     print("wandb: not logged in (run `wandb login` or set WANDB_API_KEY); logging offline into the run folder, "
           "upload later with `wandb sync`", file=sys.stderr)
     return "offline"
+
+
+def open_wandb(args, config: dict, folder: Path):
+    """The wandb run of a run folder: its name and id from the folder, resumable, offline without a login."""
+    import wandb
+
+    return wandb.init(project=args.wandb_project, entity=args.wandb_entity, config=config, name=folder.name,
+                      id=re.sub(r"[^A-Za-z0-9_-]", "-", folder.name), resume="allow", dir=str(folder), save_code=True,
+                      mode=wandb_mode())
+
+
+def open_tensorboard(folder: Path, resumed_step: int | None):
+    """The run's SummaryWriter. On resume events cannot be cut back like metrics.csv: purge_step makes
+    TensorBoard drop the events of steps after the checkpoint's (the rows cut from metrics.csv); a run
+    that wrote no events before gets the kept rows of metrics.csv first, so its history is whole."""
+    if resumed_step is None:
+        return tensorboard_writer(folder)
+    wrote = any((folder / "tensorboard").glob("events.out.tfevents.*"))
+    writer = tensorboard_writer(folder, purge_step=resumed_step + 1 if wrote else None)
+    if not wrote:
+        write_tensorboard(folder, writer)
+    return writer
+
+
+def route_mujoco_warnings() -> None:
+    """MuJoCo's warnings through Python's, which show each once (gymnasium's HalfCheetah model warns of
+    a deprecated attribute at every load, and every evaluation loads one per episode)."""
+    sys.modules["mujoco"].set_mju_user_warning(
+        lambda message: warnings.warn(f"MuJoCo: {message.strip()}", RuntimeWarning, stacklevel=2))
+
+
+def check_packages(args) -> None:
+    """InputError (one line, exit 2) where a flag's package is missing, before the run writes anything."""
+    import importlib.util
+
+    if args.tensorboard:
+        tensorboard_writer()
+    if args.capture_video and importlib.util.find_spec("moviepy") is None:
+        raise InputError("--capture-video needs moviepy: pip install -r requirements-video.txt")

@@ -1,33 +1,24 @@
 """Run plumbing shared by every script: nothing here knows about an algorithm.
 
-- `RunArgs`: the run flags every script's `Args` extends; `check(args, conditions)` validates
-  them and then the script's own (one line, exit 2); `setup(args)` sets torch's threads and picks
-  the device; `seed_all(seed)`.
-- `parse_args(Args, doc)`: the command line (tyro); with `--resume RUN` the stored arguments
-  become the defaults, so only the flags given again override them.
-- `Run`: the run folder (config.json, metrics.csv, summary.json, model and videos), the
-  progress line, wandb, signals, and checkpoints (what a checkpoint holds is the script's dict;
-  writing it atomically, loading it without code, generators and env state are
-  harness/checkpoint.py's). `with run.training(envs):` frames the loop; `run.finish(...)` ends
-  the run with its model and summary.
-- `evaluate(act, make_envs, episodes, seed, video_dir)`: greedy episodes, one per env.
-- `main(algo, train, args)`: runs `train` and turns its outcome into the exit status.
-- `workers()`: harness.distributed under torchrun, a one-process stand-in otherwise.
-- `flush_denormals()`: subnormal floats become 0 while a script trains (much faster on x86).
-
-Optional features live in harness/extras.py (TensorBoard, videos, wandb's login check) and
-harness/distributed.py (torchrun), imported only when a flag or torchrun asks for them.
+- `RunArgs`: the run flags every script's `Args` extends; `check(args, ...)` validates them and
+  the script's own; `setup(args)` sets torch's threads, seeds, and picks the device.
+- `parse_args(Args, doc)`: the command line (tyro); errors are one line; with `--resume RUN` the
+  stored arguments become the defaults, so only the flags given again override them.
+- `Run`: the run folder (config.json, metrics.csv, summary.json, model.pt, videos), the progress
+  line, signals and checkpoints (what a checkpoint holds is the script's dict; harness/checkpoint.py
+  writes and reads it). `with run.training(envs):` frames the loop, `run.finish(...)` ends the run.
+- `evaluate(act, make_envs, episodes, seed, video_dir)`: one episode per env; `main(algo, train,
+  args)`: the exit status; `workers()`: harness.distributed under torchrun, else a stand-in.
 
 Exit status: 0 done; 1 stopped by a NaN loss, a lost worker or a failed final evaluation
 (summary and model kept), or a bug (its traceback; metrics.csv and summary.json keep the error);
-2 bad input (`InputError`: a flag, an env id, a run folder), one line; 75 stopped by SIGTERM or SIGUSR1 after writing
-a checkpoint (resume with `--resume`); 130 interrupted (Ctrl-C).
+2 bad input (`InputError`), one line; 75 stopped by SIGTERM or SIGUSR1 after writing a
+checkpoint (resume with `--resume`); 130 interrupted (Ctrl-C).
 
 Signals: SIGTERM and SIGUSR1 (SLURM sends one before a job's time limit) ask for a stop at the
-next step boundary (for rollout-based scripts, the end of a rollout and its update): the script
-writes a checkpoint there and exits with 75. Ctrl-C stops at once as before (logs, summary,
-model kept); with `--checkpoint-every` on it also waits for the step boundary and writes a
-checkpoint first (a second Ctrl-C stops at once).
+next step boundary (for rollout-based scripts, the end of a rollout and its update), where the
+script writes a checkpoint and exits with 75. Ctrl-C stops at once; with `--checkpoint-every` it
+first waits for the step boundary and writes a checkpoint (a second Ctrl-C stops at once).
 """
 
 from __future__ import annotations
@@ -45,7 +36,6 @@ import signal
 import sys
 import threading
 import time
-import warnings
 from pathlib import Path
 from typing import Annotated, Callable, Literal, Optional
 
@@ -105,7 +95,7 @@ class RunArgs:
     capture_video: bool = False
     """record videos of evaluation episodes into <run folder>/videos"""
     save_model: bool = False
-    """save the trained network's state dict to <run folder>/model.pt"""
+    """save the trained networks' state dicts to <run folder>/model.pt"""
     eval_every: int = 0
     """env steps between greedy evaluations (0: only at the end)"""
     eval_episodes: int = 10
@@ -202,14 +192,10 @@ class Stopped(Exception):
 def flush_denormals() -> bool:
     """Make torch flush subnormal floats (below ~1.2e-38) to zero; returns the previous setting.
 
-    Adam's and RMSprop's moment estimates of gradients that are often zero (sparse inputs such as
-    MinAtar's boolean grids, dead ReLUs) decay geometrically into the subnormal range, where x86
-    arithmetic is ~100x slower: without flushing, the optimizer's step can cost as much as the
-    backward pass. Results differ only where a value would have been below 1.2e-38
-    (benchmarks/results/speed.md has the measurements). Each script calls this when training starts
-    and gives the returned setting back to `torch.set_flush_denormal` in its `finally`, so a caller
-    of `train()` keeps its own setting; torch has no getter, so it is read off a product that is
-    subnormal unless flushed. On a CPU that cannot flush, nothing changes.
+    Adam's and RMSprop's moment estimates of often-zero gradients (MinAtar's sparse grids, dead
+    ReLUs) decay into the subnormal range, where x86 arithmetic is ~100x slower. Results differ only
+    where a value would have been below 1.2e-38. torch has no getter: the setting is read off a
+    product that is subnormal unless flushed.
     """
     before = (torch.tensor(1e-30) * 1e-10).item() == 0.0
     torch.set_flush_denormal(True)
@@ -284,7 +270,11 @@ def bad_input():
     except InputError:
         raise
     except (ValueError, gym.error.Error) as e:
-        raise InputError(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__) from None
+        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        extra = next((name for name in ("box2d", "mujoco") if name in message.lower()), None)
+        if isinstance(e, gym.error.DependencyNotInstalled) and extra:
+            message += f" (this project's extra: pip install -r requirements-{extra}.txt)"
+        raise InputError(message) from None
 
 
 def refuse_workers(algo: str) -> None:
@@ -325,10 +315,6 @@ def evaluate(
 
 
 # the run ---------------------------------------------------------------------------------------
-def _mujoco_warning(message: str) -> None:
-    warnings.warn(f"MuJoCo: {message.strip()}", RuntimeWarning, stacklevel=2)
-
-
 class Run:
     """Run folder, config.json, metrics.csv (one row per event), progress line, wandb, summary.json,
     signals and checkpoints.
@@ -366,22 +352,19 @@ class Run:
         # the progress line's ETA: the rate since the current phase began (heatup, then learning)
         self.heatup = getattr(args, "learning_starts", 0)
         self.marks: collections.deque = collections.deque(maxlen=64)
-        if "mujoco" in sys.modules:
-            # the script made its MuJoCo envs: MuJoCo's warnings go through Python's, which show each
-            # once (gymnasium's HalfCheetah model warns of a deprecated attribute at every load, and
-            # every evaluation loads one per episode)
-            sys.modules["mujoco"].set_mju_user_warning(_mujoco_warning)
+        if "mujoco" in sys.modules:  # MuJoCo's warnings shown once each, not at every model load
+            from harness.extras import route_mujoco_warnings
+
+            route_mujoco_warnings()
         if (self.checkpoint_every or args.resume) and launched():
             raise InputError("--checkpoint-every and --resume work in one process; under torchrun leave them out")
-        if args.tensorboard:
-            from harness.extras import tensorboard_writer, write_tensorboard
+        if args.tensorboard or args.track or args.capture_video:
+            from harness import extras
 
-            tensorboard_writer()  # a missing package is bad input, found before anything is written
+            extras.check_packages(args)  # a missing package is bad input, found before anything is written
         if not write:
             return
         config = {"algo": algo, **json.loads(json.dumps(dataclasses.asdict(args)))}
-        if args.track:
-            from harness.extras import wandb_mode
         if args.resume:
             self.path = Path(args.resume)
             self._check_resume(config)
@@ -390,33 +373,19 @@ class Run:
             self.file = self._reopen_metrics(self.saved["metrics_bytes"])
             self.csv = csv.DictWriter(self.file, self.fields)
             (self.path / "config.json").write_text(json.dumps(config, indent=2))  # the new length or logging flags
-            if args.tensorboard:
-                # events cannot be cut back like metrics.csv: purge_step makes TensorBoard drop the events of
-                # steps after the checkpoint's (the rows cut from metrics.csv); a run that wrote no events
-                # before gets the kept rows of metrics.csv first, so its TensorBoard history is whole
-                wrote = any((self.path / "tensorboard").glob("events.out.tfevents.*"))
-                self.tensorboard = tensorboard_writer(self.path, purge_step=self.saved["global_step"] + 1 if wrote else None)
-                if not wrote:
-                    write_tensorboard(self.path, self.tensorboard)
         else:
             self.path = self._new_folder(config)
             self.file = open(self.path / "metrics.csv", "w", newline="")
             self.csv = csv.DictWriter(self.file, self.fields)
             self.csv.writeheader()
-            if args.tensorboard:
-                self.tensorboard = tensorboard_writer(self.path)
+        if args.tensorboard:
+            self.tensorboard = extras.open_tensorboard(self.path, self.saved["global_step"] if args.resume else None)
         self.total, self.show = args.total_timesteps, args.progress
         self.tty = sys.stdout.isatty()
         self.last_print, self.last_flush, self.next_mark = time.perf_counter(), time.perf_counter(), 0.1
         self.printed_step = -1
         if args.track:
-            import wandb
-
-            self.wandb = wandb.init(
-                project=args.wandb_project, entity=args.wandb_entity, config=config, name=self.path.name,
-                id=re.sub(r"[^A-Za-z0-9_-]", "-", self.path.name), resume="allow", dir=str(self.path),
-                save_code=True, mode=wandb_mode(),
-            )
+            self.wandb = extras.open_wandb(args, config, self.path)
         self._catch_signals()
 
     # folder and files

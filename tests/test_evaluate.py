@@ -119,3 +119,14 @@ def test_a_run_whose_network_differs_from_the_repositorys_script_says_so_in_one_
     assert evaluate.main(evaluate.EvalArgs(run=Path(summary["run_dir"]))) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "does not fit the network of algos/dqn.py" in err and "--script PATH" in err
+
+
+def test_capture_video_without_moviepy_is_one_line(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    (tmp_path / "config.json").write_text('{"algo": "dqn"}')
+    (tmp_path / "model.pt").write_bytes(b"")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "moviepy" else real_find_spec(name, *a))
+    assert evaluate.main(evaluate.EvalArgs(run=tmp_path, capture_video=True)) == 2
+    assert capsys.readouterr().err.strip() == "evaluate: error: --capture-video needs moviepy: pip install -r requirements-video.txt"

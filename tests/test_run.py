@@ -283,3 +283,23 @@ def test_a_mujoco_warning_repeated_at_every_model_load_is_shown_once(tmp_path):
     # the envs made before the run starts warn natively (one line here); the 9 evaluation envs
     # after it (3 evaluations of 3 episodes) warn through Python's warnings, which show it once
     assert 1 <= said <= 3, out.stdout + out.stderr
+
+
+def test_a_missing_extra_is_one_line_naming_its_requirements_file(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    import gymnasium as gym
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "moviepy" else real_find_spec(name, *a))
+    assert dqn.main(probes.tiny_args(dqn, "dqn", tmp_path, capture_video=True)) == 2
+    assert capsys.readouterr().err.strip() == "dqn: error: --capture-video needs moviepy: pip install -r requirements-video.txt"
+    assert not list(tmp_path.iterdir())  # found before the run folder is written
+
+    def no_box2d(*a, **k):
+        raise gym.error.DependencyNotInstalled('Box2D is not installed, you can install it by run `pip install "gymnasium[box2d]"`')
+
+    monkeypatch.setattr(gym, "make", no_box2d)
+    assert dqn.main(probes.tiny_args(dqn, "dqn", tmp_path, env_id="LunarLander-v3")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.endswith("(this project's extra: pip install -r requirements-box2d.txt)"), err
