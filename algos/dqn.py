@@ -20,11 +20,9 @@ Deviations from the paper:
   DQN cells keep their sources' constant step size.
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
 
-Pixels: the network's torso follows the observation (MLP for vectors, MinAtar's conv for MinAtar
-grids, the paper's conv net for Atari's 84x84 frame stacks; common.pixels preprocesses Atari as
-the paper did). Atari rewards are clipped to their sign for learning only, a lost life ends the
-training episode, and the logged returns are whole-game scores; Atari frame stacks go to a
-FrameMemory that stores each frame once.
+Pixels: the torso follows the observation (common.torso: MLP, MinAtar's conv, the Nature conv net).
+Atari (common.atari) rewards are clipped to their sign for learning only, a lost life ends the
+training episode, logged returns are whole-game scores, and a FrameMemory stores each frame once.
 
 Protocols as flags (MinAtar's example agent, the Nature paper's Atari evaluation): docs/pixels.md.
 
@@ -169,9 +167,8 @@ def linear_epsilon(start: float, end: float, duration: float, step: int) -> floa
     return start + (end - start) * min(1.0, step / duration)
 
 
-def select_actions(
-    greedy: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, epsilon: float, n_actions: int, rng: np.random.Generator
-) -> np.ndarray:
+def select_actions(greedy: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, epsilon: float, n_actions: int,
+                   rng: np.random.Generator) -> np.ndarray:
     """Epsilon-greedy actions [B]; the network is only run when some env acts greedily."""
     explore = rng.random(len(obs)) < epsilon  # [B]
     if explore.all():
@@ -308,10 +305,9 @@ main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed
 
 # Acting, checks and saved policies ---------------------------------------------------------------
 def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function: through `forward()`, or
-    on CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath;
-    at a batch of one, torch's per-op dispatch costs more than the arithmetic). Build it again
-    after loading weights."""
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B] in numpy: through `forward()`, or on CPU through a
+    numpy MLP while it gives forward()'s Q-values (common.fastpath: at a batch of one torch's per-op
+    dispatch costs more than the arithmetic). Build it again after loading weights."""
     def q_forward(obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, device=device)
         with torch.no_grad():
@@ -321,10 +317,9 @@ def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray
     return lambda obs: q_values(obs).argmax(1)
 
 
-def evaluation_policy(greedy: Callable[[np.ndarray], np.ndarray], epsilon: float, n_actions: int, seed: int, step: int) -> Callable[[np.ndarray], np.ndarray]:
-    """The evaluation's policy: `greedy`, or epsilon-greedy with a generator of its own, seeded
-    from the run's seed and the step (training's streams stay untouched; a resumed run evaluates
-    the same way)."""
+def evaluation_policy(greedy: Callable, epsilon: float, n_actions: int, seed: int, step: int) -> Callable[[np.ndarray], np.ndarray]:
+    """`greedy`, or epsilon-greedy with a generator seeded from the run's seed and the step (training's
+    streams stay untouched; a resumed run evaluates the same way)."""
     if epsilon == 0.0:
         return greedy
     rng = np.random.default_rng([seed, step])
