@@ -24,20 +24,19 @@ of the earlier trials at the same step, once `--prune-after` trials have finishe
 first half of the first seed (never at the last seed's final evaluation, which is the objective
 itself); the pruned run is killed.
 
-Storage: one Optuna JournalStorage file, <study-dir>/journal.log, appended to under a file lock
-by every worker: `--workers N` local processes, N SLURM tasks (`--backend slurm`), or several
-tune.py commands started by hand. The same command again continues the study up to `--trials`
-trials in all, and rewrites the table; it refuses a changed space, seed list or cell, except for
+Optuna keeps the study: the trials, their values and attributes live in its JournalStorage file,
+<study-dir>/journal.log, appended to under a file lock by every worker (`--workers N` local
+processes, N SLURM tasks with `--backend slurm`, or tune.py commands started by hand); nothing
+of ours keeps trials beside it. The same command again continues the study up to `--trials`
+trials in all and rewrites the table; it refuses a changed space, seed list or cell, except for
 the cell's values of searched parameters (every trial overrides those), so a cell that took a
-study's best settings can still continue that study. A worker stopped by SLURM (time limit, preemption) is
-requeued and its interrupted trial's parameters are tried again. Ctrl-C or SIGTERM stops tune.py (its
-local workers and their runs, or its SLURM tasks, cancelled); a trial stopped so, or whose run a
-signal stopped, is failed and marked interrupted, and the next command on the study tries its
-parameters again.
-
-The cell's current settings are a trial too (the first the study runs, and again whenever the
-cell's settings change; not counted in `--trials`, never pruned): the baseline a settings line
-must beat.
+study's best settings can still continue that study. Queued settings are Optuna's enqueued
+trials: the cell's current settings first (again whenever they change; not counted in
+`--trials`, never pruned), the baseline a settings line must beat. A trial stopped before its end
+(a SLURM time limit or preemption: the requeued worker; Ctrl-C or SIGTERM, which stop tune.py,
+its local workers and their runs, or its SLURM tasks: the next command) is failed and queued
+again by Optuna's RetryHeartbeatStaleTrialCallback, which records the trial it retries; the
+journal file has no heartbeat, so tune.py calls it for the trials it knows were stopped.
 
 Output: <study-dir>/STUDY.md, a function of the storage: the cell, the objective, the search
 space, the commands, every trial (state, objective, each seed's evaluation, parameters), the
@@ -68,6 +67,7 @@ import statistics
 import sys
 import time
 import tomllib
+import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -76,96 +76,18 @@ from job import Job, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
 from suite import ROOT, SUITES_FILE, Cell, load_suite, load_suites, metrics_file  # noqa: E402
 
-# Search spaces over each script's own Args fields: {"low", "high"(, "log", "step")} for a range
-# (integers when both bounds are), {"choices": [...]} for a set. Ranges after rl-baselines3-zoo's
-# hyperparams_opt.py where it has the parameter; values that TOML cannot write (None) are left out.
-NETS = {"choices": [[64, 64], [120, 84], [256, 256]]}
-SPACES: dict[str, dict[str, dict]] = {
-    "dqn": {
-        "learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
-        "batch_size": {"choices": [32, 64, 128, 256]},
-        "buffer_size": {"choices": [10_000, 50_000, 100_000]},
-        "gamma": {"choices": [0.95, 0.98, 0.99, 0.995, 0.999]},
-        "target_every": {"choices": [250, 500, 1_000, 5_000, 10_000]},
-        "train_every": {"choices": [1, 4, 8, 16]},
-        "gradient_steps": {"choices": [1, 2, 4, 8]},
-        "exploration_fraction": {"low": 0.05, "high": 0.5},
-        "end_epsilon": {"low": 0.01, "high": 0.2},
-        "learning_starts": {"choices": [1_000, 5_000, 10_000]},
-        "hidden_sizes": NETS,
-        "loss": {"choices": ["mse", "huber"]},
-        "double_dqn": {"choices": [False, True]},
-        "scale_obs": {"choices": [False, True]},
-    },
-    "n_step_q": {
-        "learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
-        "num_envs": {"choices": [4, 8, 16]},
-        "n_steps": {"choices": [3, 5, 10, 20]},
-        "gamma": {"choices": [0.95, 0.98, 0.99, 0.995, 0.999]},
-        "target_every": {"choices": [100, 500, 1_000, 5_000]},
-        "exploration_fraction": {"low": 0.05, "high": 0.5},
-        "end_epsilon": {"low": 0.01, "high": 0.1},
-        "paper_epsilons": {"choices": [False, True]},
-        "anneal_lr": {"choices": [False, True]},
-        "loss": {"choices": ["mse", "huber"]},
-        "clip_grad_norm": {"choices": [0.5, 1.0, 10.0, 40.0]},
-        "hidden_sizes": NETS,
-        "scale_obs": {"choices": [False, True]},
-    },
-    "sarsa": {
-        "learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
-        "num_envs": {"choices": [4, 8, 16]},
-        "n_steps": {"choices": [3, 5, 10, 20]},
-        "gamma": {"choices": [0.95, 0.98, 0.99, 0.995, 0.999]},
-        "expected": {"choices": [False, True]},
-        "target_network": {"choices": [False, True]},
-        "target_every": {"choices": [100, 500, 1_000, 5_000]},
-        "exploration_fraction": {"low": 0.05, "high": 0.5},
-        "end_epsilon": {"low": 0.01, "high": 0.1},
-        "anneal_lr": {"choices": [False, True]},
-        "loss": {"choices": ["mse", "huber"]},
-        "clip_grad_norm": {"choices": [0.5, 1.0, 10.0, 40.0]},
-        "hidden_sizes": NETS,
-        "scale_obs": {"choices": [False, True]},
-    },
-    "a2c": {
-        "learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
-        "num_envs": {"choices": [4, 8, 16]},
-        "n_steps": {"choices": [5, 8, 16, 32, 64]},
-        "gamma": {"choices": [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]},
-        "gae_lambda": {"choices": [0.8, 0.9, 0.92, 0.95, 0.98, 1.0]},
-        "entropy_coef": {"low": 1e-8, "high": 0.1, "log": True},
-        "value_coef": {"low": 0.2, "high": 1.0},
-        "clip_grad_norm": {"choices": [0.3, 0.5, 1.0, 2.0, 5.0]},
-        "optimizer": {"choices": ["rmsprop", "adam"]},
-        "anneal_lr": {"choices": [False, True]},
-        "activation": {"choices": ["tanh", "relu"]},
-        "hidden_sizes": {"choices": [[64, 64], [256, 256]]},
-        "normalize_obs": {"choices": [False, True]},
-        "normalize_reward": {"choices": [False, True]},
-    },
-    "ddpg": {
-        "actor_learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
-        "critic_learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
-        "batch_size": {"choices": [64, 128, 256]},
-        "gamma": {"choices": [0.95, 0.98, 0.99, 0.995, 0.999]},
-        "target_rate": {"choices": [0.001, 0.005, 0.01, 0.02]},
-        "noise": {"choices": ["gaussian", "ou"]},
-        "noise_std": {"low": 0.05, "high": 0.7},
-        "learning_starts": {"choices": [1_000, 10_000]},
-        "hidden_sizes": {"choices": [[64, 64], [256, 256], [400, 300]]},
-    },
-    "naf": {
-        "learning_rate": {"low": 1e-5, "high": 1e-2, "log": True},
-        "batch_size": {"choices": [64, 128, 256]},
-        "gamma": {"choices": [0.95, 0.98, 0.99, 0.995, 0.999]},
-        "target_rate": {"choices": [0.001, 0.005, 0.01, 0.02]},
-        "noise": {"choices": ["gaussian", "ou"]},
-        "noise_std": {"low": 0.05, "high": 0.7},
-        "learning_starts": {"choices": [1_000, 10_000]},
-        "hidden_sizes": {"choices": [[64, 64], [256, 256], [400, 300]]},
-    },
-}
+try:  # optional (benchmarks/requirements-cluster.txt): main() says so in one line
+    import optuna
+    from optuna.storages import JournalStorage, RetryHeartbeatStaleTrialCallback as Retry
+    from optuna.storages.journal import JournalFileBackend
+    from optuna.trial import TrialState
+
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the retry callback's
+except ImportError:
+    optuna = None
+
+with open(Path(__file__).resolve().parent / "spaces.toml", "rb") as _f:
+    SPACES: dict[str, dict[str, dict]] = tomllib.load(_f)  # the built-in search spaces, in `--space FILE`'s format
 DEFAULT_SEEDS = [1001, 1002, 1003]
 STUDIES_DIR = ROOT / "runs" / "tuning"  # the default: untracked (.gitignore's runs/); committed studies live in benchmarks/results/tuning/
 
@@ -278,12 +200,10 @@ def point(cell: Cell, step: int) -> int:
 
 def objective(trial, config: dict, state: dict) -> float:
     """The trial's objective; a trial stopped by Ctrl-C or SIGTERM is failed by Optuna and marked
-    `interrupted`, so that the next tune.py command on the study tries its parameters again."""
+    `interrupted`, for the next tune.py command on the study to retry."""
     try:
         return run_trial(trial, config, state)
     except KeyboardInterrupt:
-        import optuna
-
         trial.set_user_attr("interrupted", True)
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # the process is stopping: our own line says so, not a traceback
         raise
@@ -291,8 +211,6 @@ def objective(trial, config: dict, state: dict) -> float:
 
 def run_trial(trial, config: dict, state: dict) -> float:
     """Each seed of the trial in turn, its evaluations reported to Optuna as they come; the mean eval."""
-    import optuna
-
     baseline = bool(trial.user_attrs.get("baseline"))  # the cell's own settings, nothing drawn
     settings = dict(config["cell"]["settings"]) if baseline else {**config["cell"]["settings"], **sample(trial, config["space"])}
     trial.set_user_attr("settings", settings)
@@ -344,10 +262,6 @@ def run_trial(trial, config: dict, state: dict) -> float:
 
 def open_study(config: dict, worker: int = 0):
     """The study in the config's journal file, with the TPE sampler (seeded per worker) and the median pruner."""
-    import optuna
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
     storage = JournalStorage(JournalFileBackend(str(Path(config["study_dir"]) / "journal.log")))
     pruner = (optuna.pruners.MedianPruner(n_startup_trials=config["prune_after"], n_warmup_steps=points(Cell(**config["cell"])) // 2)
               if config["prune_after"] >= 0 else optuna.pruners.NopPruner())
@@ -357,38 +271,44 @@ def open_study(config: dict, worker: int = 0):
                                direction="maximize", load_if_exists=True)
 
 
-def counted(study) -> int:
-    """Trials that count towards --trials: every trial begun, but not one stopped (by SLURM, Ctrl-C or
-    SIGTERM) and queued again, nor a run of the cell's own settings (the baseline)."""
-    from optuna.trial import TrialState
+def retry_of(t) -> int | None:
+    """The trial that `t` tries again (through retries of retries, the first); None if none. Studies
+    begun before the retries were Optuna's record it as the user attr `retry_of`."""
+    return Retry.retried_trial_number(t) if "failed_trial" in t.system_attrs else t.user_attrs.get("retry_of")
 
+
+def retried(trials) -> set[int]:
+    return {n for t in trials for n in Retry.retry_history(t)} | {t.user_attrs.get("retry_of") for t in trials}
+
+
+def counted(study) -> int:
+    """Trials that count towards --trials: every trial begun, but not one stopped and queued again (its
+    retry counts, once however often it was queued), nor a run of the cell's own settings (the baseline)."""
     trials = study.get_trials(deepcopy=False)
-    retried = {t.user_attrs.get("retry_of") for t in trials}
-    n, retries = 0, set()
-    for t in trials:
-        if t.state == TrialState.WAITING or t.number in retried or t.user_attrs.get("baseline"):
-            continue
-        of = t.user_attrs.get("retry_of")
-        if of is not None:  # two commands started at once may both have queued a stopped trial again: one counts
-            if of in retries:
-                continue
-            retries.add(of)
-        n += 1
-    return n
+    again = retried(trials)
+    return len({(retry_of(t),) if retry_of(t) is not None else t.number for t in trials
+                if t.state != TrialState.WAITING and t.number not in again and not t.user_attrs.get("baseline")})
+
+
+def retry(study, trial) -> None:
+    """Queue a stopped trial's parameters again with Optuna's retry callback (a baseline stays a baseline)."""
+    import copy
+
+    trial = copy.copy(trial)  # of the attrs only what makes a baseline: the retry writes its own
+    trial.user_attrs = {k: trial.user_attrs[k] for k in ("baseline", "settings") if trial.user_attrs.get("baseline")}
+    Retry()(study, trial)
 
 
 def work(config: dict, worker: int = 0, state: dict | None = None, interrupted_trial: int | None = None) -> int:
     """One worker: trials until the study holds `trials` of them (any state, other workers' included)."""
-    import optuna
-
     state = {} if state is None else state
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines per seed and trial; failures still show
     study = open_study({**config, "exists": True}, worker)
     if interrupted_trial is not None:  # this worker was stopped by SLURM during that trial: try its parameters again
-        trial = next(t for t in study.get_trials(deepcopy=False) if t.number == interrupted_trial)
-        if trial.state == optuna.trial.TrialState.RUNNING:
-            study.tell(interrupted_trial, state=optuna.trial.TrialState.FAIL)
-            queue_again(study, trial)
+        trial = study.get_trials(deepcopy=False)[interrupted_trial]
+        if trial.state == TrialState.RUNNING:
+            study.tell(interrupted_trial, state=TrialState.FAIL)
+            retry(study, trial)
     ran = 0
     while counted(study) < config["trials"] or waiting_baseline(study):
         study.optimize(lambda t: objective(t, config, state), n_trials=1, catch=(RunFailed,))
@@ -397,56 +317,35 @@ def work(config: dict, worker: int = 0, state: dict | None = None, interrupted_t
 
 
 def retry_interrupted(study) -> list[int]:
-    """Queue again the parameters of the trials stopped by Ctrl-C or SIGTERM and not yet queued again
-    (run by the next worker to ask for a trial); their numbers."""
-    from optuna.trial import TrialState
-
+    """Queue again the trials stopped by Ctrl-C or SIGTERM and not yet queued again; their numbers."""
     trials = study.get_trials(deepcopy=False)
-    retried = {t.user_attrs.get("retry_of") for t in trials}
-    stopped = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get("interrupted") and t.number not in retried]
+    again = retried(trials)
+    stopped = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get("interrupted") and t.number not in again]
     for t in stopped:
-        queue_again(study, t)
+        retry(study, t)
     return [t.number for t in stopped]
-
-
-def queue_again(study, trial) -> None:
-    """Queue a stopped trial's parameters again (a baseline stays a baseline)."""
-    attrs = {"retry_of": trial.number}
-    if trial.user_attrs.get("baseline"):
-        attrs.update(baseline=True, settings=trial.user_attrs.get("settings"))
-    study.enqueue_trial(trial.params, user_attrs=attrs)
-
-
-def same_settings(a: dict | None, b: dict | None) -> bool:
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # lists and tuples alike, as stored
 
 
 def baseline_trial(study, settings: dict):
     """The trial that scored the cell's current `settings` as they are: a completed one (a trial whose
     drawn values the cell took counts too), else the latest one queued or run for them; None if none."""
-    from optuna.trial import TrialState
-
-    found = [t for t in study.get_trials(deepcopy=False) if same_settings(t.user_attrs.get("settings"), settings)]
-    complete = [t for t in found if t.state == TrialState.COMPLETE]
-    found = complete or [t for t in found if t.user_attrs.get("baseline")]
+    same = json.dumps(settings, sort_keys=True)  # lists and tuples alike, as stored
+    found = [t for t in study.get_trials(deepcopy=False) if json.dumps(t.user_attrs.get("settings"), sort_keys=True) == same]
+    found = [t for t in found if t.state == TrialState.COMPLETE] or [t for t in found if t.user_attrs.get("baseline")]
     return found[-1] if found else None
 
 
 def waiting_baseline(study) -> bool:
-    from optuna.trial import TrialState
-
     return any(t.user_attrs.get("baseline") and t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
 
 
 def queue_baseline(study, settings: dict) -> bool:
-    """Queue the cell's current settings as a trial, unless they already ran, or are queued or running."""
-    from optuna.trial import TrialState
-
+    """Enqueue the cell's current settings as a trial, unless they already ran, or are queued, running, or
+    stopped (retry_interrupted queues those again)."""
     t = baseline_trial(study, settings)
-    if t is not None and t.state in (TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING):
+    if t is not None and (t.state in (TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING) or
+                          (t.state == TrialState.FAIL and t.user_attrs.get("interrupted"))):
         return False
-    if t is not None and t.state == TrialState.FAIL and t.user_attrs.get("interrupted"):
-        return False  # retry_interrupted queues it again
     study.enqueue_trial({}, user_attrs={"baseline": True, "settings": settings})
     return True
 
@@ -480,14 +379,12 @@ def fmt(x, digits: int = 1) -> str:
 
 def study_markdown(study, config: dict) -> tuple[str, str | None]:
     """STUDY.md's text, and the best trial's settings block (None without a completed trial)."""
-    from optuna.trial import TrialState
-
     cell, seeds, space = config["cell"], config["seeds"], config["space"]
     trials = study.get_trials(deepcopy=False)
     attrs = study.user_attrs
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     counts = {s: sum(t.state == s for t in trials) for s in TrialState}
-    retried = {t.user_attrs.get("retry_of") for t in trials}
+    again = retried(trials)
     steps = cell["steps"]
     budget = f"{steps / 1e6:g}M" if steps >= 1_000_000 else f"{steps / 1e3:g}k" if steps >= 1000 else str(steps)
     threshold = (f"; the cell's threshold: {cell['threshold']:g} ({cell['pass_rule']} of the suite's seeds {cell['seeds']})"
@@ -522,7 +419,7 @@ def study_markdown(study, config: dict) -> tuple[str, str | None]:
         settings = t.user_attrs.get("settings", {})
         state = t.state.name.lower()
         if t.state == TrialState.FAIL:
-            state += ": " + (t.user_attrs.get("error") or ("stopped, retried" if t.number in retried else "stopped"))
+            state += ": " + (t.user_attrs.get("error") or ("stopped, retried" if t.number in again else "stopped"))
         elif t.state == TrialState.PRUNED:
             last = t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None
             state += f" (at {fmt(last)})"
@@ -644,10 +541,8 @@ def unsearched(config: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     try:
         a, config = parse(argv)
-        try:
-            import optuna
-        except ImportError:
-            raise BadInput("tune.py needs optuna: pip install -r benchmarks/requirements-cluster.txt") from None
+        if optuna is None:
+            raise BadInput("tune.py needs optuna: pip install -r benchmarks/requirements-cluster.txt")
         study_dir = Path(config["study_dir"])
         study_dir.mkdir(parents=True, exist_ok=True)
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own line per seed and per trial
@@ -726,8 +621,6 @@ def main(argv: list[str] | None = None) -> int:
             print("settings for the cell in suites.toml:\n" + block)
         else:
             print(next((x for x in text.splitlines() if x.startswith("No ")), ""))
-        from optuna.trial import TrialState
-
         completed = any(t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False))
     return status if status is not None else 0 if completed else 1
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 optuna = pytest.importorskip("optuna")
+Retry = optuna.storages.RetryHeartbeatStaleTrialCallback  # records the trial a retry tries again
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -258,7 +259,7 @@ def test_a_trial_stopped_by_slurm_is_failed_and_its_parameters_tried_again(files
     trials = load(study_dir).get_trials()
     assert len(trials) == 2
     assert trials[0].state == optuna.trial.TrialState.FAIL
-    assert trials[1].state == optuna.trial.TrialState.COMPLETE and trials[1].user_attrs["retry_of"] == 0
+    assert trials[1].state == optuna.trial.TrialState.COMPLETE and Retry.retried_trial_number(trials[1]) == 0
     assert trials[1].params == trials[0].params
 
 
@@ -277,7 +278,7 @@ def test_a_trial_stopped_by_ctrl_c_or_sigterm_is_tried_again_by_the_next_command
     assert tune.main(argv(files, study_dir, "--trials", "1", "--seeds", "7")) == 0
     trials = load(study_dir).get_trials()
     assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL] + [optuna.trial.TrialState.COMPLETE] * 2
-    assert trials[1].user_attrs["retry_of"] == 0 and trials[1].params == trials[0].params
+    assert Retry.retried_trial_number(trials[1]) == 0 and trials[1].params == trials[0].params
     assert trials[2].user_attrs["baseline"], "then the cell's own settings"
     assert "| 0 | fail: stopped, retried |" in (study_dir / "STUDY.md").read_text()
 
@@ -351,9 +352,9 @@ def test_trials_count_once_each_however_often_a_stopped_one_was_queued_again():
     s.tell(stopped, state=optuna.trial.TrialState.FAIL)
     assert tune.counted(s) == 1 and tune.retry_interrupted(s) == [0] and tune.retry_interrupted(s) == []
     assert tune.counted(s) == 0, "a stopped trial queued again counts when its retry runs"
-    s.enqueue_trial(stopped.params, user_attrs={"retry_of": 0})  # the other command's
+    tune.retry(s, s.trials[0])  # the other command's
     s.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=3)
-    assert [t.user_attrs.get("retry_of") for t in s.trials] == [None, 0, 0, None]
+    assert [Retry.retried_trial_number(t) for t in s.trials] == [None, 0, 0, None]
     assert tune.counted(s) == 2
 
 
