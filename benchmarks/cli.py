@@ -1,4 +1,5 @@
-"""Command-line pieces shared by run.py and tune.py: one-line argument errors, the SLURM backend's flags."""
+"""Command-line pieces shared by the tools: one-line argument errors, the SLURM backend's flags (run.py, tune.py), a
+cell's settings as a script's flags (speed.py, the report)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,15 @@ def slurm_flags_error(a: argparse.Namespace) -> str | None:
     if any("=" not in x for x in a.slurm_option):
         return f"--slurm-option takes KEY=VALUE, got {next(x for x in a.slurm_option if '=' not in x)!r}"
     return None
+
+
+def cli_flags(settings: dict) -> list[str]:
+    """A suite cell's settings as a script's command-line flags (booleans as --x / --no-x)."""
+    flags = []
+    for k, v in settings.items():
+        name = k.replace("_", "-")
+        if isinstance(v, bool):
+            flags.append(f"--{name}" if v else f"--no-{name}")
+        else:
+            flags += [f"--{name}", *map(str, v if isinstance(v, (list, tuple)) else [v])]
+    return flags

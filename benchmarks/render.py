@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 from pathlib import Path
 
+from cli import cli_flags
 from provenance import Checker, recorded_state
 from selection import VERDICT_SEEDS, Judged, judge_suite
 from stats import BOOTSTRAP_RESAMPLES, MANY_SEEDS, bootstrap_ci, iqm, mean_std
@@ -64,19 +65,8 @@ def fmt_seconds(s: float) -> str:
 
 def script_command(cell: Cell, seed: int) -> str:
     """The same run as the runner's, as one command line of the script (tyro flags)."""
-    parts = [f"python algos/{cell.algo}.py --env {cell.env} --seed {seed} --total-timesteps {cell.steps}"]
-    if cell.eval_every:
-        parts.append(f"--eval-every {cell.eval_every}")
-    for k, v in cell.settings.items():
-        flag = "--" + k.replace("_", "-")
-        if isinstance(v, bool):
-            parts.append(flag if v else "--no-" + k.replace("_", "-"))
-        elif isinstance(v, (list, tuple)):
-            parts.append(f"{flag} {' '.join(map(str, v))}")
-        else:
-            parts.append(f"{flag} {v}")
-    return " ".join(parts)
-
+    return " ".join([f"python algos/{cell.algo}.py --env {cell.env} --seed {seed} --total-timesteps {cell.steps}",
+                     *([f"--eval-every {cell.eval_every}"] if cell.eval_every else []), *cli_flags(cell.settings)])
 
 
 def eval_column(xs: list[float], threshold: float | None) -> str:

@@ -35,7 +35,7 @@ import os
 import platform
 import re
 import shutil
-import statistics
+from statistics import median
 import subprocess
 import sys
 import tempfile
@@ -45,6 +45,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(BENCH), str(ROOT), str(ROOT / "algos")]
+from cli import cli_flags  # noqa: E402
 from provenance import code_state  # noqa: E402
 from suite import load_suite, metrics_file  # noqa: E402
 
@@ -145,9 +146,7 @@ def dqn_side(side: str, o) -> dict:
                 batch_size=128, tau=1.0, gamma=0.99, train_freq=10, gradient_steps=1, target_update_interval=500,
                 exploration_fraction=0.5, exploration_initial_eps=1.0, exploration_final_eps=0.05, max_grad_norm=10,
                 policy_kwargs=dict(net_arch=[120, 84]), seed=o.seed, device="cpu", verbose=0)
-    start = time.perf_counter()
-    model.learn(total_timesteps=o.total_timesteps)
-    seconds = time.perf_counter() - start
+    seconds = learn_seconds(model, o.total_timesteps)
     mean, _ = evaluate_policy(model, gym.make("CartPole-v1"), n_eval_episodes=10, deterministic=True)
     return {"sps": round(o.total_timesteps / seconds, 1), "wall_seconds": round(seconds, 2), "eval_return_mean": float(mean)}
 
@@ -171,9 +170,7 @@ def a2c_side(side: str, o, seed: int) -> float:
     model = A2C("MlpPolicy", envs, learning_rate=7e-4, n_steps=5, gamma=0.99, gae_lambda=1.0, ent_coef=0.0, vf_coef=0.5,
                 max_grad_norm=0.5, rms_prop_eps=1e-5, use_rms_prop=True, normalize_advantage=False, device="cpu", seed=seed, verbose=0,
                 policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=torch.nn.Tanh, ortho_init=True))
-    start = time.perf_counter()
-    model.learn(o.total_timesteps)
-    seconds = time.perf_counter() - start
+    seconds = learn_seconds(model, o.total_timesteps)
     envs.close()
     return model.num_timesteps / seconds
 
@@ -208,16 +205,14 @@ def ddpg_side(side: str, o) -> dict:
                      tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1, policy_kwargs=dict(net_arch=[256, 256]),
                      action_noise=NormalActionNoise(np.zeros_like(high), 0.1 * high), seed=o.seed, device="cpu", verbose=0)
         model.policy_delay = 2  # actor (and targets) every 2 critic updates, as CleanRL's DDPG
-        start = time.perf_counter()
-        model.learn(total_timesteps=o.total_timesteps)
-        return {"train_sps": o.total_timesteps / (time.perf_counter() - start)}
+        return {"train_sps": o.total_timesteps / learn_seconds(model, o.total_timesteps)}
 
 
 def atari_side(side: str, o, threads: int) -> dict:
     """One run of ours (`ours`: SB3's Huber loss and clipping; `ours-mse`: CleanRL's) or SB3: CPU seconds of its loop."""
     import torch
 
-    start, wall = time.process_time(), time.perf_counter()
+    start = time.process_time()
     if side.startswith("ours"):
         import dqn
 
@@ -242,9 +237,9 @@ def atari_side(side: str, o, threads: int) -> dict:
                 tau=1.0, gamma=0.99, train_freq=4, gradient_steps=1, target_update_interval=1_000, exploration_fraction=0.1,
                 exploration_initial_eps=1.0, exploration_final_eps=0.01, max_grad_norm=10, optimize_memory_usage=False, seed=o.seed,
                 device="cpu", verbose=0)
-    start, wall = time.process_time(), time.perf_counter()
-    model.learn(total_timesteps=o.total_timesteps)
-    return {"loop_cpu_seconds": time.process_time() - start, "sps": o.total_timesteps / (time.perf_counter() - wall)}
+    start = time.process_time()
+    wall = learn_seconds(model, o.total_timesteps)
+    return {"loop_cpu_seconds": time.process_time() - start, "sps": o.total_timesteps / wall}
 
 
 # CleanRL's Atari script, unmodified, in its own Python: the first vector-env reset marks the start of its loop
@@ -273,11 +268,17 @@ dqn.main()
 """
 
 
-# ---- timing: a child process in CPU and wall seconds ----------------------------------------------
-def run_timed(cmd: list[str], cwd: str, env: dict, label: str) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run `cmd` to completion; (the finished process, CPU seconds, wall seconds). A failure exits with its stderr's tail.
-    The CPU time is this child's own (os.wait4's resource usage of that process), so two children timed at once
-    from two threads each get their own; CPU time is what a busy machine disturbs least."""
+# ---- timing: a side in this process (wall seconds of learn()), or a child process (CPU and wall seconds) ----
+def learn_seconds(model, steps: int) -> float:
+    start = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    return time.perf_counter() - start
+
+
+def run_timed(cmd: list[str], cwd: str, env: dict, label: str | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run `cmd` to completion; (the finished process, CPU seconds, wall seconds). With a label, a failure exits
+    with its stderr's tail. The CPU time is this child's own (os.wait4's resource usage of that process), so two
+    children timed at once from two threads each get their own; CPU time is what a busy machine disturbs least."""
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err, text=True)
@@ -287,7 +288,7 @@ def run_timed(cmd: list[str], cwd: str, env: dict, label: str) -> tuple[subproce
         out.seek(0)
         err.seek(0)
         done = subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
-    if done.returncode != 0:
+    if done.returncode != 0 and label:
         raise SystemExit(f"{label} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return done, usage.ru_utime + usage.ru_stime, wall
 
@@ -303,10 +304,6 @@ def rotated(sides: list, r: int) -> list:
     return sides[r % len(sides):] + sides[:r % len(sides)]
 
 
-def median(xs: list[float]) -> float:
-    return statistics.median(xs)
-
-
 def write(path: str | None, record: dict) -> None:
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -317,18 +314,6 @@ def machine(**extra) -> dict:
     import torch
 
     return {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__, **extra}
-
-
-def cli_flags(settings: dict) -> list[str]:
-    """A suite cell's settings as the script's command-line flags (booleans as --x / --no-x)."""
-    flags = []
-    for k, v in settings.items():
-        name = k.replace("_", "-")
-        if isinstance(v, bool):
-            flags.append(f"--{name}" if v else f"--no-{name}")
-        else:
-            flags += [f"--{name}", *map(str, v if isinstance(v, (list, tuple)) else [v])]
-    return flags
 
 
 # ---- each comparison's driver --------------------------------------------------------------------
@@ -394,10 +379,7 @@ def compare_ddpg(o) -> int:
                 else:
                     argv, extra = side_cmd(side, o, seed, side_threads=None if setting == "default" else int(setting)), env
                 with tempfile.TemporaryDirectory() as tmp:  # CleanRL writes runs/ into its working directory
-                    start = time.perf_counter()
-                    proc = subprocess.run(pin + argv, env={**os.environ, **extra}, cwd=tmp if side in CLEANRL else ROOT,
-                                          capture_output=True, text=True)
-                    wall = time.perf_counter() - start
+                    proc, _, wall = run_timed(pin + argv, tmp if side in CLEANRL else ROOT, {**os.environ, **extra})
                 r = {"side": side, "seed": seed, "setting": setting, "wall_s": round(wall, 2), "returncode": proc.returncode}
                 if proc.returncode != 0:
                     r["error"] = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
@@ -622,10 +604,7 @@ def device_run(spec: str, cell, device: str, o, scratch: Path) -> dict:
     cmd = [sys.executable, str(ROOT / "algos" / f"{cell.algo}.py"), "--env", cell.env, "--seed", "1", "--total-timesteps", str(o.total_timesteps),
            "--device", device, "--torch-threads", str(threads), "--eval-episodes", "1", "--eval-every", "0", "--no-progress",
            "--run-dir", str(run_dir), *cli_flags(settings)]
-    start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=str(ROOT), capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
-    wall = time.perf_counter() - start
+    done, _, wall = run_timed(cmd, str(ROOT), {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
     if done.returncode != 0:
         return {"cell": spec, "device": device, "error": done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
     rate, rows = sps_while_learning(run_dir, after)
