@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT / "algos"))
 sys.path.insert(0, str(ROOT))
 
 import a2c  # noqa: E402
+from common.normalize import ObsNormalizer, merge_moments  # noqa: E402
 from harness.run import evaluate as run_evaluate  # noqa: E402
 import probes  # noqa: E402
 from a2c import (  # noqa: E402
@@ -256,11 +257,11 @@ def test_image_torso_acts_in_torch_like_the_forward_and_starts_orthogonal(shared
 
 def test_running_statistics_match_the_moments_of_all_data_seen():
     x = np.random.default_rng(0).normal(size=(60, 3)) * 2 + 1
-    norm = a2c.ObsNormalizer(3)
+    norm = ObsNormalizer(3)
     mean, var, count = 0.0, 1.0, 1e-4  # the RewardScaler's numpy path
     for chunk in np.split(x, 6):
         norm.update(torch.as_tensor(chunk))
-        mean, var, count = a2c.merge_moments(mean, var, count, chunk)
+        mean, var, count = merge_moments(mean, var, count, chunk)
     for m, v in ((norm.mean.numpy(), norm.var.numpy()), (mean, var)):
         np.testing.assert_allclose(m, x.mean(0), atol=1e-4)
         np.testing.assert_allclose(v, x.var(0), atol=1e-4)  # population variance, not unbiased
