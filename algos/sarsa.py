@@ -8,41 +8,33 @@ Papers: Rummery & Niranjan 1994 (SARSA); the n-step, parallel-env form of Mnih e
 of the rollout is regressed on its forward-view n-step return, bootstrapped from
 Q(s_{t+n}, a_{t+n}) where a_{t+n} is the action the behaviour policy actually takes there (the
 first action of the next rollout; at a truncation, an action sampled at the true final
-observation). `--expected` bootstraps from the expectation of Q under the epsilon-greedy policy
-instead. `--n-steps 1` is one-step SARSA. One gradient step per rollout; the bootstrap values
-come from a target copy, synced every `target_every` env steps (`--no-target-network`: from the
-online network, as in the papers).
+observation); `--expected` bootstraps from the expectation of Q under the epsilon-greedy policy
+instead, and `--n-steps 1` is one-step SARSA. One gradient step per rollout; the bootstrap values
+come from a target copy, synced every `target_every` env steps.
 
 Deviations from the papers:
-- One process steps a vector env synchronously instead of asynchronous actor-learner threads.
-- Several workers under torchrun stay synchronous too: every update averages all workers'
-  gradients (harness.distributed) where the paper's threads update shared weights asynchronously.
-- Adam (learning rate decayed linearly to 0) instead of shared RMSprop; MSE loss; an MLP for
-  vector observations.
+- One process steps a vector env synchronously instead of asynchronous actor-learner threads, and
+  workers under torchrun average their gradients at every update (harness.distributed), where the
+  paper's threads update shared weights asynchronously.
+- Adam (learning rate decayed linearly to 0) instead of shared RMSprop; MSE loss; an MLP for vectors.
 - Truncated episodes bootstrap from the true final observation (the papers predate truncation).
 - A target network by default (a hard copy every 500 env steps, as n_step_q's), where the papers
-  bootstrap from the online network (`--no-target-network`). Without it, seeds 7 and 9 of 1-10 on
-  CartPole-v1 ended at a greedy 99.1 and 296.7 (seed 7's training return fell from ~150 at 50k
-  steps to ~70 and stayed there) and seeds 8 and 10 at 481.9 and 498.6; with it, all ten reach
-  500 (2026-11-25, `python algos/sarsa.py --seed S`, 2-core CPU; benchmarks suite `defaults`).
+  bootstrap from the online network (`--no-target-network`): bootstrapping from the network being
+  trained made some seeds collapse (benchmarks/results/n_step_sarsa.md has the runs).
 
-Pixels: the network's torso follows the observation (MLP for vectors, MinAtar's conv for MinAtar
-grids, the DQN paper's conv net for Atari's 84x84 frame stacks; common.pixels preprocesses Atari
-as that paper did). The rollout keeps images as uint8 and the network turns them into floats.
-Atari rewards are clipped to their sign for learning only, a lost life ends the training
-episode, and the logged returns are whole-game scores.
+Pixels: the torso follows the observation (MLP for vectors, MinAtar's conv, the DQN paper's conv
+net for Atari's 84x84 frame stacks, preprocessed by common.pixels as in that paper); the rollout
+keeps images as uint8. Atari rewards are clipped to their sign for learning only, a lost life
+ends the training episode, and the logged returns are whole-game scores.
 
 Run:
     python algos/sarsa.py --env CartPole-v1 --seed 1
-    python algos/sarsa.py --env Acrobot-v1 --seed 1 --n-steps 10 --target-every 1000   # eval -90 at 500k; the defaults fail there
+    python algos/sarsa.py --env Acrobot-v1 --seed 1 --n-steps 10 --target-every 1000   # benchmarks/results/n_step_sarsa.md
     torchrun --nproc-per-node 2 algos/sarsa.py --env CartPole-v1 --seed 1   # 2 workers, one network
     python algos/sarsa.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
 
-Uses from common (the algorithm parts): NetworkWrapper (online/optional target network, Adam,
-clipping, lr decay), n_step_returns, true_next_obs (the final observation at episode ends),
-pixels (Atari and MinAtar envs), torso (the network's feature layers), fastpath (the numpy
-greedy policy, checked against forward()). From harness (run plumbing): run (run folder,
-logging, evaluation, signals, checkpoints), distributed (torchrun workers).
+Uses from common (the algorithm parts): network, returns, autoreset, pixels, torso, fastpath; from
+harness: run (run flags and folder, logging, evaluation, signals, checkpoints, torchrun workers).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -50,7 +42,6 @@ from __future__ import annotations
 
 import functools
 import math
-import random
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -68,12 +59,11 @@ _HERE = Path(__file__).resolve().parent  # common/ and harness/ sit beside a cop
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
 from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
-from common.fastpath import checked, probe_batch  # noqa: E402
+from common.fastpath import checked, numpy_mlp  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.returns import n_step_returns  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
-from harness import distributed  # noqa: E402
-from harness.run import InputError, Run, Stopped, bad_input, flush_denormals, parse_args, record_first_episode  # noqa: E402
+from harness.run import InputError, Run, RunArgs, bad_input, check, parse_args, seed_all, setup, workers  # noqa: E402
 from harness.run import main as run_main  # noqa: E402
 
 ALGO = "sarsa"
@@ -81,43 +71,11 @@ ALGO = "sarsa"
 
 # 2. Arguments -----------------------------------------------------------------------------------
 @dataclass
-class Args:
+class Args(RunArgs):
     env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
     """gymnasium environment id (discrete actions; vectors, MinAtar/* or Atari ids such as ALE/Breakout-v5)"""
-    seed: int = 1
-    """seed of python, numpy, torch, the envs and the exploration (worker r of several: seed + r * num_envs)"""
-    total_timesteps: int = 500_000
-    """env steps to train for, summed over all envs of all workers"""
     num_envs: int = 8
     """parallel envs stepped together (per worker under torchrun)"""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    """where the networks and the rollout live (auto: cuda if available)"""
-    torch_threads: int = 1
-    """CPU threads for torch (small networks are fastest on 1)"""
-    track: bool = False
-    """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
-    tensorboard: bool = False
-    """also write TensorBoard scalars into <run folder>/tensorboard (needs the tensorboard extra)"""
-    wandb_project: str = "rl-reference"
-    """wandb project name"""
-    wandb_entity: Optional[str] = None
-    """wandb team or user"""
-    capture_video: bool = False
-    """record videos of evaluation episodes into <run folder>/videos"""
-    save_model: bool = False
-    """save the online network's state dict to <run folder>/model.pt"""
-    eval_every: int = 0
-    """env steps between greedy evaluations (0: only at the end)"""
-    eval_episodes: int = 10
-    """episodes per evaluation"""
-    run_dir: str = "runs"
-    """parent folder of the run folder"""
-    progress: bool = True
-    """print a progress line while training"""
-    checkpoint_every: int = 0
-    """env steps between checkpoints in the run folder (0: none; SIGTERM/SIGUSR1 write one anyway)"""
-    resume: Optional[str] = None
-    """run folder to continue from its last checkpoint, with its stored arguments (only the run length, evaluation and logging flags may change)"""
 
     n_steps: int = 5
     """env steps per env in a rollout; the first step's return looks n_steps ahead (1: one-step SARSA)"""
@@ -157,60 +115,25 @@ class Args:
     """map each bounded observation component from its [low, high] to [-1, 1] (vector envs; see common/pixels.py)"""
 
 
-def validate(args: Args) -> None:
-    """Raise InputError (one line, exit 2) naming the first bad value."""
-    checks = [
-        (args.total_timesteps > 0, f"--total-timesteps must be positive, got {args.total_timesteps}"),
-        (args.num_envs > 0, f"--num-envs must be positive, got {args.num_envs}"),
-        (args.n_steps > 0, f"--n-steps must be positive, got {args.n_steps}"),
-        (0.0 <= args.start_epsilon <= 1.0, f"--start-epsilon must be in [0, 1], got {args.start_epsilon}"),
-        (0.0 <= args.end_epsilon <= 1.0, f"--end-epsilon must be in [0, 1], got {args.end_epsilon}"),
-        (0.0 < args.exploration_fraction <= 1.0, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}"),
-        (args.target_every > 0, f"--target-every must be positive, got {args.target_every}"),
-        (args.learning_rate > 0, f"--learning-rate must be positive, got {args.learning_rate}"),
-        (args.optimizer_eps > 0, f"--optimizer-eps must be positive, got {args.optimizer_eps}"),
-        (0.0 <= args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}"),
-        (args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered), "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
-        (0.0 <= args.gamma <= 1.0, f"--gamma must be in [0, 1], got {args.gamma}"),
-        (args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {args.checkpoint_every}"),
-        (args.eval_every >= 0, f"--eval-every must be >= 0, got {args.eval_every}"),
-        (args.eval_episodes > 0, f"--eval-episodes must be positive, got {args.eval_episodes}"),
-        (args.torch_threads > 0, f"--torch-threads must be positive, got {args.torch_threads}"),
-        (all(h > 0 for h in args.hidden_sizes), f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
-        (args.clip_grad_norm is None or args.clip_grad_norm > 0, f"--clip-grad-norm must be positive, got {args.clip_grad_norm}"),
-        (args.device != "cuda" or torch.cuda.is_available(), "--device cuda was asked for but CUDA is not available"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise InputError(message)
-
-
 # 3. Environment ---------------------------------------------------------------------------------
-def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True, scale_obs: bool = False) -> gym.vector.VectorEnv:
-    """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"].
-
-    Pixel ids get their standard preprocessing (common.pixels); `training=False` plays whole
-    Atari games (evaluation), `training=True` ends an episode at each lost life; `scale_obs`
-    rescales bounded vector observations to [-1, 1]."""
-    with bad_input():  # an unknown id
-        pixels.kind(env_id)
-
-    def thunk(i: int) -> Callable[[], gym.Env]:
-        def make() -> gym.Env:
-            if video_dir is not None:
-                return record_first_episode(pixels.make(env_id, training, render_mode="rgb_array", scale_obs=scale_obs), video_dir, i)
+def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True,
+             scale_obs: bool = False) -> gym.vector.VectorEnv:
+    """Vector env with SAME_STEP autoreset (the true final observation is in infos["final_obs"]), made
+    by common.pixels.make (pixel preprocessing, `training`: a lost life ends an Atari episode)."""
+    def make(i: int) -> gym.Env:
+        if video_dir is None:
             return pixels.make(env_id, training, scale_obs=scale_obs)
+        from harness.extras import record_first_episode
 
-        return make
+        return record_first_episode(pixels.make(env_id, training, "rgb_array", scale_obs), video_dir, i)
 
-    with bad_input():  # an env that refuses the settings, or a missing env package
-        envs = gym.vector.SyncVectorEnv([thunk(i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
-    if not isinstance(envs.single_action_space, gym.spaces.Discrete):
-        envs.close()
-        raise InputError(f"{ALGO} needs a Discrete action space; {env_id} has {envs.single_action_space}")
-    if not isinstance(envs.single_observation_space, gym.spaces.Box):
-        envs.close()
-        raise InputError(f"{ALGO} needs a Box observation space; {env_id} has {envs.single_observation_space}")
+    with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
+        pixels.kind(env_id)
+        envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+    for space, kind in ((envs.single_action_space, gym.spaces.Discrete), (envs.single_observation_space, gym.spaces.Box)):
+        if not isinstance(space, kind):
+            envs.close()
+            raise InputError(f"{ALGO} needs a {kind.__name__} {'action' if kind is gym.spaces.Discrete else 'observation'} space; {env_id} has {space}")
     return envs
 
 
@@ -233,9 +156,8 @@ def linear_epsilon(start: float, end: float, duration: float, step: int) -> floa
     return start + (end - start) * min(1.0, step / duration)
 
 
-def select_actions(
-    greedy: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, epsilon: float, n_actions: int, rng: np.random.Generator
-) -> np.ndarray:
+def select_actions(greedy: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, epsilon: float,
+                   n_actions: int, rng: np.random.Generator) -> np.ndarray:
     """Epsilon-greedy actions [B]; the network is only run when some env acts greedily."""
     explore = rng.random(len(obs)) < epsilon  # [B]
     if explore.all():
@@ -246,22 +168,14 @@ def select_actions(
     return actions
 
 
-def next_actions(
-    greedy: Callable[[np.ndarray], np.ndarray],
-    next_obs: np.ndarray,
-    real_next_obs: np.ndarray,
-    truncated: np.ndarray,
-    epsilon: float,
-    n_actions: int,
-    rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The behaviour policy's next actions: (actions to take next [B], bootstrap actions [B]).
-
-    The action taken at `next_obs` is also the one the transition bootstraps from, except where
-    the episode was truncated: `next_obs` is then the new episode's first observation, and the
-    bootstrap action is sampled at the true final observation `real_next_obs` (never taken).
-    One batched forward covers both. Terminated rows do not bootstrap, so their action is moot.
-    """
+def next_actions(greedy: Callable[[np.ndarray], np.ndarray], next_obs: np.ndarray, real_next_obs: np.ndarray,
+                 truncated: np.ndarray, epsilon: float, n_actions: int, rng: np.random.Generator
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The behaviour policy's next actions: (actions to take next [B], bootstrap actions [B]). The
+    action taken at `next_obs` is also the one the transition bootstraps from, except where the
+    episode was truncated: `next_obs` is then the new episode's first observation, and the
+    bootstrap action is sampled at the true final observation `real_next_obs` (never taken). One
+    batched forward covers both. Terminated rows do not bootstrap, so their action is moot."""
     cut = np.flatnonzero(truncated)
     if len(cut) == 0:
         actions = select_actions(greedy, next_obs, epsilon, n_actions, rng)
@@ -273,27 +187,16 @@ def next_actions(
     return actions, bootstrap
 
 
-def sarsa_targets(
-    q_values: nn.Module,
-    rewards: torch.Tensor,
-    next_obs: torch.Tensor,
-    next_actions: torch.Tensor,
-    terminated: torch.Tensor,
-    truncated: torch.Tensor,
-    gamma: float,
-    expected: bool = False,
-    epsilon: torch.Tensor | None = None,
-    q_policy: nn.Module | None = None,
-) -> torch.Tensor:
-    """Forward-view n-step SARSA references [T, B] for a rollout of T steps.
-
-    next_values[t] = Q(s_{t+1}, a_{t+1}) at the true next observation `next_obs[t]` [T, B, *obs_shape]
-    and the behaviour policy's action there `next_actions[t]` [T, B]. Expected SARSA replaces it by
+def sarsa_targets(q_values: nn.Module, rewards: torch.Tensor, next_obs: torch.Tensor, next_actions: torch.Tensor,
+                  terminated: torch.Tensor, truncated: torch.Tensor, gamma: float, expected: bool = False,
+                  epsilon: torch.Tensor | None = None, q_policy: nn.Module | None = None) -> torch.Tensor:
+    """Forward-view n-step SARSA references [T, B] for a rollout of T steps: next_values[t] is
+    Q(s_{t+1}, a_{t+1}) at the true next observation `next_obs[t]` [T, B, *obs_shape] and the
+    behaviour policy's action there `next_actions[t]` [T, B]; Expected SARSA replaces it by
     sum_a pi(a | s_{t+1}) Q(s_{t+1}, a), pi epsilon-greedy (`epsilon` [T, 1] or [T, B], the value
     used when acting) on `q_policy` (default `q_values`). n_step_returns then sums rewards to the
     rollout's end (n = None: row t looks T - t steps ahead), stops at a termination and bootstraps
-    at a truncation.
-    """
+    at a truncation."""
     with torch.no_grad():
         flat_next_obs, lead = next_obs.flatten(0, 1), next_obs.shape[:2]  # convolutions take [N, C, H, W]
         next_q = q_values(flat_next_obs).unflatten(0, lead)  # [T, B, A]
@@ -309,118 +212,63 @@ def sarsa_targets(
     return n_step_returns(rewards, next_values, terminated, truncated, gamma, n=None)
 
 
-def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function.
-
-    Through `forward()`, except on CPU where a plain MLP (Linear and ReLU layers, no other
-    parameters) runs in numpy on zero-copy views of its parameters, which the optimizer and the
-    target sync update in place. At batch size 1 torch's dispatch (~3 us for each of ~8 ops)
-    costs more than the arithmetic; the numpy path is ~4x faster. It is used only while it gives
-    forward()'s Q-values on a probe batch (common.fastpath.checked): build the policy again after
-    loading weights.
-    """
-    def q_forward(obs: np.ndarray) -> np.ndarray:
-        x = torch.as_tensor(obs, device=device)
-        with torch.no_grad():
-            return q_net(x if x.dtype == torch.uint8 else x.float()).cpu().numpy()  # [B, A]
-
-    layers = list(getattr(q_net, "net", []))
-    linear = [m for m in layers if isinstance(m, nn.Linear)]
-    plain_mlp = bool(linear) and all(isinstance(m, (nn.Linear, nn.ReLU)) for m in layers) and len(list(q_net.parameters())) == 2 * len(linear)
-    q_numpy = None
-    if device.type == "cpu" and plain_mlp:
-        weights = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in linear]  # [in, out], [out]
-
-        def q_numpy(obs: np.ndarray) -> np.ndarray:
-            x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
-            for k, (w, b) in enumerate(weights):
-                x = x @ w + b
-                if k < len(weights) - 1:
-                    np.maximum(x, 0.0, out=x)
-            return x  # [B, A]
-
-    q_values = checked(q_numpy, q_forward, probe_batch((linear[0].in_features,)) if q_numpy else None, f"{ALGO} greedy policy")
-    return lambda obs: q_values(obs).argmax(1)
-
-
-def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
-    """Greedy policy from a `--save-model` file (state dict, loaded with weights_only=True)."""
-    envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
-    q_net = QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
-    envs.close()
-    q_net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
-    return greedy_policy(q_net.to(device).eval(), torch.device(device))
-
-
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
-    torch.set_num_threads(args.torch_threads)
-    world = distributed.init(device)  # torchrun workers; 1 (no process group) in a plain process
-    distributed.check_same(asdict(args))  # mismatched command lines fail here, on every worker
-    # worker r seeds env i with seed + r * num_envs + i: no two envs share a seed; rank 0 is the one-process run
-    seed = args.seed + distributed.rank() * args.num_envs
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)  # the network's init is overwritten by rank 0's anyway
+    device = setup(args)  # torch threads, seeds, device
+    dist = workers()  # harness.distributed under torchrun, a one-process stand-in otherwise
+    world = dist.init(device)  # 1 in a plain process
+    dist.check_same(asdict(args))  # mismatched command lines fail here, on every worker
+    # worker r's env i gets seed + r * num_envs + i: no two envs share a seed; rank 0 is the plain run
+    seed = args.seed + dist.rank() * args.num_envs
+    seed_all(seed)  # the network's init is overwritten by rank 0's anyway
     rng = np.random.default_rng(seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs, scale_obs=args.scale_obs)
     envs.action_space.seed(seed)
     envs.single_action_space.seed(seed)
     shape = obs_shape(envs.single_observation_space)  # images as they are, vectors flattened
-    n_actions = int(envs.single_action_space.n)
-    B = args.num_envs
+    n_actions, B, T = int(envs.single_action_space.n), args.num_envs, args.n_steps
     atari = pixels.kind(args.env_id) == "atari"
 
-    T = args.n_steps
     num_updates = math.ceil(args.total_timesteps / (T * B * world))  # each update: every worker's rollout
-
     q_net = NetworkWrapper(
         QNetwork(shape, n_actions, args.hidden_sizes), lr=args.learning_rate, optimizer=args.optimizer,
         eps=args.optimizer_eps, alpha=args.rmsprop_alpha, centered=args.rmsprop_centered,
         lr_lambda=(lambda update: 1.0 - update / num_updates) if args.anneal_lr else None,
-        clip_grad_norm=args.clip_grad_norm, target=args.target_network, device=device, workers=distributed,
+        clip_grad_norm=args.clip_grad_norm, target=args.target_network, device=device, workers=dist,
     )
     greedy = greedy_policy(q_net.online, device)
-    # the rollout, time-major [T, B]; rewritten in place every rollout; images stay uint8 (the network converts them)
-    obs_dtype = np.uint8 if is_image(shape) else np.float32
-    rollout_obs = np.zeros((T, B, *shape), dtype=obs_dtype)
-    rollout_next_obs = np.zeros((T, B, *shape), dtype=obs_dtype)  # true next observations
-    rollout_actions = np.zeros((T, B), dtype=np.int64)
-    rollout_rewards = np.zeros((T, B), dtype=np.float32)
-    rollout_terminated = np.zeros((T, B), dtype=bool)
-    rollout_truncated = np.zeros((T, B), dtype=bool)
-    rollout_next_actions = np.zeros((T, B), dtype=np.int64)  # behaviour actions at the true next observations
-    rollout_epsilon = np.zeros((T, 1), dtype=np.float32)
+    # the rollout, time-major [T, B], rewritten in place; images stay uint8 (the network converts them)
+    rollout_obs, rollout_next_obs = np.zeros((2, T, B, *shape), np.uint8 if is_image(shape) else np.float32)
+    rollout_actions, rollout_next_actions = np.zeros((2, T, B), dtype=np.int64)  # next: at the true next obs
+    rollout_rewards, rollout_epsilon = np.zeros((T, B), dtype=np.float32), np.zeros((T, 1), dtype=np.float32)
+    rollout_terminated, rollout_truncated = np.zeros((2, T, B), dtype=bool)
     eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs)
-    run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"], write=distributed.is_main())
+    run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon",
+                           "sps", "eval_return", "eval_return_std"], write=dist.is_main())
     if run.write:
-        workers = f" x {world} workers" if world > 1 else ""
-        print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}{workers}; run folder {run.path}", flush=True)
+        many = f" x {world} workers" if world > 1 else ""
+        print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}{many}; run folder {run.path}", flush=True)
 
     def to_device(x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(x).to(device)  # zero-copy on CPU
 
     global_step = 0
-    state = run.restore(envs)  # None for a new run; generators, envs and running episodes are already restored
+    state = run.restore(envs)  # None for a new run; the generators, envs and running episodes come back
     if state is None:
         obs, _ = envs.reset(seed=seed)
         epsilon = args.start_epsilon
-        actions = select_actions(greedy, obs.reshape(B, *shape), epsilon, n_actions, rng)
     else:
         q_net.load_state_dict(state["q_net"])
         greedy = greedy_policy(q_net.online, device)  # the fast path checked again, on the loaded weights
         rng.bit_generator.state = state["rng"]
         actions, epsilon = state["actions"], state["epsilon"]
         obs, global_step = state["obs"], state["global_step"]
-        if run.env_note != "restored":  # the envs started new episodes: choose their first actions
-            actions = select_actions(greedy, obs.reshape(B, *shape), epsilon, n_actions, rng)
     obs = obs.reshape(B, *shape)
-    error, completed, eval_returns, train_seconds = None, False, np.array([]), 0.0
-    flush_before = flush_denormals()  # subnormals become 0 (x86 is ~100x slower on them); the caller's setting comes back in `finally`
-    try:
+    if run.env_note != "restored":  # a new run, or envs restarted on resume: choose their first actions
+        actions = select_actions(greedy, obs, epsilon, n_actions, rng)
+    with run.training(envs):
         while global_step < args.total_timesteps:
             rollout_start = global_step
             for t in range(T):
@@ -469,34 +317,52 @@ def train(args: Args) -> dict:
             if args.eval_every and global_step // args.eval_every > rollout_start // args.eval_every and global_step < args.total_timesteps:
                 run.evaluate(greedy, eval_envs, global_step)
             if run.checkpoint_due(rollout_start, global_step):  # at a rollout's end: everything the next rollout depends on
-                run.save_checkpoint(global_step, envs, obs, {
-                    "q_net": q_net.state_dict(), "rng": rng.bit_generator.state,
-                    "actions": actions, "epsilon": epsilon,
-                })
+                run.save_checkpoint(global_step, envs, obs, {"q_net": q_net.state_dict(), "rng": rng.bit_generator.state,
+                                                             "actions": actions, "epsilon": epsilon})
             if global_step >= run.next_check:
                 run.progress(global_step)
-        train_seconds = run.elapsed()
-        eval_returns, error = run.final_evaluation(greedy, eval_envs, global_step)  # rank 0 evaluates for all workers
-        completed = True
-    except (KeyboardInterrupt, Stopped, FloatingPointError, distributed.WorkerError) as e:
-        error = run.stopped(e, global_step)
-    except Exception as e:  # a bug: metrics.csv and summary.json keep the error, then the traceback
-        run.crashed(e, global_step)
-        raise
-    finally:
-        envs.close()
-        torch.set_flush_denormal(flush_before)
-    if args.save_model and run.write and (completed or error in ("interrupted", "preempted")):  # a NaN model is not worth keeping
-        torch.save(q_net.online.state_dict(), run.path / "model.pt")
-    summary = run.summary(global_step, train_seconds or run.elapsed(), eval_returns, world_size=world,
-                          device=str(device), completed=completed, error=error, updates=q_net.updates)
-    return run.finish(summary, global_step)
+        run.final_evaluation(greedy, eval_envs, global_step)  # rank 0 evaluates for all workers
+    return run.finish(global_step, model=q_net.online, world_size=world, device=str(device), updates=q_net.updates)
 
 
-def main(args: Args) -> int:
-    """Exit status: 0 done, 1 stopped by a NaN loss, a lost worker or a failed final evaluation, 2 bad input,
-    75 stopped by SIGTERM/SIGUSR1 after a checkpoint, 130 interrupted."""
-    return run_main(ALGO, train, args)
+main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
+
+
+# Acting, checks and saved policies ---------------------------------------------------------------
+def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function: through `forward()`, or
+    on CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath;
+    at a batch of a few envs, torch's per-op dispatch costs more than the arithmetic). Build it
+    again after loading weights."""
+    def q_forward(obs: np.ndarray) -> np.ndarray:
+        x = torch.as_tensor(obs, device=device)
+        with torch.no_grad():
+            return q_net(x if x.dtype == torch.uint8 else x.float()).cpu().numpy()  # [B, A]
+
+    q_values = checked(numpy_mlp(list(getattr(q_net, "net", [])), device, q_net), q_forward, f"{ALGO} greedy policy")
+    return lambda obs: q_values(obs).argmax(1)
+
+
+def validate(args: Args) -> None:
+    """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
+    make_env(args.env_id, 1, scale_obs=args.scale_obs).close()  # an unknown id, the wrong action space
+    check(args, positive=("n_steps", "target_every", "learning_rate", "optimizer_eps", "clip_grad_norm"),
+          fractions=("start_epsilon", "end_epsilon", "gamma"), conditions=[
+        (0.0 < args.exploration_fraction <= 1.0, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}"),
+        (0.0 <= args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}"),
+        (args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered),
+         "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
+        (all(h > 0 for h in args.hidden_sizes), f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
+    ])
+
+
+def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
+    """Greedy policy from a `--save-model` file (state dict, loaded with weights_only=True), for evaluate.py."""
+    envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
+    q_net = QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
+    envs.close()
+    q_net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
+    return greedy_policy(q_net.to(device).eval(), torch.device(device))
 
 
 # 7. Entry point ---------------------------------------------------------------------------------
