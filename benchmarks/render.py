@@ -34,7 +34,6 @@ def fmt_eval(xs: list[float]) -> str:
     return text
 
 
-
 def fmt_ms(xs: list[float], digits: int = 1) -> str:
     if not xs:
         return "-"
@@ -260,14 +259,9 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
         all_runs += list(runs.values())
         summaries = [r["summary"] for r in j.shown.values()]
         counts[j.verdict] += 1
-        cell_refs = []
-        for rid in cell.references:
-            if rid not in refs:
-                cell_refs.append(f"unknown reference {rid}")
-                continue
-            if rid not in ref_ids:
-                ref_ids.append(rid)
-            cell_refs.append(f"{ref_label(refs[rid])} [{ref_ids.index(rid) + 1}]")
+        ref_ids += [rid for rid in cell.references if rid in refs and rid not in ref_ids]
+        cell_refs = [f"{ref_label(refs[rid])} [{ref_ids.index(rid) + 1}]" if rid in refs else f"unknown reference {rid}"
+                     for rid in cell.references]
         walls = [r["summary"]["wall_seconds"] for r in runs.values() if r["status"] == "ok"]
         measured_seconds += sum(walls)
         if walls:
@@ -285,8 +279,7 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
         evals = [s["eval_return_mean"] for s in summaries]
         last100 = ""
         if any(refs.get(rid, {}).get("convention") == "train100" for rid in cell.references):  # the reference's own convention beside ours
-            shown = [r for seed, r in sorted(j.shown.items())]
-            values = [x for x in (train_last(r["dir"], 100) for r in shown) if x is not None]
+            values = [x for x in (train_last(r["dir"], 100) for _, r in sorted(j.shown.items())) if x is not None]
             last100 = f"<br>last 100: {fmt_ms(values)}" if values else ""
         stale_ok = len([r for r in runs.values() if r["status"] == "ok" and r.get("stale")])
         table.append(
@@ -301,15 +294,14 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
             s = r.get("summary") or {}
             err = str(r.get("error") or "").replace("|", "\\|")[:200]
             rel = r["dir"].relative_to(out_dir)
-            ev = s.get("eval_return_mean")
-            tr = s.get("train_return_last10")
+            ev, tr = (fmt_ms([s[k]] if s.get(k) is not None else []) for k in ("eval_return_mean", "train_return_last10"))
             code = short_commit(recorded_state(r)) if r["status"] in ("ok", "failed") else "-"
             if r.get("stale"):
                 code = f"**stale**: {r['stale']}"
             elif r.get("current_by"):
                 code += f": {r['current_by']}"
-            details.append(f"| {cell.algo} | {cell.env} | {seed} | {r['status']} | {'-' if ev is None else f'{ev:.1f}'} | "
-                           f"{'-' if tr is None else f'{tr:.1f}'} | {s.get('sps', '-')} | {s.get('wall_seconds', '-')} | "
+            details.append(f"| {cell.algo} | {cell.env} | {seed} | {r['status']} | {ev} | {tr} | {s.get('sps', '-')} | "
+                           f"{s.get('wall_seconds', '-')} | "
                            f"{code.replace('|', chr(92) + '|')} | {err or '-'} | [{rel.name}]({rel.as_posix()}) |")
             if r["status"] != "ok":
                 failures.append((cell, seed, r))

@@ -5,23 +5,10 @@ the README's result tables.
     python benchmarks/report.py --suite classic --algos dqn --envs CartPole-v1 --results-dir my_results
     python benchmarks/report.py --readme        # rewrite the README's result tables from the committed runs
 
-Per cell: the final greedy eval return as the mean over seeds with a bootstrap 95% confidence
-interval, the std, from 5 seeds on the interquartile mean with its own interval, and how many
-seeds reach the threshold; the mean of the last 10 training episodes (mean +- std over seeds);
-steps/s and wall time per run; the published references beside them; and a verdict against the
-cell's threshold: PASS, or FAIL with the reason (below the threshold, a run that crashed or whose
-final evaluation failed, script missing), partial (fewer than 5 current seeds finished, or seeds
-still to run), stale (runs made with other code). Cells without a threshold get no verdict.
-
-A run counts only when it is current: it ran with the cell's settings (its settings hash), on a
-clean commit whose files that decide its numbers (its script and the common/ and harness/ files
-the script imports, transitively) are the same as today's (HEAD's), or an equivalence check
-(benchmarks/equivalence.py) showed that its commit's files give the same metrics as today's for
-that cell. Every other run is stale: the report shows its commit and the files changed since (or
-"dirty tree"). Smoke tries (`--total-timesteps`) never count. Listed are the cells with runs and
-the cells selected with --algos / --envs. Also: per-run details with errors, the speed
-comparison (benchmarks/results/speed/, from benchmarks/speed.py), and the machine and package
-versions the runs ran on.
+Per cell: the final greedy evaluation over seeds (mean with a bootstrap 95% CI, std, IQM), the
+training return, speed, the published references and a verdict against the threshold, from the
+current runs only (stale ones: made with other code; see selection.py). Also every run, the
+speed comparison (results/speed/) and the machines. Details: benchmarks/README.md.
 """
 
 from __future__ import annotations
