@@ -8,13 +8,10 @@
     python benchmarks/speed.py minatar --peer PATH/dqn.py --frames 105000 --repeats 2
     python benchmarks/speed.py devices --steps 20000 --out benchmarks/results/speed/speed_devices_raw.json
 
-Each comparison is a row of COMPARISONS: the sides (ours and each peer) and how each runs with
-matched settings, the timing method, the figure it reports, its default and --quick flags, and
-the raw JSON file it writes. The sides alternate (in an order rotated per repeat) so that a slow
-spell on a shared machine hits all of them; only the ratio within one invocation means anything.
-Without a comparison name the tool runs the collected ones one after another (never in parallel),
-each as `python benchmarks/speed.py NAME ...`, keeps its output in <out>/<name>.log and writes
-<out>/<name>.json (command, exit status, closing lines, the ratios in them), which every report shows.
+Each comparison is a row of COMPARISONS. The sides alternate (in an order rotated per repeat) so
+that a slow spell on a shared machine hits all of them; only the ratio within one invocation means
+anything. Alone, the tool runs the collected ones one after another (never in parallel) into
+<out>/<name>.log and <out>/<name>.json, which every report shows.
 
 Peers that are not this project's (CleanRL's scripts, MinAtar's examples/dqn.py) run unmodified
 from a checkout given by path, in their own Python where they need one. CleanRL needs gymnasium 0.29:
@@ -317,39 +314,35 @@ def machine(**extra) -> dict:
 
 
 # ---- each comparison's driver --------------------------------------------------------------------
-def compare_dqn(o) -> int:
+def compare_in_process(o) -> int:
+    """dqn and a2c: ours and SB3 alternating in this process."""
     import torch
 
-    o.threads = int(o.threads[0])
+    dqn, o.threads = o.comparison == "dqn", int(o.threads[0])
     results = {"ours": [], "sb3": []}
     for r in range(o.repeats):
         for name in results:
-            res = dqn_side(name, o)
+            if dqn:
+                res = dqn_side(name, o)
+                print(f"run {r + 1}/{o.repeats} {name:>4}: {res['sps']:>8,.0f} steps/s  {res['wall_seconds']:7.1f} s  "
+                      f"eval {res['eval_return_mean']:.1f}", flush=True)
+            else:
+                res = a2c_side(name, o, o.seed + r)
+                print(f"repeat {r + 1}: {name:4} {res:,.0f} steps/s", flush=True)
             results[name].append(res)
-            print(f"run {r + 1}/{o.repeats} {name:>4}: {res['sps']:>8,.0f} steps/s  {res['wall_seconds']:7.1f} s  "
-                  f"eval {res['eval_return_mean']:.1f}", flush=True)
+    if not dqn:
+        med = {k: median(v) for k, v in results.items()}
+        print(f"\nA2C CartPole-v1, 8 envs, n_steps 5, {o.total_timesteps:,} steps x {o.repeats} (torch {torch.__version__})")
+        for k, v in results.items():
+            print(f"{k:>5}: median {med[k]:8,.0f} steps/s  runs {', '.join(f'{x:,.0f}' for x in v)}")
+        print(f"ratio ours/sb3: {med['ours'] / med['sb3']:.2f}x")
+        return 0
     mean = {k: sum(x["sps"] for x in v) / len(v) for k, v in results.items()}
     ratio = mean["ours"] / mean["sb3"]
     print(f"DQN CartPole-v1 {o.total_timesteps:,} steps, {o.threads} torch thread(s): ours {mean['ours']:,.0f} steps/s, "
           f"SB3 {mean['sb3']:,.0f} steps/s, ratio {ratio:.2f}x")
     settings = {k: getattr(o, k) for k in ("total_timesteps", "seed", "repeats", "threads", "learning_starts", "out")}
     write(o.out, {"settings": settings, "results": results, "mean_sps": mean, "ratio": ratio, "torch": torch.__version__})
-    return 0
-
-
-def compare_a2c(o) -> int:
-    import torch
-
-    results: dict[str, list[float]] = {"ours": [], "sb3": []}
-    for r in range(o.repeats):
-        for name in results:
-            results[name].append(a2c_side(name, o, o.seed + r))
-            print(f"repeat {r + 1}: {name:4} {results[name][-1]:,.0f} steps/s", flush=True)
-    med = {k: median(v) for k, v in results.items()}
-    print(f"\nA2C CartPole-v1, 8 envs, n_steps 5, {o.total_timesteps:,} steps x {o.repeats} (torch {torch.__version__})")
-    for k, v in results.items():
-        print(f"{k:>5}: median {med[k]:8,.0f} steps/s  runs {', '.join(f'{x:,.0f}' for x in v)}")
-    print(f"ratio ours/sb3: {med['ours'] / med['sb3']:.2f}x")
     return 0
 
 
@@ -366,10 +359,8 @@ def compare_ddpg(o) -> int:
     for k in range(o.repeats):
         seed = o.seed + k
         for setting in o.threads:
-            env = dict(ONE_THREAD_ENV) if setting == "1" else {}
-            if setting != "default":
-                env.setdefault("OMP_NUM_THREADS", setting)
-                env.setdefault("MKL_NUM_THREADS", setting)
+            env = (ONE_THREAD_ENV if setting == "1" else {} if setting == "default"
+                   else {"OMP_NUM_THREADS": setting, "MKL_NUM_THREADS": setting})
             pin = ["taskset", "-c", "0"] if setting == "1" else []
             for side in rotated(sides, k):
                 if side in CLEANRL:
@@ -660,7 +651,7 @@ def compare_devices(o) -> int:
     return 0
 
 
-DRIVERS = {"dqn": compare_dqn, "a2c": compare_a2c, "ddpg": compare_ddpg, "dqn-atari": compare_dqn_atari,
+DRIVERS = {"dqn": compare_in_process, "a2c": compare_in_process, "ddpg": compare_ddpg, "dqn-atari": compare_dqn_atari,
            "minatar": compare_minatar, "devices": compare_devices}
 
 
