@@ -30,9 +30,11 @@ def add_slurm_flags(p: argparse.ArgumentParser) -> None:
                        help="slurm; or local/debug: the same tasks as local processes through submitit, to try the SLURM path without a cluster")
 
 
-def slurm_flags_error(a: argparse.Namespace) -> str | None:
-    if a.time_limit < 1 or a.cpus_per_task < 1:
-        return f"--time-limit and --cpus-per-task must be >= 1, got {a.time_limit} and {a.cpus_per_task}"
+def flags_error(a: argparse.Namespace, **least) -> str | None:
+    """The first of the named flags below its least value (unset ones pass), or of the SLURM flags' errors."""
+    for name, low in {**least, "time_limit": 1, "cpus_per_task": 1}.items():
+        if getattr(a, name) is not None and getattr(a, name) < low:
+            return f"--{name.replace('_', '-')} must be >= {low}, got {getattr(a, name)}"
     if any("=" not in x for x in a.slurm_option):
         return f"--slurm-option takes KEY=VALUE, got {next(x for x in a.slurm_option if '=' not in x)!r}"
     return None

@@ -1,20 +1,10 @@
 """SLURM for run.py and tune.py, through submitit (pip install -r benchmarks/requirements-cluster.txt).
 
-A run of a suite is one task of a SLURM job array: `CellTask` starts the same child process as
-the local backend (job.Job: `python benchmarks/job.py spec.json`) and waits for it.
-Near the task's time limit, or when the cluster preempts it, submitit sends the task SIGUSR2
-(`--signal=USR2@90`) and calls `CellTask.checkpoint`: it sends the run SIGUSR1 (the script
-writes a checkpoint at its next step boundary and exits 75) and requeues the task, which then
-resumes the run from that checkpoint. A requeued task whose run has finished returns its result
-without running anything; a run killed outright goes on from its last `--checkpoint-every`
-checkpoint.
-
-A worker of a tuning study is one array task too (`StudyTask`, running the function tune.py
-hands it); on a time limit or a preemption it stops the trial's run, is requeued, and its
-trial's parameters are tried again.
-
-The SLURM backend of the command-line tools: it imports the core (job.py, suite.py), never a tool.
-
+A run of a suite is one task of a SLURM job array (`CellTask`: the same child process as the local
+backend). Near the task's time limit, or when the cluster preempts it, submitit sends SIGUSR2
+(`--signal=USR2@90`) and calls `checkpoint`: the run is asked for a checkpoint (SIGUSR1) and the
+task requeued to resume it. A tuning worker is one array task too (`StudyTask`); requeued, it tries
+its interrupted trial's parameters again. It imports the core (job.py, suite.py), never a tool.
 submitit's `local` and `debug` executors run the same tasks without SLURM (`--submitit-cluster`),
 so the SLURM path can be tried, and is tested, on any machine.
 """
@@ -127,6 +117,28 @@ def _failure(sj) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:300] if e else f"submitit state {sj.state}"
 
 
+def cancel(jobs: list) -> None:
+    """Cancel submitit jobs (Ctrl-C); one line for each that could not be."""
+    for sj in jobs:
+        try:
+            sj.cancel(check=False)
+        except Exception:  # noqa: BLE001 - cancel what can be cancelled, say what could not
+            print(f"  could not cancel {sj.job_id}: {traceback.format_exc().splitlines()[-1]}", file=sys.stderr)
+
+
+def wait_for(jobs: list, poll: float) -> None:
+    """Until every tuning worker's job has ended (Ctrl-C cancels them); a worker that failed is one line."""
+    try:
+        while not all(j.done() for j in jobs):
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        cancel(jobs)
+        raise
+    for j in jobs:
+        if j.exception() is not None:
+            print(f"worker {j.job_id} failed: {_failure(j)} (log: {j.paths.stderr})", flush=True)
+
+
 def run_jobs(suite: str, todo: list[Job], a) -> list[tuple[Job, dict]] | None:
     """Run run.py's selected runs as submitit tasks and wait for them; (job, result) per run, None if interrupted."""
     if not todo:
@@ -171,11 +183,6 @@ def run_jobs(suite: str, todo: list[Job], a) -> list[tuple[Job, dict]] | None:
             time.sleep(poll)
     except KeyboardInterrupt:
         print("\ninterrupted: cancelling the tasks (runs that wrote a checkpoint resume from it next time)", flush=True)
-        for i, sj in submitted.items():
-            if i not in done:
-                try:
-                    sj.cancel(check=False)
-                except Exception:  # noqa: BLE001 - cancel what can be cancelled, say what could not
-                    print(f"  could not cancel {sj.job_id}: {traceback.format_exc().splitlines()[-1]}", file=sys.stderr)
+        cancel([sj for i, sj in submitted.items() if i not in done])
         return None
     return finished

@@ -4,49 +4,15 @@
     python benchmarks/tune.py --suite classic --algo a2c --env MountainCar-v0 --trials 200 --workers 20 \\
         --backend slurm --partition cpu --time-limit 120
 
-A trial runs the cell (its env, its budget in env steps, its evaluation period, its settings)
-with some of the script's `Args` replaced by values drawn from the algorithm's search space
-(SPACES below, or `--space FILE`), once per seed of `--seeds`. Its objective is the mean over
-those seeds of the final greedy evaluation (summary.json's eval_return_mean). The default seeds
-(1001-1003) are not the suite's, so that the suite's runs are not the ones the settings were
-picked on.
-
-Each seed is the runner's child process (`python benchmarks/job.py spec.json`), one after
-another. The scripts have no callback for a tuner, so the tuner reads the evaluations from the
-run's metrics.csv as they are written (every `eval_every` steps; the script flushes the file
-every few seconds) and reports to Optuna, at each evaluation point, the mean over the seeds run
-so far of their return at that point. Optuna's step is the evaluation's index (seed index x
-(evaluations per seed) + the evaluation's index in its run), never its env step: a run evaluates
-at the end of the rollout that passes each multiple of `eval_every`, so trials whose rollouts
-differ in size (num_envs x n_steps) evaluate at different env steps, and Optuna compares trials
-only at equal steps. Optuna's median rule prunes a trial that falls below the median
-of the earlier trials at the same step, once `--prune-after` trials have finished and past the
-first half of the first seed (never at the last seed's final evaluation, which is the objective
-itself); the pruned run is killed.
-
-Optuna keeps the study: the trials, their values and attributes live in its JournalStorage file,
-<study-dir>/journal.log, appended to under a file lock by every worker (`--workers N` local
-processes, N SLURM tasks with `--backend slurm`, or tune.py commands started by hand); nothing
-of ours keeps trials beside it. The same command again continues the study up to `--trials`
-trials in all and rewrites the table; it refuses a changed space, seed list or cell, except for
-the cell's values of searched parameters (every trial overrides those), so a cell that took a
-study's best settings can still continue that study. Queued settings are Optuna's enqueued
-trials: the cell's current settings first (again whenever they change; not counted in
-`--trials`, never pruned), the baseline a settings line must beat. A trial stopped before its end
-(a SLURM time limit or preemption: the requeued worker; Ctrl-C or SIGTERM, which stop tune.py,
-its local workers and their runs, or its SLURM tasks: the next command) is failed and queued
-again by Optuna's RetryHeartbeatStaleTrialCallback, which records the trial it retries; the
-journal file has no heartbeat, so tune.py calls it for the trials it knows were stopped.
-
-Output: <study-dir>/STUDY.md, a function of the storage: the cell, the objective, the search
-space, the commands, every trial (state, objective, each seed's evaluation, parameters), the
-best trial, and, where it scores above the cell's current settings on the same seeds, its
-settings as a line to paste into the cell in suites.toml. The trials' run folders are in
-<study-dir>/trials/. The default study dir is runs/tuning/<suite>__<algo>__<env>/, which git
-ignores; a study meant to be kept goes to benchmarks/results/tuning/ with --study-dir.
-
-Smoke tries: `--total-timesteps N` trains each seed for N env steps instead of the cell's budget
-(its own study, `__steps<N>`); its runs are marked not comparable, and it offers no settings line.
+A trial runs the cell with some `Args` drawn from the search space (spaces.toml, or `--space FILE`),
+once per seed of `--seeds` (default 1001-1003, not the suite's: the suite's runs are not the ones the
+settings were picked on), each seed the runner's child process; its objective is the mean final greedy
+evaluation. The scripts have no callback for a tuner, so the evaluations are read from metrics.csv as
+they are written and reported to Optuna's median pruner. The study lives in Optuna's JournalStorage,
+<study-dir>/journal.log, shared by every worker; the same command continues it. The cell's current
+settings run first as the baseline a settings line must beat; a trial stopped before its end is
+retried by Optuna's RetryHeartbeatStaleTrialCallback. Output: <study-dir>/STUDY.md, with a settings
+line for suites.toml where the best trial beats the baseline. Details: benchmarks/README.md.
 
 Exit status: 0 done; 1 no searched trial completed; 2 bad input (one line); 130 interrupted (Ctrl-C or SIGTERM).
 """
@@ -71,7 +37,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli import OneLineParser, add_slurm_flags, slurm_flags_error  # noqa: E402
+from cli import OneLineParser, add_slurm_flags, flags_error  # noqa: E402
 from job import Job, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
 from suite import ROOT, SUITES_FILE, Cell, load_suite, load_suites, metrics_file  # noqa: E402
@@ -358,20 +324,6 @@ def _work_process(config: dict, worker: int) -> None:  # a local worker process
             pass
 
 
-def wait_for(jobs: list, poll: float) -> None:
-    """Until every submitit job has ended (Ctrl-C cancels them); a worker that failed is one line."""
-    try:
-        while not all(j.done() for j in jobs):
-            time.sleep(poll)
-    except KeyboardInterrupt:
-        for j in jobs:
-            j.cancel(check=False)
-        raise
-    for j in jobs:
-        if j.exception() is not None:
-            print(f"worker {j.job_id} failed: {str(j.exception()).strip().splitlines()[0]} (log: {j.paths.stderr})", flush=True)
-
-
 # --- the table ----------------------------------------------------------------------------------
 def fmt(x, digits: int = 1) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
@@ -491,15 +443,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
     add_slurm_flags(p)
     a = p.parse_args(argv)
 
-    if a.trials < 1:
-        raise BadInput(f"--trials must be >= 1, got {a.trials}")
-    if a.workers < 1:
-        raise BadInput(f"--workers must be >= 1, got {a.workers}")
-    if a.total_timesteps is not None and a.total_timesteps < 1:
-        raise BadInput(f"--total-timesteps must be >= 1, got {a.total_timesteps}")
     if len(set(a.seeds)) != len(a.seeds):
         raise BadInput(f"--seeds has repeats: {a.seeds}")
-    error = slurm_flags_error(a)
+    error = flags_error(a, trials=1, workers=1, total_timesteps=1)
     if error:
         raise BadInput(error)
     try:
@@ -586,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
                 tasks = [cluster.StudyTask(tune.work, config, w) for w in range(min(a.workers, todo))]
                 jobs = executor.submit_array(tasks) if a.submitit_cluster == "slurm" else [executor.submit(t) for t in tasks]
                 print(f"submitted {len(jobs)} workers ({jobs[0].job_id.split('_')[0]}); submitit files: {executor.folder}", flush=True)
-                wait_for(jobs, poll=5.0 if a.submitit_cluster == "slurm" else 0.5)
+                cluster.wait_for(jobs, poll=5.0 if a.submitit_cluster == "slurm" else 0.5)
                 jobs.clear()
                 gc.collect()  # submitit's jobs sit in reference cycles: collected now, not at interpreter exit, where their __del__ fails
             elif todo > 0 and a.workers == 1:
