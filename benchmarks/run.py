@@ -7,29 +7,13 @@
     python benchmarks/run.py --suite classic --algos dqn --envs CartPole-v1 --results-dir my_results   # into a new folder
     python benchmarks/run.py --suite classic --backend slurm --partition cpu --time-limit 60 --workers 32 --checkpoint-every 50000
 
-Every run is `python benchmarks/job.py <spec.json>` in a fresh process, which imports
-algos/<algo>.py and calls `train(Args(...))` with the cell's settings; its output goes to log.txt
-and its outcome to result.json in the run folder (layout in benchmarks/suite.py), with the commit
-it ran on and whether algos/, common/ or harness/ had uncommitted changes. A run whose final
-evaluation failed (no eval_return_mean) is failed.
-
-Smoke tries: `--total-timesteps N` runs each selected cell on a budget of N env steps instead of
-its own (evaluation period shrunk in proportion), into runs/smoke/ unless --results-dir says
-otherwise; such runs are marked not comparable (result.json) and no report counts them.
-
-Backends: `local` (the default) keeps `--workers` runs going as local processes; `slurm` hands
-each run to a SLURM job array through submitit (benchmarks/cluster.py: one run per array task,
-`--workers` tasks at a time), which starts the same child process on a compute node, and waits
-for the array. Both write the same run folders, so report.py reads them alike.
-
-Resume: a run whose result.json says "ok" for the same settings hash is not run again. A run
-that was stopped (Ctrl-C, SIGTERM, a SLURM time limit or preemption) or killed after writing a
-checkpoint goes on from that checkpoint (the script's `--resume`), which gives the same
-metrics and evaluation as a run that was never stopped; `--checkpoint-every N` has every run
-write one every N env steps (SIGTERM and SIGUSR1 write one anyway). A run without a checkpoint
-starts over. A failed run is kept and reported; it is run again, from the start, only with
---retry-failed (a deterministic failure would only fail again). --force runs everything
-selected again from the start.
+Every run is `python benchmarks/job.py <spec.json>` in a fresh process (import algos/<algo>.py,
+`train(Args(...))` with the cell's settings): log.txt and result.json in its run folder, with the
+commit it ran on. Backends: `local` keeps `--workers` runs going as local processes; `slurm` hands
+each run to a SLURM job array through submitit (cluster.py). A run ok for the same settings hash is
+skipped; a stopped one resumes from its checkpoint; a failed one is kept, and run again only with
+--retry-failed (a deterministic failure would only fail again). `--total-timesteps N`: a smoke try,
+into runs/smoke/, that no report counts. Details: benchmarks/README.md.
 
 Exit status: 0 when every selected run is ok; 1 when any failed, or its script is missing;
 2 bad input (one line); 130 interrupted (Ctrl-C, or SIGTERM to the runner, which passes it on to
@@ -47,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli import OneLineParser, add_slurm_flags, slurm_flags_error  # noqa: E402
+from cli import OneLineParser, add_slurm_flags, flags_error  # noqa: E402
 from job import Job, fmt_time, print_end, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
 from suite import RESULTS_DIR, ROOT, SUITES_FILE, Cell, load_suite, read_result, script_path  # noqa: E402
@@ -101,17 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     add_slurm_flags(p)
     a = p.parse_args(argv)
     a.results_dir = a.results_dir or str(SMOKE_DIR if a.total_timesteps else RESULTS_DIR)
-    error = None
-    if not a.suite:
-        error = "--suite is required"
-    elif a.workers < 1:
-        error = f"--workers must be >= 1, got {a.workers}"
-    elif a.checkpoint_every < 0:
-        error = f"--checkpoint-every must be >= 0, got {a.checkpoint_every}"
-    elif a.total_timesteps is not None and a.total_timesteps < 1:
-        error = f"--total-timesteps must be >= 1, got {a.total_timesteps}"
-    else:
-        error = slurm_flags_error(a)
+    error = flags_error(a, workers=1, checkpoint_every=0, total_timesteps=1) if a.suite else "--suite is required"
     if error:
         print(f"run: error: {error}", file=sys.stderr)
         return 2
