@@ -72,15 +72,9 @@ def mark_stale(cell: Cell, runs: dict[int, dict], checker: Checker) -> None:
 
 def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
     """('PASS' | 'FAIL' | 'partial' | 'stale' | 'n/a', reason), from the current runs (those whose
-    `stale` is not set).
-
-    FAIL on what the current finished runs show: a crash (or a failed final evaluation), a seed
-    below an "all" threshold, or, with every seed run and at least VERDICT_SEEDS of them, a mean
-    below the threshold. Otherwise a cell with runs on other code is 'stale'; one with seeds
-    still to run, or fewer than VERDICT_SEEDS finished, is 'partial'. Rule "mean" (the default):
-    PASS when the mean meets the threshold; the reason says whether the 95% CI of the mean clears
-    it too. Rule "all" (only where a published result judges every seed, suites.toml's
-    pass_rule_source): every seed must meet it."""
+    `stale` is not set). FAIL on what they already show; else 'stale' with runs on other code, else
+    'partial' with seeds to run or fewer than VERDICT_SEEDS finished. Rule "all" (only where a
+    published result judges every seed) asks the threshold of every seed, rule "mean" of the mean."""
     if not script_path(cell.algo).exists():
         return "FAIL", f"script missing: algos/{cell.algo}.py"
     stale = {s: r for s, r in runs.items() if r.get("stale")}

@@ -17,7 +17,6 @@ def mean_std(xs: list[float]) -> tuple[float, float]:
     return (statistics.fmean(xs), statistics.pstdev(xs)) if xs else (math.nan, math.nan)
 
 
-
 MANY_SEEDS = 5  # from this many finished seeds: the IQM is shown, and a verdict no longer says "few seeds"
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
@@ -54,7 +53,6 @@ def bootstrap_ci(x, statistic=mean, level: float = 0.95, resamples: int = BOOTST
     return float(lo), float(hi)
 
 
-
 def ci_caution(xs: list[float], threshold: float) -> str:
     """What follows a mean-rule verdict: whether the 95% CI of the mean clears the threshold too
     (its lower bound, beside a mean at or above it; its upper bound, beside a mean below it), and
@@ -68,4 +66,3 @@ def ci_caution(xs: list[float], threshold: float) -> str:
     else:
         text = f"; CI upper bound {hi:.1f} " + ("reaches it" if hi >= threshold else "below it too")
     return text + (f"; few seeds ({n})" if n < MANY_SEEDS else "")
-
