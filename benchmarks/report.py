@@ -1,5 +1,6 @@
-"""Turn a suite's results into benchmarks/results/<suite>/REPORT.md and learning-curve PNGs, and
-the README's result tables.
+"""Turn a suite's results into its REPORT.md and learning curves, and the README's result tables.
+
+Writes benchmarks/results/<suite>/REPORT.md and plots/*.png.
 
     python benchmarks/report.py --suite classic
     python benchmarks/report.py --suite classic --algos dqn --envs CartPole-v1 --results-dir my_results
