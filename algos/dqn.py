@@ -58,7 +58,7 @@ from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
 from common.fastpath import checked, numpy_mlp  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
-from common.replay import ReplayMemory  # noqa: E402
+from common.replay import Batch, ReplayMemory  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
 from harness.run import InputError, Run, RunArgs, bad_input, check, parse_args, refuse_workers, setup  # noqa: E402
 from harness.run import main as run_main  # noqa: E402
@@ -197,6 +197,14 @@ def dqn_targets(q_target: nn.Module, q_online: nn.Module, rewards: torch.Tensor,
         return rewards + gamma * (1.0 - terminated) * next_value
 
 
+def dqn_loss(q_online: nn.Module, q_target: nn.Module, batch: Batch, gamma: float, double_dqn: bool,
+             loss: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The regression of Q(s, a) on the targets (MSE or Huber), and the batch's mean Q(s, a) (logged)."""
+    targets = dqn_targets(q_target, q_online, batch.rewards, batch.next_obs, batch.terminated, gamma, double_dqn)
+    q = q_online(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)  # [B]
+    return (F.mse_loss if loss == "mse" else F.smooth_l1_loss)(q, targets), q.mean()
+
+
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
@@ -220,7 +228,6 @@ def train(args: Args) -> dict:
         clip_grad_norm=args.clip_grad_norm, target=True, device=device,
         lr_lambda=(lambda u: max(0.0, 1.0 - u / num_updates)) if args.anneal_lr else None,
     )
-    greedy = greedy_policy(q_net.online, device)
     if atari:  # frame stacks: each frame stored once
         from common.atari import FrameMemory
 
@@ -231,6 +238,8 @@ def train(args: Args) -> dict:
     eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs, max_frames=args.eval_max_frames)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"])
     print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {run.path}", flush=True)
+    acting_net, q_loss = run.compile(q_net.online), run.compile(dqn_loss)  # themselves unless --compile
+    greedy = greedy_policy(acting_net, device)
 
     global_step = 0
     state = run.restore(envs)  # None for a new run; generators, envs and running episodes are already restored
@@ -238,7 +247,7 @@ def train(args: Args) -> dict:
         obs, _ = envs.reset(seed=args.seed)
     else:
         q_net.load_state_dict(state["q_net"])
-        greedy = greedy_policy(q_net.online, device)  # the fast path checked again, on the loaded weights
+        greedy = greedy_policy(acting_net, device)  # the fast path checked again, on the loaded weights
         if state["memory"] is not None:
             memory.load_state_dict(state["memory"])
             if state["envs_restarted"] and atari:
@@ -273,15 +282,12 @@ def train(args: Args) -> dict:
             if global_step > args.learning_starts and len(memory) >= min(args.learning_starts, args.buffer_size):
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
-                    batch = memory.sample(args.batch_size)
-                    targets = dqn_targets(q_net.target, q_net.online, batch.rewards, batch.next_obs, batch.terminated, args.gamma, args.double_dqn)
-                    q = q_net.online(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)  # [B]
-                    loss_fn = F.mse_loss if args.loss == "mse" else F.smooth_l1_loss
-                    loss, grad_norm = q_net.train_step(loss_fn(q, targets))
+                    loss, q_mean = q_loss(q_net.online, q_net.target, memory.sample(args.batch_size), args.gamma, args.double_dqn, args.loss)
+                    loss, grad_norm = q_net.train_step(loss)
                     if q_net.updates % 100 == 0:
                         if not math.isfinite(loss.item()):
                             raise FloatingPointError(f"loss became {loss.item()} at step {global_step}; lower --learning-rate or clip gradients")
-                        run.log(global_step, loss=loss.item(), q_values=q.mean().item(), grad_norm=grad_norm.item(),
+                        run.log(global_step, loss=loss.item(), q_values=q_mean.item(), grad_norm=grad_norm.item(),
                                 epsilon=epsilon, sps=round(global_step / run.elapsed()))
                 # sync: every `target_every` env steps crossed
                 if global_step // args.target_every > prev_step // args.target_every:

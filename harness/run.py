@@ -27,11 +27,13 @@ import collections
 import contextlib
 import csv
 import dataclasses
+import functools
 import io
 import json
 import os
 import random
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -81,7 +83,11 @@ class RunArgs:
     num_envs: int = 1
     """parallel envs stepped together (per worker under torchrun)"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    """where the networks live (auto: cuda if available)"""
+    """where the networks live (auto: cuda for Atari ids when CUDA is available, the one setting where a GPU was measured faster than a CPU core; else cpu)"""
+    compile: bool = False
+    """torch.compile the update (loss, its backward) and, on a GPU, acting; compile time is reported apart"""
+    cudagraphs: bool = False
+    """--compile with the compiled graphs replayed as CUDA graphs (torch's mode="reduce-overhead"; needs a CUDA device)"""
     torch_threads: int = 1
     """CPU threads for torch (small networks are fastest on 1; a seed's result depends on the thread count)"""
     track: bool = False
@@ -125,6 +131,9 @@ def check(args: RunArgs, conditions: list[tuple[bool, str]] = (), positive: tupl
         (args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {args.checkpoint_every}"),
         (args.torch_threads > 0, f"--torch-threads must be positive, got {args.torch_threads}"),
         (args.device != "cuda" or torch.cuda.is_available(), "--device cuda was asked for but CUDA is not available"),
+        (not args.cudagraphs or _device(args).type == "cuda", "--cudagraphs needs a CUDA device (--device cuda, or auto on an Atari id)"),
+        (not args.compile or _device(args).type == "cuda" or _has_compiler(),
+         "--compile on a CPU needs a C++ compiler (torch.compile's inductor builds C++ kernels); none found"),
         *((value(n) is None or value(n) > 0, f"{flag(n)} must be positive, got {value(n)}") for n in positive),
         *((0.0 <= value(n) <= 1.0, f"{flag(n)} must be in [0, 1], got {value(n)}") for n in fractions),
         *conditions,
@@ -136,10 +145,22 @@ def check(args: RunArgs, conditions: list[tuple[bool, str]] = (), positive: tupl
 
 def setup(args: RunArgs) -> torch.device:
     """torch's CPU threads, python's, numpy's and torch's generators seeded with --seed, and the
-    device: `--device`, where auto is cuda if available."""
+    device (`_device`)."""
     torch.set_num_threads(args.torch_threads)
     seed_all(args.seed)
-    return torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
+    return _device(args)
+
+
+def _device(args: RunArgs) -> torch.device:
+    """--device; auto is cuda only where a GPU was measured faster than one CPU core (Atari's conv net,
+    docs/speed.md "On a GPU"): elsewhere an update is a few small kernels and every env step a round trip."""
+    atari = args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id
+    gpu = args.device == "cuda" or (args.device == "auto" and atari and torch.cuda.is_available())
+    return torch.device("cuda" if gpu else "cpu")
+
+
+def _has_compiler() -> bool:
+    return any(shutil.which(cc) for cc in (os.environ.get("CXX", "g++"), "g++", "c++", "clang++"))
 
 
 def seed_all(seed: int) -> None:
@@ -349,6 +370,7 @@ class Run:
         self._handlers: dict = {}
         # the outcome, set by training() and final_evaluation(), read by finish()
         self.step, self.error, self.completed, self.eval_returns, self.train_seconds = 0, None, False, np.array([]), 0.0
+        self.compile_seconds = 0.0  # first calls of the functions compiled by compile(), kept out of train_seconds
         # the progress line's ETA: the rate since the current phase began (heatup, then learning)
         self.heatup = getattr(args, "learning_starts", 0)
         self.marks: collections.deque = collections.deque(maxlen=64)
@@ -407,8 +429,9 @@ class Run:
         stored = _stored_config(self.path)
         if stored.get("algo") != self.algo:
             raise InputError(f"--resume {self.path}: that run is {stored.get('algo')!r}, not {self.algo}")
+        defaults = {f.name: f.default for f in dataclasses.fields(RunArgs)}  # for folders written before a flag existed
         for key in sorted(set(stored) | set(config)):
-            if key not in RESUMABLE_CHANGES and stored.get(key) != config.get(key):
+            if key not in RESUMABLE_CHANGES and stored.get(key, defaults.get(key)) != config.get(key):
                 flag = "--" + key.replace("_", "-")
                 raise InputError(
                     f"--resume {self.path}: {flag} was {stored.get(key)!r} in that run, {config.get(key)!r} now; "
@@ -433,6 +456,31 @@ class Run:
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
+
+    def compile(self, fn):
+        """`fn` under torch.compile with --compile, else `fn` itself. A function (the update's loss) is
+        compiled everywhere; a network (acting) on CUDA only, since on a CPU acting runs through a numpy
+        fast path. --cudagraphs: mode="reduce-overhead", torch's own CUDA graphs of what it compiled. A
+        first call compiles: its time goes to compile_seconds (summary.json, progress), not train_seconds."""
+        module = isinstance(fn, nn.Module)
+        if not (self.args.compile or self.args.cudagraphs) or (module and _device(self.args).type != "cuda"):
+            return fn
+        compiled = torch.compile(fn, mode="reduce-overhead" if self.args.cudagraphs else None, dynamic=False)
+        run, first = compiled.forward if module else compiled, True
+
+        def call(*args, **kwargs):
+            nonlocal first
+            if not first:
+                return run(*args, **kwargs)
+            start = time.perf_counter()
+            out, first = run(*args, **kwargs), False
+            self.compile_seconds += time.perf_counter() - start
+            return out
+
+        if module:
+            compiled.forward = call  # the OptimizedModule keeps the network's attributes (fast paths read its layers)
+            return compiled
+        return functools.wraps(fn)(call)
 
     def video_dir(self, global_step: int) -> str | None:
         if not (self.write and self.args.capture_video):
@@ -500,7 +548,7 @@ class Run:
         self.printed_step = global_step
         recent_return = float(np.mean(self.recent_returns)) if self.recent_returns else float("nan")
         elapsed = now - self.start
-        sps = global_step / max(elapsed, 1e-9)
+        sps = global_step / max(elapsed - self.compile_seconds, 1e-9)
         if global_step < self.total and global_step <= self.heatup:
             eta = f"heatup to {self.heatup:,}"  # random actions, no learning: its rate says nothing of what follows
         else:
@@ -508,7 +556,7 @@ class Run:
         line = (
             f"{self.algo} {global_step:>10,}/{self.total:,} steps ({100 * frac:5.1f}%)  {sps:>7,.0f} steps/s  "
             f"elapsed {elapsed:6.0f}s  {eta}  return(last 10) {recent_return:8.2f}"
-        )
+        ) + (f"  (compiling took {self.compile_seconds:.0f}s)" if self.compile_seconds else "")
         print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", flush=True)
         self.last_print = now
         while self.next_mark <= frac:
@@ -632,7 +680,7 @@ class Run:
     def final_evaluation(self, act, make_envs, global_step: int) -> None:
         """The last evaluation, after the training time is taken; the run is then complete. A failure
         (e.g. no renderer for the video) costs the evaluation, not the run."""
-        self.train_seconds = self.elapsed()
+        self.train_seconds = self.elapsed() - self.compile_seconds
         try:
             returns, message = self.evaluate(act, make_envs, global_step), None
         except Exception as e:  # the run's model and summary are written whatever happens here
@@ -676,6 +724,7 @@ class Run:
             "run_dir": str(self.path),
             "resumed_at": self.resumes, "envs_on_resume": self.env_note,
             "checkpoint_seconds": self.checkpoint_seconds, "checkpoint_bytes": self.checkpoint_bytes,
+            **({"compile_seconds": round(self.compile_seconds, 2)} if self.args.compile or self.args.cudagraphs else {}),
             "versions": {"torch": torch.__version__, "gymnasium": gym.__version__, "numpy": np.__version__},
         }
         return summary
