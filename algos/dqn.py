@@ -11,27 +11,22 @@ moved towards it by `target_rate` (soft update). Before `learning_starts` the ag
 uniformly at random (heatup) and does not learn.
 
 Deviations from the paper:
-- Defaults are CleanRL's classic-control settings (MSE loss, Adam, 10k memory, [120, 84] MLP),
-  not the Atari ones (Huber loss, RMSprop, 1M memory); both losses are flags, and the benchmark
-  suites pass the pixel settings. One change to CleanRL's: the step size decays linearly to 0
-  over the learning phase (`--no-anneal-lr`: CleanRL's constant step size). The final network is
-  a snapshot of an oscillating one; with a constant step size a seed can end on a dip, with the
-  decay the late updates are small (benchmarks/results/dqn.md has the runs). The other suites'
-  DQN cells keep their sources' constant step size.
+- Defaults are CleanRL's classic-control settings (MSE loss, Adam, 10k memory, [120, 84] MLP), not
+  the Atari ones (Huber loss, RMSprop, 1M memory; the pixel suites pass them), except that the step
+  size decays linearly to 0 over the learning phase (`--no-anneal-lr`: CleanRL's constant one): the
+  final network is a snapshot of an oscillating one, and with the decay the late updates are small
+  (benchmarks/results/dqn.md has the runs).
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
 
-Pixels: the torso follows the observation (common.torso: MLP, MinAtar's conv, the Nature conv net).
-Atari (common.atari) rewards are clipped to their sign for learning only, a lost life ends the
-training episode, logged returns are whole-game scores, and a FrameMemory stores each frame once.
-
-Protocols as flags (MinAtar's example agent, the Nature paper's Atari evaluation): docs/pixels.md.
+Pixels: the torso follows the observation (common.torso). Atari (common.atari): rewards clipped to
+their sign for learning only, a lost life ends the training episode, logged returns are whole games,
+a FrameMemory stores each frame once. Protocols as flags (MinAtar's, the Nature paper's): docs/pixels.md.
 
 Run:
     python algos/dqn.py --env CartPole-v1 --seed 1
     python algos/dqn.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
 
-Uses from common (the algorithm parts): network, replay, autoreset, pixels, torso, fastpath; from
-harness: run (run flags and folder, logging, evaluation, signals, checkpoints).
+Uses from common: network, replay, autoreset, pixels, torso, fastpath; from harness: run.
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -72,24 +67,24 @@ class Args(RunArgs):
     env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
     """gymnasium environment id (discrete actions; vectors, MinAtar/* or Atari ids such as ALE/Breakout-v5)"""
     eval_epsilon: float = 0.0
-    """probability of a uniform random action in evaluation (0: greedy; the Nature DQN paper used 0.05, CleanRL 0.01)"""
+    """probability of a random action in evaluation (0: greedy; the Nature paper's 0.05, CleanRL's 0.01)"""
     eval_max_frames: Optional[int] = None
-    """Atari only: end an evaluation game after this many emulator frames (None: ALE's cap of 108,000 = 30 minutes; the Nature paper's 5 minutes: 18000)"""
+    """Atari only: emulator frames per evaluation game (None: ALE's 108,000; the Nature paper's 18,000)"""
     checkpoint_memory: bool = True
-    """include the replay memory in checkpoints (without it a resumed run refills the memory for learning_starts steps before learning again: not an exact resume)"""
+    """put the replay memory in checkpoints (without: a resumed run refills it first; not an exact resume)"""
 
     learning_rate: float = 2.5e-4
     """the optimizer's step size"""
     anneal_lr: bool = True
-    """decay the step size linearly to 0 over the learning phase, from learning_starts to total_timesteps (--no-anneal-lr: a constant step size, CleanRL's)"""
+    """decay the step size linearly to 0 from learning_starts to total_timesteps (--no-anneal-lr: constant)"""
     optimizer: Literal["adam", "rmsprop"] = "adam"
     """optimizer of the Q-network (rmsprop with --rmsprop-centered: the DQN and MinAtar papers')"""
     optimizer_eps: float = 1e-8
-    """the optimizer's epsilon (Adam's, or RMSprop's, added to the root of the squared-gradient average)"""
+    """the optimizer's epsilon (Adam's, or RMSprop's added to the root of the squared-gradient average)"""
     rmsprop_alpha: float = 0.99
     """RMSprop's smoothing constant of the squared-gradient average"""
     rmsprop_centered: bool = False
-    """RMSprop's centered variant: divide by an estimate of the gradient's std instead of its root mean square"""
+    """RMSprop's centered variant: divide by the gradient's estimated std, not its root mean square"""
     buffer_size: int = 10_000
     """replay memory capacity, transitions"""
     gamma: float = 0.99
@@ -121,9 +116,9 @@ class Args(RunArgs):
     clip_grad_norm: Optional[float] = None
     """clip the global gradient norm to this value (None: no clipping)"""
     hidden_sizes: tuple[int, ...] = (120, 84)
-    """widths of the Q-network's hidden layers (vector observations; image torsos are the papers')"""
+    """widths of the Q-network's hidden layers (vectors; image torsos are the papers')"""
     scale_obs: bool = False
-    """map each bounded observation component from its [low, high] to [-1, 1] (vector envs; see common/pixels.py)"""
+    """map each bounded observation component from [low, high] to [-1, 1] (vectors; common/pixels.py)"""
 
 
 # 3. Environment ---------------------------------------------------------------------------------
@@ -209,8 +204,7 @@ def dqn_loss(q_online: nn.Module, q_target: nn.Module, batch: Batch, gamma: floa
 def train(args: Args) -> dict:
     validate(args)
     device = setup(args)  # torch threads, seeds, device
-    # exploration and replay sampling: two independent streams spawned from the seed; generators seeded
-    # with the int itself would both draw env 0's stream (reset(seed=seed) seeds env 0 that way)
+    # exploration and replay sampling: two streams spawned from the seed (not the seed itself: env 0's)
     explore_seed, replay_seed = np.random.SeedSequence(args.seed).spawn(2)
     rng = np.random.default_rng(explore_seed)  # exploration
 
@@ -230,7 +224,6 @@ def train(args: Args) -> dict:
     )
     if atari:  # frame stacks: each frame stored once
         from common.atari import FrameMemory
-
         memory = FrameMemory(args.buffer_size, shape[1:], shape[0], B, device=device, seed=replay_seed)
     else:  # images stay uint8 (the network converts them)
         memory = ReplayMemory(args.buffer_size, shape, (), discrete=True, device=device, seed=replay_seed,
@@ -268,17 +261,15 @@ def train(args: Args) -> dict:
             next_obs, rewards, terminated, truncated, infos = envs.step(actions)
             next_obs = next_obs.reshape(B, *shape)
 
-            # store: the autoreset already put the new episode's first obs in next_obs, so the
-            # transition must use the true final observation of the finished episode; Atari
-            # rewards are clipped to their sign for learning (the paper), not for logging
+            # store: with the true final observation where an episode ended (next_obs already holds the
+            # new episode's first); Atari rewards are clipped to their sign for learning, not for logging
             real_next_obs = true_next_obs(next_obs, infos)
             memory.add(obs, actions, np.sign(rewards) if atari else rewards, real_next_obs, terminated, done=terminated | truncated)
             obs = next_obs
 
             run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))  # logs whole games
 
-            # learn: gradient_steps per `train_every` env steps crossed in this iteration (once the
-            # memory holds learning_starts transitions: a run resumed without its memory refills it)
+            # learn: gradient_steps per `train_every` steps crossed, once the memory holds learning_starts
             if global_step > args.learning_starts and len(memory) >= min(args.learning_starts, args.buffer_size):
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
@@ -296,10 +287,9 @@ def train(args: Args) -> dict:
             if args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
                 run.evaluate(evaluation_policy(greedy, args.eval_epsilon, n_actions, args.seed, global_step), eval_envs, global_step)
             if run.checkpoint_due(prev_step, global_step):  # everything the next step depends on
-                run.save_checkpoint(global_step, envs, obs, {
-                    "q_net": q_net.state_dict(), "memory": memory.state_dict() if args.checkpoint_memory else None,
-                    "rng": rng.bit_generator.state,
-                })
+                memory_state = memory.state_dict() if args.checkpoint_memory else None
+                run.save_checkpoint(global_step, envs, obs, {"q_net": q_net.state_dict(), "memory": memory_state,
+                                                             "rng": rng.bit_generator.state})
             if global_step >= run.next_check:
                 run.progress(global_step)
         run.final_evaluation(evaluation_policy(greedy, args.eval_epsilon, n_actions, args.seed, global_step), eval_envs, global_step)
@@ -311,9 +301,8 @@ main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed
 
 # Acting, checks and saved policies ---------------------------------------------------------------
 def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B] in numpy: through `forward()`, or on CPU through a
-    numpy MLP while it gives forward()'s Q-values (common.fastpath: at a batch of one torch's per-op
-    dispatch costs more than the arithmetic). Build it again after loading weights."""
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B] in numpy: through `forward()`, or on CPU a numpy MLP
+    while it gives forward()'s Q-values (common.fastpath). Build it again after loading weights."""
     def q_forward(obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, device=device)
         with torch.no_grad():
@@ -324,8 +313,7 @@ def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray
 
 
 def evaluation_policy(greedy: Callable, epsilon: float, n_actions: int, seed: int, step: int) -> Callable[[np.ndarray], np.ndarray]:
-    """`greedy`, or epsilon-greedy with a generator seeded from the run's seed and the step (training's
-    streams stay untouched; a resumed run evaluates the same way)."""
+    """`greedy`, or epsilon-greedy on a generator of its own, seeded from the run's seed and the step."""
     if epsilon == 0.0:
         return greedy
     rng = np.random.default_rng([seed, step])
