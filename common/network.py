@@ -6,11 +6,10 @@ given gradients), the optimizer, an optional learning-rate schedule and gradient
 the global L2 norm of the gradient *before* clipping, as detached 0-d tensors (no host/device sync
 unless the caller asks for `.item()`).
 
-By default the trainable parameters live in one flat tensor (the module keeps its Parameter
-objects; only the storage moves), so zeroing the gradient, its norm, the clipping and the
-optimizer's step are one kernel each instead of one per layer: per-op dispatch, not arithmetic,
-dominates small networks on a CPU. `flat=False` leaves the parameters alone (per-layer groups,
-another optimizer, torch.compile); results agree up to the order of the norm's sum.
+The trainable parameters live in one flat tensor (the module keeps its Parameter objects; only
+the storage moves), so zeroing the gradient, its norm, the clipping and the optimizer's step are
+one kernel each instead of one per layer: per-op dispatch, not arithmetic, dominates small
+networks on a CPU.
 
 Several torchrun workers (Coach's "global" network): pass `workers=harness.distributed`; every
 worker starts from rank 0's weights and the gradient is averaged over the workers (one
@@ -28,12 +27,8 @@ from torch.optim.adam import adam as adam_update  # the functional form Adam.ste
 
 
 def soft_update(target: nn.Module, online: nn.Module, rate: float) -> None:
-    """target <- rate * online + (1 - rate) * target, for parameters and floating buffers.
-
-    `rate` is the weight on the *online* network: 1.0 is a hard copy, 0.0 leaves the target
-    unchanged, 0.005 is DDPG's usual soft update. Integer buffers (e.g. BatchNorm's
-    `num_batches_tracked`) cannot be averaged and are copied.
-    """
+    """target <- rate * online + (1 - rate) * target, for parameters and floating buffers: `rate` is the
+    weight on the *online* network (1.0: a hard copy, 0.005: DDPG's soft update). Integer buffers are copied."""
     _lerp_tensors(_tensors(target), _tensors(online), rate)
 
 
@@ -42,35 +37,20 @@ def _lerp_tensors(targets: list[torch.Tensor], onlines: list[torch.Tensor], rate
     """soft_update's work on matching lists of tensors (NetworkWrapper.sync passes its flat copies)."""
     if not 0.0 <= rate <= 1.0:
         raise ValueError(f"rate must be in [0, 1], got {rate}")
-    target_floats, online_floats = [], []
     for t, o in zip(targets, onlines):
         if t.shape != o.shape:
             raise ValueError(f"target and online tensors differ in shape: {t.shape} vs {o.shape}")
-        if t.is_floating_point():
-            target_floats.append(t)
-            online_floats.append(o)
-        else:
+        if not t.is_floating_point() or rate == 1.0:
             t.copy_(o)
-    if not target_floats or rate == 0.0:
-        return
-    for t, o in zip(target_floats, online_floats):
-        if rate == 1.0:
-            t.copy_(o)
-        else:
+        elif rate > 0.0:
             t.lerp_(o, rate)  # t + rate * (o - t) == rate * o + (1 - rate) * t
 
 
 def _flatten(params: list[nn.Parameter], grad: bool = True) -> tuple[nn.Parameter, torch.Tensor | None]:
-    """Re-home `params` (and their gradients, unless `grad=False`) as views into one flat parameter (and one flat grad).
-
-    Values are unchanged and the module keeps its own Parameter objects; only their storage
-    moves. In-place updates of the flat tensor (the optimizer's) are in-place updates of the
-    module's weights, and autograd accumulates each layer's gradient into its slice of the flat
-    grad. Call before anything keeps a view of the old storage, and never `.to()` the module
-    afterwards (that would silently break the sharing).
-    """
-    if not params:
-        raise ValueError("the network has no trainable parameters")
+    """Re-home `params` (and their gradients, unless `grad=False`) as views into one flat parameter
+    (and one flat grad): the optimizer's in-place updates of it are updates of the module's weights,
+    and autograd accumulates each layer's gradient into its slice. Never `.to()` the module afterwards
+    (that would silently break the sharing)."""
     if len({(p.dtype, p.device) for p in params}) > 1:
         raise ValueError("all trainable parameters must share one dtype and device")
     flat = torch.cat([p.detach().reshape(-1) for p in params])
@@ -97,8 +77,7 @@ class NetworkWrapper:
     Args:
         net: the online network (moved to `device`).
         lr: learning rate.
-        optimizer: "adam" or "rmsprop", or a function `params -> torch.optim.Optimizer` (for
-            per-layer groups or another optimizer; implies `flat=False`).
+        optimizer: "adam" or "rmsprop", or a function `[flat parameter] -> torch.optim.Optimizer`.
         eps: the optimizer's epsilon (Adam's eps, RMSprop's eps).
         betas: Adam's betas.
         alpha: RMSprop's smoothing constant.
@@ -110,8 +89,6 @@ class NetworkWrapper:
         clip_grad_value: clip every gradient element to [-v, v] (None: no clipping).
         target: keep a target copy (`self.target`), equal to the online network at start.
         device: where the networks live.
-        flat: keep the trainable parameters in one flat tensor (module docstring); None: unless
-            `optimizer` is a function.
         workers: average gradients over several processes (harness.distributed under torchrun);
             None: one process.
     """
@@ -132,15 +109,12 @@ class NetworkWrapper:
         clip_grad_value: float | None = None,
         target: bool = False,
         device: torch.device | str = "cpu",
-        flat: bool | None = None,
         workers=None,
     ):
         if clip_grad_norm is not None and clip_grad_norm <= 0:
             raise ValueError(f"clip_grad_norm must be positive, got {clip_grad_norm}")
         if clip_grad_value is not None and clip_grad_value <= 0:
             raise ValueError(f"clip_grad_value must be positive, got {clip_grad_value}")
-        if flat is None:
-            flat = not callable(optimizer)
         self.device = torch.device(device)
         self.online = net.to(self.device)
         self.target: nn.Module | None = None
@@ -151,8 +125,8 @@ class NetworkWrapper:
         self.params = [p for p in self.online.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the network has no trainable parameters")
-        self.flat_param, self.flat_grad = _flatten(self.params) if flat else (None, None)
-        if flat and self.target is not None and len(self.params) == len(list(self.target.parameters())):
+        self.flat_param, self.flat_grad = _flatten(self.params)
+        if self.target is not None and len(self.params) == len(list(self.target.parameters())):
             # no frozen parameters: the target's are views of one flat tensor too, so a sync is one kernel
             self.target_flat = _flatten(list(self.target.parameters()), grad=False)[0].detach()
         self.grad_views = [p.grad for p in self.params]
@@ -160,14 +134,12 @@ class NetworkWrapper:
         self.world_size = 1 if workers is None else workers.world_size()
         if self.world_size > 1:
             self._start_from_rank_0()
-        opt_params = [self.flat_param] if flat else self.params
         if callable(optimizer):
-            self.optimizer = optimizer(opt_params)
-        elif optimizer == "adam":
-            # fused: the whole update in one kernel (multi-tensor when not flat), ~2.5x faster than foreach for small networks
-            self.optimizer = torch.optim.Adam(opt_params, lr=lr, betas=betas, eps=eps, weight_decay=l2, fused=True)
+            self.optimizer = optimizer([self.flat_param])
+        elif optimizer == "adam":  # fused: the whole update in one kernel, ~2.5x faster than foreach for small networks
+            self.optimizer = torch.optim.Adam([self.flat_param], lr=lr, betas=betas, eps=eps, weight_decay=l2, fused=True)
         elif optimizer == "rmsprop":
-            self.optimizer = torch.optim.RMSprop(opt_params, lr=lr, alpha=alpha, eps=eps, weight_decay=l2, centered=centered)
+            self.optimizer = torch.optim.RMSprop([self.flat_param], lr=lr, alpha=alpha, eps=eps, weight_decay=l2, centered=centered)
         else:
             raise ValueError(f"optimizer must be 'adam', 'rmsprop' or a function of the parameters, got {optimizer!r}")
         self.scheduler = None
@@ -190,37 +162,19 @@ class NetworkWrapper:
             loss = (loss * weights).mean()
         elif loss.dim() > 0:
             loss = loss.mean()
-        if self.flat_grad is None:
-            self.optimizer.zero_grad(set_to_none=False)
-            loss.backward()
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-            for p, g in zip(self.params, grads):
+        self.flat_grad.zero_()
+        for p, g in zip(self.params, self.grad_views):
+            if p.grad is not g:  # someone called module.zero_grad(): re-link .grad to the flat grad
                 p.grad = g
-                if self.world_size > 1:
-                    self.workers.average_(g)
-            # torch.nn.utils.clip_grad_norm_'s norm: the norm of the per-tensor norms
-            grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-            if self.clip_grad_norm is not None:
-                scale = torch.clamp(self.clip_grad_norm / (grad_norm + 1e-6), max=1.0)
-                for g in grads:
-                    g.mul_(scale)
-            if self.clip_grad_value is not None:
-                for g in grads:
-                    g.clamp_(-self.clip_grad_value, self.clip_grad_value)
-        else:
-            self.flat_grad.zero_()
-            for p, g in zip(self.params, self.grad_views):
-                if p.grad is not g:  # someone called module.zero_grad(): re-link .grad to the flat grad
-                    p.grad = g
-            loss.backward()
-            if self.world_size > 1:
-                self.workers.average_(self.flat_grad)  # one all_reduce; every worker now steps identically
-            grad_norm = self.flat_grad.norm()
-            if self.clip_grad_norm is not None:
-                # torch's convention: scale by max_norm / (norm + 1e-6) when the norm exceeds max_norm
-                self.flat_grad.mul_(torch.clamp(self.clip_grad_norm / (grad_norm + 1e-6), max=1.0))
-            if self.clip_grad_value is not None:
-                self.flat_grad.clamp_(-self.clip_grad_value, self.clip_grad_value)
+        loss.backward()
+        if self.world_size > 1:
+            self.workers.average_(self.flat_grad)  # one all_reduce; every worker now steps identically
+        grad_norm = self.flat_grad.norm()
+        if self.clip_grad_norm is not None:
+            # torch's convention: scale by max_norm / (norm + 1e-6) when the norm exceeds max_norm
+            self.flat_grad.mul_(torch.clamp(self.clip_grad_norm / (grad_norm + 1e-6), max=1.0))
+        if self.clip_grad_value is not None:
+            self.flat_grad.clamp_(-self.clip_grad_value, self.clip_grad_value)
         self._step()
         if self.scheduler is not None:
             self.scheduler.step()
@@ -228,13 +182,12 @@ class NetworkWrapper:
         return loss.detach(), grad_norm.detach()
 
     def _step(self) -> None:
-        """The optimizer's step. On the flat parameter, after the first step (which creates the state
-        the standard way), plain Adam and RMSprop skip `step()`'s per-call bookkeeping (profiler
-        record, hooks, param-group loops): fused Adam through `torch.optim.adam.adam`, the functional
-        form `Adam.step()` calls; RMSprop through torch's own in-place ops in the same order, with its
-        denominator kept between steps. Both give `step()`'s weights bit for bit (tests/test_common.py;
-        benchmarks/results/speed.md has the gain). Step hooks run only through `step()` (`flat=False`)."""
-        state = self.optimizer.state.get(self.flat_param) if self.flat_param is not None else None
+        """The optimizer's step. After the first step (which creates the state the standard way), plain
+        Adam and RMSprop skip `step()`'s per-call bookkeeping (profiler record, hooks, param-group loops):
+        fused Adam through `torch.optim.adam.adam`, the functional form `Adam.step()` calls; RMSprop
+        through torch's own in-place ops in the same order. Both give `step()`'s weights bit for bit
+        (tests/test_common.py; benchmarks/results/speed.md has the gain); step hooks do not run."""
+        state = self.optimizer.state.get(self.flat_param)
         group = self.optimizer.param_groups[0]
         if not state or group.get("maximize") or group.get("capturable") or group.get("differentiable"):
             self.optimizer.step()
@@ -275,8 +228,7 @@ class NetworkWrapper:
         sizes = self.workers.gather(torch.tensor([sum(p.numel() for p in self.params)], device=self.device)).tolist()
         if len(set(sizes)) > 1:
             raise ValueError(f"the network differs across workers: {', '.join(f'rank {r} has {n} parameters' for r, n in enumerate(sizes))}")
-        for p in [self.flat_param] if self.flat_param is not None else self.params:
-            self.workers.broadcast_(p.data)
+        self.workers.broadcast_(self.flat_param.data)
         for b in self.online.buffers():
             self.workers.broadcast_(b)
         if self.target is not None:

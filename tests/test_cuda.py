@@ -21,7 +21,7 @@ from common.fastpath import probe_batch
 from common.atari import FrameMemory  # noqa: E402
 from common.replay import ReplayMemory
 from harness.errors import InputError
-from test_checkpoint import CASES, MODULES, assert_same_run, make_args, stop_at_env_step
+from test_checkpoint import CASES, MODULES, assert_same_run, make_args, metrics, stop_at_env_step
 from test_pixels import fill
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -128,3 +128,43 @@ def test_frame_memory_sends_the_same_batches_to_the_gpu():
         a, b = mems["host"].sample(32), mems["gpu"].sample(32)
         for x, y in zip(a, b):
             assert y.is_cuda and torch.equal(x, y.cpu())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["compile", "cudagraphs"])
+@pytest.mark.parametrize("case", ["dqn-CartPole", "n_step_q-CartPole", "sarsa-CartPole", "a2c-Pendulum", "ddpg-Pendulum",
+                                  "naf-Pendulum-twin"])
+def test_compiled_and_graph_replayed_updates_give_the_eager_metrics_on_the_gpu(tmp_path, case, mode):
+    from test_compile import close, train
+
+    algo, kw = CASES[case]
+    eager = train(algo, tmp_path / "eager", **on_gpu(**kw))
+    fast = train(algo, tmp_path / mode, **on_gpu(**kw), **{mode: True})
+    assert fast["completed"] and fast["error"] is None and fast["compile_seconds"] > 0
+    rows_e, rows_f = metrics(eager["run_dir"]), metrics(fast["run_dir"])
+    assert len(rows_e) == len(rows_f)
+    for row_e, row_f in zip(rows_e, rows_f):
+        bad = {k: (row_e[k], row_f[k]) for k in row_e if not close(row_e[k], row_f[k])}
+        assert not bad, (row_e["global_step"], bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["dqn-CartPole", "ddpg-Pendulum"])
+def test_stopped_and_resumed_under_cudagraphs_equals_the_uninterrupted_run(tmp_path, monkeypatch, case):
+    from test_compile import train
+
+    algo, kw = CASES[case]
+    kw = on_gpu(**kw, cudagraphs=True)
+    straight = train(algo, tmp_path / "straight", **kw)
+    with monkeypatch.context() as m:
+        stop_at_env_step(m, MODULES[algo], calls=137)
+        stopped = train(algo, tmp_path / "resumed", **kw)
+    resumed = train(algo, tmp_path / "ignored", resume=stopped["run_dir"], **kw)
+    assert_same_run(resumed, straight)
+
+
+def test_cudagraphs_is_taken_on_the_gpu_and_auto_picks_it_for_atari():
+    from harness.run import RunArgs, _device, check
+
+    check(RunArgs(cudagraphs=True, device="cuda"))
+    assert _device(RunArgs(env_id="ALE/Breakout-v5")).type == "cuda" and _device(RunArgs()).type == "cpu"
