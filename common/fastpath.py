@@ -1,16 +1,11 @@
 """A fast acting path that proves itself against the network's `forward()`.
 
-Acting at a batch of one or a few envs is dominated by torch's per-op dispatch (~3 us for each
-of ~10 ops), so the scripts can run a small MLP in numpy on zero-copy views of its parameters,
-several times faster. Such a path reads the layers, not `forward()`: an edit to `forward()` (a
-dueling head, a scaling, an extra module) would train with the new forward and act with the
-old one. `checked` keeps the fast path only where it gives `forward()`'s outputs on a probe
-batch, and otherwise acts through `forward()` and says so once. The scripts call it when they
-build their acting function, which they do again after loading weights.
-
-- `numpy_mlp(layers, device, net, *others)`: the numpy forward of a chain of Linear, ReLU and
-  Tanh layers, or None where it cannot stand for the network.
-- `checked(fast, plain, what)`: `fast` while it agrees with `plain`.
+Acting at a batch of a few envs is dominated by torch's per-op dispatch (~3 us for each of ~10
+ops), so the scripts run a small MLP in numpy on zero-copy views of its parameters, several times
+faster. Such a path reads the layers, not `forward()`: an edit to `forward()` (a dueling head, a
+scaling) would train with the new forward and act with the old one. `checked` keeps the fast path
+only where it gives `forward()`'s outputs on a probe batch, else acts through `forward()` and says
+so once. The scripts build their acting function again after loading weights.
 """
 
 from __future__ import annotations
@@ -25,14 +20,10 @@ from torch import nn
 
 def numpy_mlp(layers: list[nn.Module], device: torch.device, net: nn.Module, *others: nn.Module | nn.Parameter | None
               ) -> Callable[[np.ndarray], np.ndarray] | None:
-    """obs [B, ...] -> the output of `layers` applied in order [B, out], in numpy, on zero-copy views
-    of their parameters (which the optimizer and the target sync update in place).
-
-    None (act through `forward()`) unless the device is the CPU, `layers` hold a Linear and only
-    Linear, ReLU and Tanh modules, and every parameter of `net` belongs to `layers` or to `others`
-    (parts `forward()` uses that acting does not, e.g. a value head): a parameter elsewhere is a
-    part the numpy path would leave out. The caller still checks it against `forward()`.
-    """
+    """obs [B, ...] -> `layers` applied in order [B, out], in numpy, on zero-copy views of their parameters
+    (which the optimizer updates in place). None (act through `forward()`) unless on the CPU, `layers`
+    are Linear, ReLU and Tanh modules, and every parameter of `net` is in `layers` or `others` (parts
+    acting does not use, e.g. a value head): elsewhere it is a part the numpy path would leave out."""
     linear = [m for m in layers if isinstance(m, nn.Linear)]
     if device.type != "cpu" or not linear or not all(isinstance(m, (nn.Linear, nn.ReLU, nn.Tanh)) for m in layers):
         return None
@@ -64,12 +55,9 @@ def probe_batch(shape: tuple[int, ...], n: int = 64) -> np.ndarray:
 
 def checked(fast: Callable[[np.ndarray], np.ndarray] | None, plain: Callable[[np.ndarray], np.ndarray], what: str,
             probe: np.ndarray | None = None) -> Callable[[np.ndarray], np.ndarray]:
-    """`fast` if it gives `plain`'s outputs on `probe` (up to float rounding), else `plain`.
-
-    `plain` is the path through `forward()`; `fast` is None where the network's layers already
-    rule the fast path out. The probe defaults to a batch of `fast.in_features`-vectors (numpy_mlp's). The check draws nothing from the run's generators (torch's CPU
-    generator is forked around it, in case `forward()` draws), so it changes no result.
-    """
+    """`fast` if it gives `plain`'s (`forward()`'s) outputs on `probe` (default: `fast.in_features`-vectors)
+    up to float rounding, else `plain`; `fast` None: ruled out already. The check draws nothing from the
+    run's generators (torch's CPU generator is forked around it), so it changes no result."""
     if fast is None:
         return plain
     probe = probe_batch((fast.in_features,)) if probe is None else probe
