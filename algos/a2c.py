@@ -1,42 +1,34 @@
 """A2C: synchronous advantage actor-critic, for discrete and continuous actions.
 
 Paper: Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning", ICML,
-https://arxiv.org/abs/1602.01783 (A3C), run synchronously as in OpenAI Baselines' A2C
-(Wu et al. 2017, https://openai.com/index/openai-baselines-acktr-a2c/). GAE: Schulman et al.
-2016, arXiv:1506.02438.
+https://arxiv.org/abs/1602.01783 (A3C), run synchronously as in OpenAI Baselines' A2C (Wu et al.
+2017, https://openai.com/index/openai-baselines-acktr-a2c/). GAE: Schulman et al. 2016, arXiv:1506.02438.
 
-`num_envs` envs are stepped together for `n_steps` steps with the current policy; the rollout
-then gives one gradient step on -A_t log pi(a_t|s_t) + value_coef (G_t - V(s_t))^2
-- entropy_coef H(pi(.|s_t)), where G_t is the n-step return (to the end of the rollout by default,
-from common.n_step_returns) or the GAE(lambda) return, and A_t = G_t - V(s_t). The policy is
-categorical for Discrete actions and a diagonal Gaussian with a state-independent log-std for Box
-actions (sampled unclipped, clipped to the bounds only at the env).
+`num_envs` envs are stepped together for `n_steps` steps with the current policy; the rollout then
+gives one gradient step on -A_t log pi(a_t|s_t) + value_coef (G_t - V(s_t))^2 - entropy_coef H(pi(.|s_t)),
+where G_t is the n-step return (to the end of the rollout by default, from common.n_step_returns) or
+the GAE(lambda) return, and A_t = G_t - V(s_t). The policy is categorical for Discrete actions and a
+diagonal Gaussian with a state-independent log-std for Box actions (sampled unclipped, clipped at the env).
 
 Deviations from the paper:
 - Synchronous: parallel envs in one process, or several processes under torchrun that average
   their gradients every update (harness.distributed), instead of asynchronous workers.
 - Separate actor and critic MLPs with tanh and orthogonal init by default (Stable-Baselines3's
   A2C); `--shared-torso` gives the paper's shared torso with two heads.
-- torch's RMSprop (eps added outside the square root) with its own statistics, not the paper's
-  RMSprop statistics shared between threads.
+- torch's RMSprop (eps outside the square root) with its own statistics, not shared between threads.
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
-- The step size decays linearly to 0 over the run by default (OpenAI Baselines' A2C schedule;
-  Stable-Baselines3's A2C, whose other defaults these are, keeps it constant: `--no-anneal-lr`).
-  With a constant step size a seed's late updates can undo what it learned; with the decay they
-  are small (benchmarks/results/a2c.md, "the step-size decay", has the runs).
-- Optional running observation and reward normalisation (OpenAI Baselines' VecNormalize); the
-  observation statistics live in the network as buffers, so a saved model carries them, and they
-  are refreshed once per rollout, after its update, so acting and learning see one policy. Under
-  torchrun both statistics pool every worker's data, so all workers normalise alike.
+- The step size decays linearly to 0 by default (OpenAI Baselines'; `--no-anneal-lr`: constant, as SB3's):
+  with a constant one late updates can undo what a seed learned (benchmarks/results/a2c.md, step-size decay).
+- Optional running observation and reward normalisation (OpenAI Baselines' VecNormalize). The
+  observation statistics are network buffers (a saved model carries them), refreshed after each
+  update so a rollout acts and learns with one policy; under torchrun both pool all workers' data.
 - Optional tanh-bounded Gaussian mean (`--bounded-mean`): an unbounded mean can drift far past
   the action bounds, where every sample clips to the same action and exploration stops.
 
-Pixels (discrete actions): the torso follows the observation (MLP for vectors, MinAtar's conv for
-MinAtar grids, the DQN paper's conv net for Atari's 84x84 frame stacks; common.pixels
-preprocesses Atari as that paper did). The rollout keeps images as uint8 and the network turns
-them into floats, so `--normalize-obs` is for vectors only. Atari rewards are clipped to their
-sign for learning only, a lost life ends the training episode, and the logged returns are
-whole-game scores.
+Pixels (discrete actions): the torso follows the observation (MLP for vectors, MinAtar's conv for MinAtar
+grids, the DQN paper's conv net for Atari's 84x84 frame stacks, preprocessed by common.pixels as that paper
+did). Images stay uint8 until the network, so `--normalize-obs` is for vectors. Atari rewards are clipped
+to their sign for learning only, a lost life ends the training episode, and logged returns are whole games.
 
 Run:
     python algos/a2c.py --env CartPole-v1 --seed 1
@@ -84,14 +76,14 @@ ALGO = "a2c"
 @dataclass
 class Args(RunArgs):
     env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
-    """gymnasium environment id (discrete or continuous actions; MinAtar/* or Atari ids such as ALE/Breakout-v5 with discrete actions)"""
+    """gymnasium environment id (discrete or continuous actions; MinAtar/* or Atari ids: discrete)"""
     num_envs: int = 8
     """parallel envs stepped together (per worker under torchrun)"""
 
     learning_rate: float = 7e-4
     """optimizer step size"""
     anneal_lr: bool = True
-    """decay the step size linearly to 0 over the run (--no-anneal-lr: a constant step size, Stable-Baselines3's default)"""
+    """decay the step size linearly to 0 over the run (--no-anneal-lr: constant, Stable-Baselines3's)"""
     optimizer: Literal["rmsprop", "adam"] = "rmsprop"
     """optimizer of the actor-critic network"""
     rmsprop_alpha: float = 0.99
@@ -113,7 +105,7 @@ class Args(RunArgs):
     clip_grad_norm: Optional[float] = 0.5
     """clip the global gradient norm to this value (None: no clipping)"""
     hidden_sizes: tuple[int, ...] = (64, 64)
-    """widths of the actor's and the critic's hidden layers (vector observations; image torsos are the papers')"""
+    """widths of the actor's and critic's hidden layers (vector observations; image torsos: the papers')"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden-layer activation of vector torsos (image torsos use ReLU)"""
     shared_torso: bool = False
@@ -130,10 +122,8 @@ class Args(RunArgs):
 
 # 3. Environment ---------------------------------------------------------------------------------
 def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True) -> gym.vector.VectorEnv:
-    """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"].
-
-    Pixel ids get their standard preprocessing (common.pixels); `training=False` plays whole
-    Atari games (evaluation), `training=True` ends an episode at each lost life."""
+    """Vector env with SAME_STEP autoreset (the true final observation in infos["final_obs"]); pixel ids
+    preprocessed by common.pixels, `training=False` playing whole Atari games (evaluation)."""
     def make(i: int) -> gym.Env:
         if video_dir is None:
             return pixels.make(env_id, training)
@@ -184,16 +174,13 @@ class ActorCritic(nn.Module):
         self.obs_norm = ObsNormalizer(obs_shape[0]) if normalize_obs else None
         self.actor_torso, width = build_torso(obs_shape, hidden_sizes, act)
         self.critic_torso = None if shared_torso else build_torso(obs_shape, hidden_sizes, act)[0]
-        self.policy_head = nn.Linear(width, action_dim)
-        self.value_head = nn.Linear(width, 1)
+        self.policy_head, self.value_head = nn.Linear(width, action_dim), nn.Linear(width, 1)
         self.log_std = None if discrete else nn.Parameter(torch.full((action_dim,), float(log_std_init)))
-        # optional mean = center + half_range * tanh(.): an unbounded mean can run far outside the
-        # bounds, where every sample is clipped to the same action and exploration stops there
-        low, high = (None, None) if mean_bounds is None else (torch.as_tensor(b, dtype=torch.float32) for b in mean_bounds)
+        low, high = (None, None) if mean_bounds is None else (torch.as_tensor(b, dtype=torch.float32)
+                                                             for b in mean_bounds)
         self.register_buffer("mean_center", None if low is None else (high + low) / 2)
         self.register_buffer("mean_half_range", None if low is None else (high - low) / 2)
-        # orthogonal init (as Baselines and SB3): sqrt(2) in the torso, small policy head so the
-        # initial policy is near uniform / near zero-mean, unit gain for the value
+        # orthogonal init (Baselines, SB3); a small policy head starts the policy near uniform / zero-mean
         for m in self.modules():
             if isinstance(m, (nn.Linear, nn.Conv2d)):
                 nn.init.orthogonal_(m.weight, math.sqrt(2))
@@ -205,11 +192,10 @@ class ActorCritic(nn.Module):
         x = obs if self.obs_norm is None else self.obs_norm(obs)
         h = self.actor_torso(x)
         hv = h if self.critic_torso is None else self.critic_torso(x)
-        return self.policy(h), self.value_head(hv).squeeze(-1)  # [N, A], [N]
-
-    def policy(self, h: torch.Tensor) -> torch.Tensor:
         head = self.policy_head(h)  # [N, A]
-        return head if self.mean_center is None else self.mean_center + self.mean_half_range * torch.tanh(head)
+        if self.mean_center is not None:  # --bounded-mean: inside the action bounds
+            head = self.mean_center + self.mean_half_range * torch.tanh(head)
+        return head, self.value_head(hv).squeeze(-1)  # [N, A], [N]
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs if self.obs_norm is None else self.obs_norm(obs)
@@ -218,19 +204,16 @@ class ActorCritic(nn.Module):
 
 
 # 5. Algorithm -----------------------------------------------------------------------------------
-def a2c_targets(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, terminated: torch.Tensor,
-                truncated: torch.Tensor, gamma: float, n: int | None = None, gae_lambda: float | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def a2c_targets(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
+                terminated: torch.Tensor, truncated: torch.Tensor, gamma: float, n: int | None = None,
+                gae_lambda: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns), both [T, B], from a rollout's [T, B] tensors; no gradient.
 
-    `values[t] = V(s_t)`, `next_values[t] = V(s_{t+1})` at the true next observation. n-step:
-    returns = n_step_returns (termination: no bootstrap; truncation: bootstrap from
-    next_values and stop; the rollout's end: bootstrap), advantages = returns - values.
-    GAE(lambda): delta_t = r_t + gamma (1 - terminated_t) next_values_t - values_t,
-    A_t = delta_t + gamma lambda (1 - done_t) A_{t+1} (A_T = 0), returns = A + values.
-    lambda = 1 equals the n-step return to the end of the rollout. Under SAME_STEP autoreset the
-    row after an episode's end is already the new episode, so no junk autoreset row exists.
-    """
+    `values[t] = V(s_t)`, `next_values[t] = V(s_{t+1})` at the true next observation. n-step: returns
+    from n_step_returns, advantages = returns - values. GAE(lambda): A_t = delta_t + gamma lambda
+    (1 - done_t) A_{t+1}, A_T = 0, delta_t = r_t + gamma (1 - terminated_t) next_values_t - values_t,
+    returns = A + values (lambda = 1: the n-step return to the rollout's end). Under SAME_STEP
+    autoreset the row after an episode's end is already the new episode: no junk row exists."""
     with torch.no_grad():
         values = values.to(rewards.dtype)
         if gae_lambda is None:
@@ -263,13 +246,26 @@ def log_prob_entropy(head: torch.Tensor, log_std: torch.Tensor | None, actions: 
 
 def a2c_loss(logp: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, advantages: torch.Tensor,
              returns: torch.Tensor, value_coef: float, entropy_coef: float) -> tuple[torch.Tensor, ...]:
-    """(loss, policy_loss, value_loss, mean entropy); all inputs [N], advantages and returns without
-    gradient."""
+    """(loss, policy_loss, value_loss, mean entropy); inputs [N], advantages and returns without gradient."""
     policy_loss = -(advantages * logp).mean()
     value_loss = F.mse_loss(values, returns)
     entropy_mean = entropy.mean()
     loss = policy_loss + value_coef * value_loss - entropy_coef * entropy_mean
     return loss, policy_loss, value_loss, entropy_mean
+
+
+def a2c_rollout_loss(ac: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
+                     next_values: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+                     gamma: float, n: int | None, gae_lambda: float | None,
+                     value_coef: float, entropy_coef: float) -> tuple[torch.Tensor, ...]:
+    """a2c_loss's (loss, policy_loss, value_loss, mean entropy) of a rollout: obs [T, B, *obs_shape],
+    actions [T, B] or [T, B, A], the rest [T, B] (next_values = V(true s_{t+1}), without gradient)."""
+    T, B = rewards.shape
+    head, values = ac(obs.flatten(0, 1))  # [T * B, A], [T * B]
+    advantages, returns = a2c_targets(rewards, values.detach().reshape(T, B), next_values, terminated,
+                                      truncated, gamma, n, gae_lambda)
+    logp, entropy = log_prob_entropy(head, ac.log_std, actions.flatten(0, 1))
+    return a2c_loss(logp, entropy, values, advantages.flatten(), returns.flatten(), value_coef, entropy_coef)
 
 
 def sample_actions(head: np.ndarray, std: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
@@ -281,16 +277,6 @@ def sample_actions(head: np.ndarray, std: np.ndarray | None, rng: np.random.Gene
         u = rng.random((len(head), 1)) * cdf[:, -1:]  # inverse-CDF sampling, one uniform per env
         return np.minimum((cdf < u).sum(1), head.shape[1] - 1)
     return (head + std * rng.standard_normal(head.shape)).astype(np.float32)
-
-
-def greedy_policy(net: ActorCritic, device: torch.device, action_space: gym.Space) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> deterministic actions: argmax of the logits [B], or the Gaussian mean
-    clipped to the action bounds [B, A]."""
-    head = numpy_head(net, device)
-    if isinstance(action_space, gym.spaces.Discrete):
-        return lambda obs: head(obs).argmax(1)
-    low, high = action_space.low, action_space.high
-    return lambda obs: np.clip(head(obs), low, high)
 
 
 # 6. Training ------------------------------------------------------------------------------------
@@ -306,12 +292,10 @@ def train(args: Args) -> dict:
     rng = np.random.default_rng(seed)  # action sampling
 
     envs = make_env(args.env_id, args.num_envs)
+    space, shape = envs.single_action_space, obs_shape(envs.single_observation_space)  # vectors flattened
     envs.action_space.seed(seed)
-    envs.single_action_space.seed(seed)
-    shape = obs_shape(envs.single_observation_space)  # images as they are, vectors flattened
-    atari = pixels.kind(args.env_id) == "atari"
-    space = envs.single_action_space
-    discrete = isinstance(space, gym.spaces.Discrete)
+    space.seed(seed)
+    atari, discrete = pixels.kind(args.env_id) == "atari", isinstance(space, gym.spaces.Discrete)
     B, T = args.num_envs, args.n_steps
     num_updates = math.ceil(args.total_timesteps / (B * T * world))  # each update: every worker's rollout
 
@@ -321,21 +305,18 @@ def train(args: Args) -> dict:
         lr_lambda=(lambda u: 1.0 - u / num_updates) if args.anneal_lr else None,
     )
     ac = net.online
-    reward_scaler = RewardScaler(B, args.gamma, dist.gather) if args.normalize_reward else None  # pools all workers
-    # the rollout, preallocated; time-major [T, B]; torch.from_numpy shares the memory on CPU;
-    # images stay uint8 (the network converts them)
-    action_shape = () if discrete else space.shape
-    obs_dtype = np.uint8 if is_image(shape) else np.float32
-    rollout_obs = np.zeros((T, B, *shape), dtype=obs_dtype)
-    rollout_next_obs = np.zeros((T, B, *shape), dtype=obs_dtype)  # true next observations
-    rollout_actions = np.zeros((T, B, *action_shape), dtype=np.int64 if discrete else np.float32)
-    rollout_rewards, rollout_terminated, rollout_truncated = (np.zeros((T, B), dtype=np.float32) for _ in range(3))
+    reward_scaler = RewardScaler(B, args.gamma, dist.gather) if args.normalize_reward else None
+    # the rollout, preallocated, time-major [T, B] (torch.as_tensor shares it on CPU); images stay uint8
+    rollout_obs, rollout_next_obs = np.zeros((2, T, B, *shape), np.uint8 if is_image(shape) else np.float32)
+    rollout_actions = np.zeros((T, B, *space.shape), dtype=np.int64 if discrete else np.float32)
+    rollout_rewards, rollout_terminated, rollout_truncated = np.zeros((3, T, B), dtype=np.float32)
     eval_envs = functools.partial(make_env, args.env_id, training=False)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "policy_loss", "value_loss", "entropy", "grad_norm",
                            "sps", "eval_return", "eval_return_std"], write=dist.is_main())
     if run.write:
         print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}"
               f"{f' x {world} workers' if world > 1 else ''}; run folder {run.path}", flush=True)
+    acting_net, rollout_loss = run.compile(ac), run.compile(a2c_rollout_loss)  # themselves unless --compile
 
     global_step = 0
     state = run.restore(envs)  # None for a new run; generators, envs and running episodes are restored
@@ -348,7 +329,8 @@ def train(args: Args) -> dict:
             reward_scaler.load_state_dict(state["reward_scaler"])
         obs, global_step = state["obs"], state["global_step"]
     obs = obs.reshape(B, *shape)
-    policy_head, greedy = numpy_head(ac, device), greedy_policy(ac, device, space)  # checked on these weights
+    # numpy_head checks its fast path against forward() on these weights
+    policy_head, greedy = numpy_head(acting_net, device), greedy_policy(acting_net, device, space)
     std = None if discrete else ac.log_std.detach().exp().cpu().numpy()  # [A], refreshed after every update
     with run.training(envs):
         while global_step < args.total_timesteps:
@@ -368,25 +350,19 @@ def train(args: Args) -> dict:
                 if reward_scaler is not None:
                     learn_rewards = reward_scaler(learn_rewards, terminated | truncated)
                 rollout_rewards[t] = learn_rewards
-                rollout_terminated[t] = terminated
-                rollout_truncated[t] = truncated
+                rollout_terminated[t], rollout_truncated[t] = terminated, truncated
                 obs = next_obs  # already the new episode's first observation where one ended
-
-                run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))  # whole games
+                run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))
 
             # learn: one gradient step on the whole rollout [T * B]
-            obs_t = torch.from_numpy(rollout_obs).to(device).reshape(T * B, *shape)
-            rewards_t, terminated_t, truncated_t = (
-                torch.from_numpy(x).to(device) for x in (rollout_rewards, rollout_terminated, rollout_truncated))
-            with torch.no_grad():
-                next_values = ac.value(torch.from_numpy(rollout_next_obs).to(device).reshape(T * B, *shape)).reshape(T, B)
-            head, values = ac(obs_t)  # [T * B, A], [T * B]
-            advantages, returns = a2c_targets(rewards_t, values.detach().reshape(T, B), next_values, terminated_t,
-                                              truncated_t, args.gamma, args.n_step_return, args.gae_lambda)
-            actions_t = torch.from_numpy(rollout_actions).to(device).reshape(T * B, *action_shape)
-            logp, entropy = log_prob_entropy(head, ac.log_std, actions_t)
-            loss, policy_loss, value_loss, entropy_mean = a2c_loss(
-                logp, entropy, values, advantages.reshape(-1), returns.reshape(-1), args.value_coef, args.entropy_coef)
+            obs_t = torch.as_tensor(rollout_obs, device=device)  # [T, B, *obs_shape]
+            actions_t, rewards_t, terminated_t, truncated_t = (torch.as_tensor(x, device=device) for x in (
+                rollout_actions, rollout_rewards, rollout_terminated, rollout_truncated))
+            with torch.no_grad():  # V(true s_{t+1}) [T * B]
+                next_values = ac.value(torch.as_tensor(rollout_next_obs, device=device).flatten(0, 1))
+            loss, policy_loss, value_loss, entropy_mean = rollout_loss(
+                ac, obs_t, actions_t, rewards_t, next_values.view(T, B), terminated_t, truncated_t,
+                args.gamma, args.n_step_return, args.gae_lambda, args.value_coef, args.entropy_coef)
             loss, grad_norm = net.train_step(loss)
             # a NaN policy would feed NaN actions to the envs; grad_norm is shared by all workers, so
             # a NaN on any one of them stops every worker at this same update
@@ -396,7 +372,7 @@ def train(args: Args) -> dict:
             if std is not None:
                 std = ac.log_std.detach().exp().cpu().numpy()
             if ac.obs_norm is not None:  # after the update, so the rollout acted and learned with one policy
-                ac.obs_norm.update(dist.gather(torch.from_numpy(rollout_obs).to(device)))  # all workers' obs
+                ac.obs_norm.update(dist.gather(obs_t))  # all workers' observations
             if net.updates % 100 == 0:
                 run.log(global_step, loss=loss.item(), policy_loss=policy_loss.item(), value_loss=value_loss.item(),
                         entropy=entropy_mean.item(), grad_norm=grad_norm.item(), sps=round(global_step / run.elapsed()))
@@ -417,7 +393,7 @@ def train(args: Args) -> dict:
 main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
 
 
-# Checks and saved policies --------------------------------------------------------------------
+# Acting, checks and saved policies ---------------------------------------------------------------
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     make_env(args.env_id, 1).close()  # an unknown id, the wrong action space
@@ -429,8 +405,7 @@ def validate(args: Args) -> None:
         (args.entropy_coef >= 0, f"--entropy-coef must be >= 0, got {args.entropy_coef}"),
         (0.0 < args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in (0, 1), got {args.rmsprop_alpha}"),
         (math.isfinite(args.log_std_init), f"--log-std-init must be finite, got {args.log_std_init}"),
-        (len(args.hidden_sizes) > 0 and all(h > 0 for h in args.hidden_sizes),
-         f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
+        (min(args.hidden_sizes, default=0) > 0, f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
     ])
 
 
@@ -442,19 +417,14 @@ def build_network(args: Args, envs: gym.vector.VectorEnv) -> ActorCritic:
     return ActorCritic(
         obs_shape(envs.single_observation_space), int(space.n) if discrete else int(space.shape[0]), discrete,
         tuple(args.hidden_sizes), args.shared_torso, args.activation, args.normalize_obs, args.log_std_init,
-        (space.low, space.high) if args.bounded_mean and not discrete else None,
-    )
+        (space.low, space.high) if args.bounded_mean and not discrete else None)
 
 
 def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> policy head [B, A] without gradient, as a numpy function.
-
-    Through `forward()` (its first output), or on CPU through a numpy copy of a plain MLP actor
-    (common.fastpath.numpy_mlp) on zero-copy views of the parameters and normaliser buffers, which
-    the optimizer and the normaliser update in place, while it gives forward()'s head on a probe
-    batch (at a batch of a few envs torch's per-op dispatch costs more than the arithmetic).
-    Build the head again after loading weights.
-    """
+    """obs [B, *obs_shape] -> policy head [B, A] without gradient, as a numpy function: forward()'s, or
+    on CPU a numpy copy of a plain MLP actor (common.fastpath.numpy_mlp: at a few envs torch's per-op
+    dispatch costs more than the arithmetic) on zero-copy views of the parameters and normaliser
+    buffers, checked against forward() on a probe batch. Build it again after loading weights."""
     def head_forward(obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, device=device).reshape(len(obs), *net.obs_shape)
         with torch.no_grad():  # images stay uint8: the torso converts them
@@ -477,12 +447,19 @@ def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray],
     return checked(head_numpy, head_forward, f"{ALGO} policy", probe=probe_batch(net.obs_shape))
 
 
+def greedy_policy(net: ActorCritic, device: torch.device, action_space: gym.Space) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, *obs_shape] -> argmax of the logits [B], or the Gaussian mean clipped to the bounds [B, A]."""
+    head = numpy_head(net, device)
+    if isinstance(action_space, gym.spaces.Discrete):
+        return lambda obs: head(obs).argmax(1)
+    low, high = action_space.low, action_space.high
+    return lambda obs: np.clip(head(obs), low, high)
+
+
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
-    """Greedy policy from a `--save-model` file (state dict with the observation statistics, loaded
-    with weights_only=True), for evaluate.py."""
+    """Greedy policy from a `--save-model` file (observation statistics included), for evaluate.py."""
     envs = make_env(args.env_id, 1)
-    net = build_network(args, envs)
-    space = envs.single_action_space
+    net, space = build_network(args, envs), envs.single_action_space
     envs.close()
     net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
     return greedy_policy(net.to(device).eval(), torch.device(device), space)
