@@ -23,6 +23,10 @@ from harness.run import InputError, Run, RunArgs
 from test_checkpoint import CASES, MODULES, assert_same_run, make_args, metrics, stop_at_env_step
 
 SCRIPT_CASES = ["dqn-CartPole", "n_step_q-CartPole", "sarsa-CartPole", "a2c-Pendulum", "ddpg-Pendulum", "naf-Pendulum-twin"]
+# against eager: a2c logs its loss every 100 updates, and on CartPole (discrete actions) float rounding
+# changes no sampled action, where Pendulum's Gaussian actions carry it into the episodes
+AGAINST_EAGER = {**{case: CASES[case] for case in SCRIPT_CASES if case != "a2c-Pendulum"},
+                 "a2c-CartPole": ("a2c", {**CASES["a2c-CartPole"][1], "total_timesteps": 4400})}
 
 
 def train(algo: str, tmp_path: Path, **kw) -> dict:
@@ -40,9 +44,9 @@ def close(a: str, b: str) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", SCRIPT_CASES)
+@pytest.mark.parametrize("case", list(AGAINST_EAGER))
 def test_compiled_update_gives_the_eager_metrics(tmp_path, case):
-    algo, kw = CASES[case]
+    algo, kw = AGAINST_EAGER[case]
     eager = train(algo, tmp_path / "eager", **kw)
     compiled = train(algo, tmp_path / "compiled", compile=True, **kw)
     assert compiled["completed"] and compiled["error"] is None
