@@ -11,20 +11,16 @@ past a termination. One gradient step per rollout, on all num_envs * n_steps tra
 target network is a hard copy of the online network, refreshed every `target_every` env steps.
 
 Deviations from the paper:
-- One process steps a vector env synchronously (A2C-style), the batch of a gradient step being the
-  rollout of every env, and workers under torchrun average their gradients at every update
-  (harness.distributed), where the paper's actor-learner threads make asynchronous Hogwild updates.
+- One process steps a vector env synchronously (A2C-style) instead of asynchronous actor-learner threads
+  (Hogwild); workers under torchrun average their gradients at every update (harness.distributed).
 - Adam (learning rate decayed linearly to 0, as the paper decays its RMSprop learning rate)
   instead of shared RMSprop; MSE loss; an MLP for vector observations.
-- Epsilon decays linearly from `start_epsilon` to `end_epsilon` for every env by default; the
-  paper's per-thread final epsilons {0.1, 0.01, 0.5} with probabilities {0.4, 0.3, 0.3} are
-  `--paper-epsilons`.
+- Epsilon decays linearly from `start_epsilon` to `end_epsilon` for every env by default; the paper's
+  per-thread final epsilons {0.1, 0.01, 0.5} with probabilities {0.4, 0.3, 0.3} are `--paper-epsilons`.
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
 
-Pixels: the torso follows the observation (MLP for vectors, MinAtar's conv, the DQN paper's conv
-net for Atari's 84x84 frame stacks, preprocessed by common.pixels as in that paper); the rollout
-keeps images as uint8. Atari rewards are clipped to their sign for learning only, a lost life
-ends the training episode, and the logged returns are whole-game scores.
+Pixels: the torso follows the observation (common.torso). Atari rewards are clipped to their sign for
+learning only, a lost life ends the training episode, and the logged returns are whole-game scores.
 
 Run:
     python algos/n_step_q.py --env CartPole-v1 --seed 1
@@ -32,8 +28,7 @@ Run:
     torchrun --nproc-per-node 2 algos/n_step_q.py --env CartPole-v1 --seed 1   # 2 workers, one network
     python algos/n_step_q.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
 
-Uses from common (the algorithm parts): network, returns, autoreset, pixels, torso, fastpath; from
-harness: run (run flags and folder, logging, evaluation, signals, checkpoints, torchrun workers).
+Uses from common (the algorithm parts): network, returns, autoreset, pixels, torso, fastpath; harness.run.
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -54,7 +49,7 @@ import tyro
 from gymnasium.vector import AutoresetMode
 from torch import nn
 
-_HERE = Path(__file__).resolve().parent  # common/ and harness/ sit beside a copied script, one folder up in this repo
+_HERE = Path(__file__).resolve().parent  # common/ and harness/: beside a copied script, one folder up here
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
 from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
@@ -62,8 +57,8 @@ from common.fastpath import checked, numpy_mlp  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.returns import n_step_returns  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
-from harness.run import InputError, Run, RunArgs, bad_input, check, parse_args, seed_all, setup, workers  # noqa: E402
-from harness.run import main as run_main  # noqa: E402
+from harness.run import InputError, Run, RunArgs, bad_input, check, parse_args  # noqa: E402
+from harness.run import main as run_main, seed_all, setup, workers  # noqa: E402
 
 ALGO = "n_step_q"
 
@@ -87,7 +82,7 @@ class Args(RunArgs):
     rmsprop_alpha: float = 0.99
     """RMSprop's smoothing constant of the squared-gradient average"""
     rmsprop_centered: bool = False
-    """RMSprop's centered variant: divide by an estimate of the gradient's std instead of its root mean square"""
+    """RMSprop's centered variant: divide by an estimate of the gradient's std, not its root mean square"""
     anneal_lr: bool = True
     """decay the learning rate linearly to 0 over training"""
     gamma: float = 0.99
@@ -109,29 +104,23 @@ class Args(RunArgs):
     hidden_sizes: tuple[int, ...] = (120, 84)
     """widths of the Q-network's hidden layers (vector observations; image torsos are the papers')"""
     scale_obs: bool = False
-    """map each bounded observation component from its [low, high] to [-1, 1] (vector envs; see common/pixels.py)"""
+    """map each bounded observation component from [low, high] to [-1, 1] (vector envs; common/pixels.py)"""
 
 
 # 3. Environment ---------------------------------------------------------------------------------
 def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True,
              scale_obs: bool = False) -> gym.vector.VectorEnv:
-    """Vector env with SAME_STEP autoreset (the true final observation is in infos["final_obs"]), made
-    by common.pixels.make (pixel preprocessing, `training`: a lost life ends an Atari episode)."""
+    """common.pixels.make envs, SAME_STEP autoreset (the true final observation in infos["final_obs"])."""
     def make(i: int) -> gym.Env:
         if video_dir is None:
             return pixels.make(env_id, training, scale_obs=scale_obs)
-        from harness.extras import record_first_episode
-
+        from harness.extras import record_first_episode  # only where a video is recorded
         return record_first_episode(pixels.make(env_id, training, "rgb_array", scale_obs), video_dir, i)
 
     with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
         pixels.kind(env_id)
-        envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
-    for space, kind in ((envs.single_action_space, gym.spaces.Discrete), (envs.single_observation_space, gym.spaces.Box)):
-        if not isinstance(space, kind):
-            envs.close()
-            raise InputError(f"{ALGO} needs a {kind.__name__} {'action' if kind is gym.spaces.Discrete else 'observation'} space; {env_id} has {space}")
-    return envs
+        return gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)],
+                                        autoreset_mode=AutoresetMode.SAME_STEP)
 
 
 # 4. Networks ------------------------------------------------------------------------------------
@@ -174,14 +163,22 @@ def select_actions(greedy: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, 
 
 def n_step_q_targets(q_target: nn.Module, rewards: torch.Tensor, next_obs: torch.Tensor,
                      terminated: torch.Tensor, truncated: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Forward-view n-step Q-learning references [T, B] for a rollout of T steps (algorithm S2):
-    next_values[t] = max_a Q_target(s_{t+1}, a) at the true next observation `next_obs[t]`
-    [T, B, *obs_shape]; n_step_returns then sums rewards to the rollout's end (n = None: row t looks
-    T - t steps ahead), stops at a termination and bootstraps at a truncation."""
+    """Forward-view n-step Q-learning references [T, B] (algorithm S2): next_values[t] is
+    max_a Q_target(s_{t+1}, a) at the true next observation `next_obs[t]` [T, B, *obs_shape]; n_step_returns
+    sums rewards to the rollout's end (n = None), stops at a termination and bootstraps at a truncation."""
     with torch.no_grad():
         next_q = q_target(next_obs.flatten(0, 1)).unflatten(0, next_obs.shape[:2])  # [T, B, A]; convolutions take [N, C, H, W]
         next_values = next_q.max(-1).values  # [T, B]
     return n_step_returns(rewards, next_values, terminated, truncated, gamma, n=None)
+
+
+def n_step_q_loss(q_online: nn.Module, q_target: nn.Module, obs: torch.Tensor, actions: torch.Tensor,
+                  rewards: torch.Tensor, next_obs: torch.Tensor, terminated: torch.Tensor,
+                  truncated: torch.Tensor, gamma: float, loss: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The regression of Q(s_t, a_t) on the references over a rollout (MSE or Huber), and mean Q (logged)."""
+    targets = n_step_q_targets(q_target, rewards, next_obs, terminated, truncated, gamma)  # [T, B]
+    q = q_online(obs.flatten(0, 1)).gather(1, actions.view(-1, 1)).view_as(actions)  # Q(s_t, a_t) [T, B]
+    return (F.mse_loss if loss == "mse" else F.smooth_l1_loss)(q, targets), q.mean()
 
 
 # 6. Training ------------------------------------------------------------------------------------
@@ -210,7 +207,6 @@ def train(args: Args) -> dict:
         lr_lambda=(lambda update: 1.0 - update / num_updates) if args.anneal_lr else None,
         clip_grad_norm=args.clip_grad_norm, target=True, device=device, workers=dist,
     )
-    greedy = greedy_policy(q_net.online, device)
     end_epsilons = final_epsilons(args, rng)  # [B]
     # the rollout, time-major [T, B], rewritten in place; images stay uint8 (the network converts them)
     rollout_obs, rollout_next_obs = np.zeros((2, T, B, *shape), np.uint8 if is_image(shape) else np.float32)
@@ -222,9 +218,7 @@ def train(args: Args) -> dict:
     if run.write:
         many = f" x {world} workers" if world > 1 else ""
         print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}{many}; run folder {run.path}", flush=True)
-
-    def to_device(x: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(x).to(device)  # zero-copy on CPU
+    acting_net, q_loss = run.compile(q_net.online), run.compile(n_step_q_loss)  # themselves unless --compile
 
     global_step = 0
     state = run.restore(envs)  # None for a new run; the generators, envs and running episodes come back
@@ -232,17 +226,18 @@ def train(args: Args) -> dict:
         obs, _ = envs.reset(seed=seed)
     else:
         q_net.load_state_dict(state["q_net"])
-        greedy = greedy_policy(q_net.online, device)  # the fast path checked again, on the loaded weights
         rng.bit_generator.state = state["rng"]
         obs, global_step = state["obs"], state["global_step"]
     obs = obs.reshape(B, *shape)
+    greedy = greedy_policy(acting_net, device)  # after any load: the fast path is checked on these weights
     with run.training(envs):
         while global_step < args.total_timesteps:
             rollout_start = global_step
             for t in range(T):
                 global_step += B * world  # all workers step in lockstep
                 # act: epsilon-greedy on the online network, one batched forward for all envs
-                epsilon = linear_epsilon(args.start_epsilon, end_epsilons, args.exploration_fraction * args.total_timesteps, global_step)
+                epsilon = linear_epsilon(args.start_epsilon, end_epsilons,
+                                         args.exploration_fraction * args.total_timesteps, global_step)
                 actions = select_actions(greedy, obs, epsilon, n_actions, rng)
                 next_obs, rewards, terminated, truncated, infos = envs.step(actions)
                 next_obs = next_obs.reshape(B, *shape)
@@ -259,25 +254,25 @@ def train(args: Args) -> dict:
 
                 run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))  # logs whole games
 
-            # learn: one gradient step on the whole rollout [T, B]
-            targets = n_step_q_targets(q_net.target, to_device(rollout_rewards), to_device(rollout_next_obs),
-                                       to_device(rollout_terminated), to_device(rollout_truncated), args.gamma)  # [T, B]
-            q_all = q_net.online(to_device(rollout_obs).flatten(0, 1)).unflatten(0, (T, B))  # [T, B, A]
-            q = q_all.gather(2, to_device(rollout_actions).unsqueeze(2)).squeeze(2)  # [T, B]
-            loss_fn = F.mse_loss if args.loss == "mse" else F.smooth_l1_loss
-            loss, grad_norm = q_net.train_step(loss_fn(q, targets))
+            # learn: one gradient step on the whole rollout [T, B] (as_tensor: no copy on CPU)
+            rollout = [torch.as_tensor(x, device=device) for x in (rollout_obs, rollout_actions,
+                       rollout_rewards, rollout_next_obs, rollout_terminated, rollout_truncated)]
+            loss, q_mean = q_loss(q_net.online, q_net.target, *rollout, args.gamma, args.loss)
+            loss, grad_norm = q_net.train_step(loss)
             if q_net.updates % 25 == 0:  # every 1,000 env steps at the defaults, as often as DQN
                 if not math.isfinite(loss.item()):
-                    raise FloatingPointError(f"loss became {loss.item()} at step {global_step}; lower --learning-rate or clip gradients")
-                run.log(global_step, loss=loss.item(), q_values=q.mean().item(), grad_norm=grad_norm.item(),
+                    raise FloatingPointError(f"loss became {loss.item()} at step {global_step}; "
+                                             "lower --learning-rate or clip gradients")
+                run.log(global_step, loss=loss.item(), q_values=q_mean.item(), grad_norm=grad_norm.item(),
                         epsilon=float(np.mean(epsilon)), sps=round(global_step / run.elapsed()))
             # sync: every `target_every` env steps crossed
             if global_step // args.target_every > rollout_start // args.target_every:
                 q_net.sync()
 
-            if args.eval_every and global_step // args.eval_every > rollout_start // args.eval_every and global_step < args.total_timesteps:
+            if (args.eval_every and global_step // args.eval_every > rollout_start // args.eval_every
+                    and global_step < args.total_timesteps):
                 run.evaluate(greedy, eval_envs, global_step)
-            if run.checkpoint_due(rollout_start, global_step):  # at a rollout's end: everything the next rollout depends on
+            if run.checkpoint_due(rollout_start, global_step):  # at a rollout's end: what the next one needs
                 run.save_checkpoint(global_step, envs, obs, {"q_net": q_net.state_dict(), "rng": rng.bit_generator.state})
             if global_step >= run.next_check:
                 run.progress(global_step)
@@ -290,10 +285,10 @@ main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed
 
 # Acting, checks and saved policies ---------------------------------------------------------------
 def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function: through `forward()`, or
-    on CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath;
-    at a batch of a few envs, torch's per-op dispatch costs more than the arithmetic). Build it
-    again after loading weights."""
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function: through `forward()`, or on
+    CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath; at a
+    batch of a few envs, torch's per-op dispatch costs more than the arithmetic). Build it again after
+    loading weights."""
     def q_forward(obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, device=device)
         with torch.no_grad():
@@ -305,7 +300,12 @@ def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray
 
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
-    make_env(args.env_id, 1, scale_obs=args.scale_obs).close()  # an unknown id, the wrong action space
+    envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)  # an unknown id
+    spaces = {"action": envs.single_action_space, "observation": envs.single_observation_space}
+    envs.close()
+    for (what, space), kind in zip(spaces.items(), (gym.spaces.Discrete, gym.spaces.Box)):
+        if not isinstance(space, kind):
+            raise InputError(f"{ALGO} needs a {kind.__name__} {what} space; {args.env_id} has {space}")
     check(args, positive=("n_steps", "target_every", "learning_rate", "optimizer_eps", "clip_grad_norm"),
           fractions=("start_epsilon", "end_epsilon", "gamma"), conditions=[
         (0.0 < args.exploration_fraction <= 1.0, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}"),
@@ -317,7 +317,7 @@ def validate(args: Args) -> None:
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
-    """Greedy policy from a `--save-model` file (state dict, loaded with weights_only=True), for evaluate.py."""
+    """Greedy policy from a `--save-model` file (a state dict, loaded weights_only), for evaluate.py."""
     envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
     q_net = QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
     envs.close()

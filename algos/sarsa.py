@@ -4,28 +4,22 @@ Papers: Rummery & Niranjan 1994 (SARSA); the n-step, parallel-env form of Mnih e
 "Asynchronous methods for deep reinforcement learning", https://arxiv.org/abs/1602.01783
 (one-step SARSA, section 4); van Seijen et al. 2009 (Expected SARSA); AgentNet's sarsa objective.
 
-`num_envs` envs act epsilon-greedily on the online network for `n_steps` steps each. Every step
-of the rollout is regressed on its forward-view n-step return, bootstrapped from
-Q(s_{t+n}, a_{t+n}) where a_{t+n} is the action the behaviour policy actually takes there (the
-first action of the next rollout; at a truncation, an action sampled at the true final
-observation); `--expected` bootstraps from the expectation of Q under the epsilon-greedy policy
-instead, and `--n-steps 1` is one-step SARSA. One gradient step per rollout; the bootstrap values
-come from a target copy, synced every `target_every` env steps.
+`num_envs` envs act epsilon-greedily on the online network for `n_steps` steps each; one gradient step
+then regresses each step of the rollout on its forward-view n-step return, bootstrapped from
+Q(s_{t+n}, a_{t+n}), a_{t+n} being the action the behaviour policy takes there (the next rollout's first
+action; at a truncation, one sampled at the true final observation). `--expected` bootstraps from the
+expectation of Q under the epsilon-greedy policy instead; `--n-steps 1` is one-step SARSA.
 
 Deviations from the papers:
 - One process steps a vector env synchronously instead of asynchronous actor-learner threads, and
-  workers under torchrun average their gradients at every update (harness.distributed), where the
-  paper's threads update shared weights asynchronously.
+  workers under torchrun average their gradients at every update (harness.distributed).
 - Adam (learning rate decayed linearly to 0) instead of shared RMSprop; MSE loss; an MLP for vectors.
 - Truncated episodes bootstrap from the true final observation (the papers predate truncation).
-- A target network by default (a hard copy every 500 env steps, as n_step_q's), where the papers
-  bootstrap from the online network (`--no-target-network`): bootstrapping from the network being
-  trained made some seeds collapse (benchmarks/results/n_step_sarsa.md has the runs).
+- A target network (hard copies every `target_every` env steps): bootstrapping from the online network as
+  the papers do (`--no-target-network`) made some seeds collapse (benchmarks/results/n_step_sarsa.md).
 
-Pixels: the torso follows the observation (MLP for vectors, MinAtar's conv, the DQN paper's conv
-net for Atari's 84x84 frame stacks, preprocessed by common.pixels as in that paper); the rollout
-keeps images as uint8. Atari rewards are clipped to their sign for learning only, a lost life
-ends the training episode, and the logged returns are whole-game scores.
+Pixels: the torso follows the observation (common.torso). Atari rewards are clipped to their sign for
+learning only, a lost life ends the training episode, and the logged returns are whole-game scores.
 
 Run:
     python algos/sarsa.py --env CartPole-v1 --seed 1
@@ -33,8 +27,7 @@ Run:
     torchrun --nproc-per-node 2 algos/sarsa.py --env CartPole-v1 --seed 1   # 2 workers, one network
     python algos/sarsa.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
 
-Uses from common (the algorithm parts): network, returns, autoreset, pixels, torso, fastpath; from
-harness: run (run flags and folder, logging, evaluation, signals, checkpoints, torchrun workers).
+Uses from common (the algorithm parts): network, returns, autoreset, pixels, torso, fastpath; harness.run.
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -55,7 +48,7 @@ import tyro
 from gymnasium.vector import AutoresetMode
 from torch import nn
 
-_HERE = Path(__file__).resolve().parent  # common/ and harness/ sit beside a copied script, one folder up in this repo
+_HERE = Path(__file__).resolve().parent  # common/ and harness/: beside a copied script, one folder up here
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
 from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
@@ -63,8 +56,8 @@ from common.fastpath import checked, numpy_mlp  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.returns import n_step_returns  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
-from harness.run import InputError, Run, RunArgs, bad_input, check, parse_args, seed_all, setup, workers  # noqa: E402
-from harness.run import main as run_main  # noqa: E402
+from harness.run import InputError, Run, RunArgs, bad_input, check, parse_args  # noqa: E402
+from harness.run import main as run_main, seed_all, setup, workers  # noqa: E402
 
 ALGO = "sarsa"
 
@@ -88,7 +81,7 @@ class Args(RunArgs):
     rmsprop_alpha: float = 0.99
     """RMSprop's smoothing constant of the squared-gradient average"""
     rmsprop_centered: bool = False
-    """RMSprop's centered variant: divide by an estimate of the gradient's std instead of its root mean square"""
+    """RMSprop's centered variant: divide by an estimate of the gradient's std, not its root mean square"""
     anneal_lr: bool = True
     """decay the learning rate linearly to 0 over training"""
     gamma: float = 0.99
@@ -112,29 +105,23 @@ class Args(RunArgs):
     hidden_sizes: tuple[int, ...] = (120, 84)
     """widths of the Q-network's hidden layers (vector observations; image torsos are the papers')"""
     scale_obs: bool = False
-    """map each bounded observation component from its [low, high] to [-1, 1] (vector envs; see common/pixels.py)"""
+    """map each bounded observation component from [low, high] to [-1, 1] (vector envs; common/pixels.py)"""
 
 
 # 3. Environment ---------------------------------------------------------------------------------
 def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True,
              scale_obs: bool = False) -> gym.vector.VectorEnv:
-    """Vector env with SAME_STEP autoreset (the true final observation is in infos["final_obs"]), made
-    by common.pixels.make (pixel preprocessing, `training`: a lost life ends an Atari episode)."""
+    """common.pixels.make envs, SAME_STEP autoreset (the true final observation in infos["final_obs"])."""
     def make(i: int) -> gym.Env:
         if video_dir is None:
             return pixels.make(env_id, training, scale_obs=scale_obs)
-        from harness.extras import record_first_episode
-
+        from harness.extras import record_first_episode  # only where a video is recorded
         return record_first_episode(pixels.make(env_id, training, "rgb_array", scale_obs), video_dir, i)
 
     with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
         pixels.kind(env_id)
-        envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
-    for space, kind in ((envs.single_action_space, gym.spaces.Discrete), (envs.single_observation_space, gym.spaces.Box)):
-        if not isinstance(space, kind):
-            envs.close()
-            raise InputError(f"{ALGO} needs a {kind.__name__} {'action' if kind is gym.spaces.Discrete else 'observation'} space; {env_id} has {space}")
-    return envs
+        return gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)],
+                                        autoreset_mode=AutoresetMode.SAME_STEP)
 
 
 # 4. Networks ------------------------------------------------------------------------------------
@@ -171,18 +158,15 @@ def select_actions(greedy: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, 
 def next_actions(greedy: Callable[[np.ndarray], np.ndarray], next_obs: np.ndarray, real_next_obs: np.ndarray,
                  truncated: np.ndarray, epsilon: float, n_actions: int, rng: np.random.Generator
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """The behaviour policy's next actions: (actions to take next [B], bootstrap actions [B]). The
-    action taken at `next_obs` is also the one the transition bootstraps from, except where the
-    episode was truncated: `next_obs` is then the new episode's first observation, and the
-    bootstrap action is sampled at the true final observation `real_next_obs` (never taken). One
-    batched forward covers both. Terminated rows do not bootstrap, so their action is moot."""
+    """The behaviour policy's (actions to take next [B], bootstrap actions [B]): equal, except where the
+    episode was truncated: `next_obs` is then the new episode's first observation, and the bootstrap action
+    is sampled at the true final observation `real_next_obs` (never taken), in the same batched forward."""
     cut = np.flatnonzero(truncated)
     if len(cut) == 0:
         actions = select_actions(greedy, next_obs, epsilon, n_actions, rng)
         return actions, actions
     both = select_actions(greedy, np.concatenate([next_obs, real_next_obs[cut]]), epsilon, n_actions, rng)  # [B + cut]
-    actions = both[: len(next_obs)]
-    bootstrap = actions.copy()
+    actions, bootstrap = both[: len(next_obs)], both[: len(next_obs)].copy()
     bootstrap[cut] = both[len(next_obs) :]
     return actions, bootstrap
 
@@ -190,26 +174,35 @@ def next_actions(greedy: Callable[[np.ndarray], np.ndarray], next_obs: np.ndarra
 def sarsa_targets(q_values: nn.Module, rewards: torch.Tensor, next_obs: torch.Tensor, next_actions: torch.Tensor,
                   terminated: torch.Tensor, truncated: torch.Tensor, gamma: float, expected: bool = False,
                   epsilon: torch.Tensor | None = None, q_policy: nn.Module | None = None) -> torch.Tensor:
-    """Forward-view n-step SARSA references [T, B] for a rollout of T steps: next_values[t] is
-    Q(s_{t+1}, a_{t+1}) at the true next observation `next_obs[t]` [T, B, *obs_shape] and the
-    behaviour policy's action there `next_actions[t]` [T, B]; Expected SARSA replaces it by
-    sum_a pi(a | s_{t+1}) Q(s_{t+1}, a), pi epsilon-greedy (`epsilon` [T, 1] or [T, B], the value
-    used when acting) on `q_policy` (default `q_values`). n_step_returns then sums rewards to the
-    rollout's end (n = None: row t looks T - t steps ahead), stops at a termination and bootstraps
-    at a truncation."""
+    """Forward-view n-step SARSA references [T, B]: next_values[t] is Q(s_{t+1}, a_{t+1}) at the true next
+    observation `next_obs[t]` [T, B, *obs_shape] and the behaviour policy's action there `next_actions[t]`
+    [T, B]; Expected SARSA replaces it by sum_a pi(a | s_{t+1}) Q(s_{t+1}, a), pi epsilon-greedy (`epsilon`
+    [T, 1] or [T, B], the value used when acting) on `q_policy` (default `q_values`). n_step_returns sums
+    rewards to the rollout's end (n = None), stops at a termination and bootstraps at a truncation."""
     with torch.no_grad():
         flat_next_obs, lead = next_obs.flatten(0, 1), next_obs.shape[:2]  # convolutions take [N, C, H, W]
         next_q = q_values(flat_next_obs).unflatten(0, lead)  # [T, B, A]
         if expected:
-            n_actions = next_q.shape[-1]
             policy_q = next_q if q_policy is None or q_policy is q_values else q_policy(flat_next_obs).unflatten(0, lead)  # [T, B, A]
             greedy = policy_q.argmax(-1, keepdim=True)  # [T, B, 1]
-            probs = (epsilon / n_actions).unsqueeze(-1).expand_as(next_q).clone()  # [T, B, A]
+            probs = (epsilon / next_q.shape[-1]).unsqueeze(-1).expand_as(next_q).clone()  # [T, B, A]
             probs.scatter_add_(-1, greedy, (1.0 - epsilon).unsqueeze(-1).expand_as(greedy))
             next_values = (probs * next_q).sum(-1)  # [T, B]
         else:
             next_values = next_q.gather(-1, next_actions.unsqueeze(-1)).squeeze(-1)  # [T, B]
     return n_step_returns(rewards, next_values, terminated, truncated, gamma, n=None)
+
+
+def sarsa_loss(q_online: nn.Module, q_target: nn.Module | None, obs: torch.Tensor, actions: torch.Tensor,
+               rewards: torch.Tensor, next_obs: torch.Tensor, next_actions: torch.Tensor,
+               terminated: torch.Tensor, truncated: torch.Tensor, epsilon: torch.Tensor, gamma: float,
+               expected: bool, loss: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The regression of Q(s_t, a_t) on the references over a rollout (MSE or Huber), and mean Q (logged);
+    the references bootstrap from `q_target`, or from the online network where there is none."""
+    targets = sarsa_targets(q_online if q_target is None else q_target, rewards, next_obs, next_actions,
+                            terminated, truncated, gamma, expected, epsilon, q_online)  # [T, B]
+    q = q_online(obs.flatten(0, 1)).gather(1, actions.view(-1, 1)).view_as(actions)  # Q(s_t, a_t) [T, B]
+    return (F.mse_loss if loss == "mse" else F.smooth_l1_loss)(q, targets), q.mean()
 
 
 # 6. Training ------------------------------------------------------------------------------------
@@ -238,7 +231,6 @@ def train(args: Args) -> dict:
         lr_lambda=(lambda update: 1.0 - update / num_updates) if args.anneal_lr else None,
         clip_grad_norm=args.clip_grad_norm, target=args.target_network, device=device, workers=dist,
     )
-    greedy = greedy_policy(q_net.online, device)
     # the rollout, time-major [T, B], rewritten in place; images stay uint8 (the network converts them)
     rollout_obs, rollout_next_obs = np.zeros((2, T, B, *shape), np.uint8 if is_image(shape) else np.float32)
     rollout_actions, rollout_next_actions = np.zeros((2, T, B), dtype=np.int64)  # next: at the true next obs
@@ -250,9 +242,7 @@ def train(args: Args) -> dict:
     if run.write:
         many = f" x {world} workers" if world > 1 else ""
         print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}{many}; run folder {run.path}", flush=True)
-
-    def to_device(x: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(x).to(device)  # zero-copy on CPU
+    acting_net, q_loss = run.compile(q_net.online), run.compile(sarsa_loss)  # themselves unless --compile
 
     global_step = 0
     state = run.restore(envs)  # None for a new run; the generators, envs and running episodes come back
@@ -261,11 +251,11 @@ def train(args: Args) -> dict:
         epsilon = args.start_epsilon
     else:
         q_net.load_state_dict(state["q_net"])
-        greedy = greedy_policy(q_net.online, device)  # the fast path checked again, on the loaded weights
         rng.bit_generator.state = state["rng"]
         actions, epsilon = state["actions"], state["epsilon"]
         obs, global_step = state["obs"], state["global_step"]
     obs = obs.reshape(B, *shape)
+    greedy = greedy_policy(acting_net, device)  # after any load: the fast path is checked on these weights
     if run.env_note != "restored":  # a new run, or envs restarted on resume: choose their first actions
         actions = select_actions(greedy, obs, epsilon, n_actions, rng)
     with run.training(envs):
@@ -278,9 +268,11 @@ def train(args: Args) -> dict:
                 next_obs = next_obs.reshape(B, *shape)
                 real_next_obs = true_next_obs(next_obs, infos)
                 # choose the next actions now, epsilon-greedy on the online network, one batched forward
-                epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, args.exploration_fraction * args.total_timesteps, global_step)
+                epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon,
+                                         args.exploration_fraction * args.total_timesteps, global_step)
                 rollout_epsilon[t] = epsilon  # the policy at the next observation, for Expected SARSA
-                following, bootstrap = next_actions(greedy, next_obs, real_next_obs, truncated, epsilon, n_actions, rng)
+                following, bootstrap = next_actions(greedy, next_obs, real_next_obs, truncated, epsilon,
+                                                    n_actions, rng)
 
                 # store: row t is the transition out of obs; its next observation is the true one;
                 # Atari rewards are clipped to their sign for learning (the paper), not for logging
@@ -295,28 +287,26 @@ def train(args: Args) -> dict:
 
                 run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))  # logs whole games
 
-            # learn: one gradient step on the whole rollout [T, B]
-            targets = sarsa_targets(
-                q_net.target if args.target_network else q_net.online, to_device(rollout_rewards), to_device(rollout_next_obs),
-                to_device(rollout_next_actions), to_device(rollout_terminated), to_device(rollout_truncated), args.gamma,
-                args.expected, to_device(rollout_epsilon), q_net.online,
-            )  # [T, B]
-            q_all = q_net.online(to_device(rollout_obs).flatten(0, 1)).unflatten(0, (T, B))  # [T, B, A]
-            q = q_all.gather(2, to_device(rollout_actions).unsqueeze(2)).squeeze(2)  # [T, B]
-            loss_fn = F.mse_loss if args.loss == "mse" else F.smooth_l1_loss
-            loss, grad_norm = q_net.train_step(loss_fn(q, targets))
+            # learn: one gradient step on the whole rollout [T, B] (as_tensor: no copy on CPU)
+            rollout = [torch.as_tensor(x, device=device) for x in (rollout_obs, rollout_actions,
+                       rollout_rewards, rollout_next_obs, rollout_next_actions, rollout_terminated,
+                       rollout_truncated, rollout_epsilon)]
+            loss, q_mean = q_loss(q_net.online, q_net.target, *rollout, args.gamma, args.expected, args.loss)
+            loss, grad_norm = q_net.train_step(loss)
             if q_net.updates % 25 == 0:  # every 1,000 env steps at the defaults, as often as DQN
                 if not math.isfinite(loss.item()):
-                    raise FloatingPointError(f"loss became {loss.item()} at step {global_step}; lower --learning-rate or clip gradients")
-                run.log(global_step, loss=loss.item(), q_values=q.mean().item(), grad_norm=grad_norm.item(),
+                    raise FloatingPointError(f"loss became {loss.item()} at step {global_step}; "
+                                             "lower --learning-rate or clip gradients")
+                run.log(global_step, loss=loss.item(), q_values=q_mean.item(), grad_norm=grad_norm.item(),
                         epsilon=epsilon, sps=round(global_step / run.elapsed()))
             # sync: every `target_every` env steps crossed
             if args.target_network and global_step // args.target_every > rollout_start // args.target_every:
                 q_net.sync()
 
-            if args.eval_every and global_step // args.eval_every > rollout_start // args.eval_every and global_step < args.total_timesteps:
+            if (args.eval_every and global_step // args.eval_every > rollout_start // args.eval_every
+                    and global_step < args.total_timesteps):
                 run.evaluate(greedy, eval_envs, global_step)
-            if run.checkpoint_due(rollout_start, global_step):  # at a rollout's end: everything the next rollout depends on
+            if run.checkpoint_due(rollout_start, global_step):  # at a rollout's end: what the next one needs
                 run.save_checkpoint(global_step, envs, obs, {"q_net": q_net.state_dict(), "rng": rng.bit_generator.state,
                                                              "actions": actions, "epsilon": epsilon})
             if global_step >= run.next_check:
@@ -330,10 +320,10 @@ main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed
 
 # Acting, checks and saved policies ---------------------------------------------------------------
 def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function: through `forward()`, or
-    on CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath;
-    at a batch of a few envs, torch's per-op dispatch costs more than the arithmetic). Build it
-    again after loading weights."""
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function: through `forward()`, or on
+    CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath; at a
+    batch of a few envs, torch's per-op dispatch costs more than the arithmetic). Build it again after
+    loading weights."""
     def q_forward(obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, device=device)
         with torch.no_grad():
@@ -345,7 +335,12 @@ def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray
 
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
-    make_env(args.env_id, 1, scale_obs=args.scale_obs).close()  # an unknown id, the wrong action space
+    envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)  # an unknown id
+    spaces = {"action": envs.single_action_space, "observation": envs.single_observation_space}
+    envs.close()
+    for (what, space), kind in zip(spaces.items(), (gym.spaces.Discrete, gym.spaces.Box)):
+        if not isinstance(space, kind):
+            raise InputError(f"{ALGO} needs a {kind.__name__} {what} space; {args.env_id} has {space}")
     check(args, positive=("n_steps", "target_every", "learning_rate", "optimizer_eps", "clip_grad_norm"),
           fractions=("start_epsilon", "end_epsilon", "gamma"), conditions=[
         (0.0 < args.exploration_fraction <= 1.0, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}"),
@@ -357,7 +352,7 @@ def validate(args: Args) -> None:
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
-    """Greedy policy from a `--save-model` file (state dict, loaded with weights_only=True), for evaluate.py."""
+    """Greedy policy from a `--save-model` file (a state dict, loaded weights_only), for evaluate.py."""
     envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
     q_net = QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
     envs.close()
