@@ -3,35 +3,25 @@
 Paper: Lillicrap et al. 2015, "Continuous control with deep reinforcement learning",
 arXiv:1509.02971, https://arxiv.org/abs/1509.02971.
 
-A deterministic actor mu(s) (tanh output scaled to the action bounds) acts with added exploration
-noise; every transition goes into a replay memory. Every `train_every` env steps the critic
-Q(s, a) regresses on r + gamma * (1 - terminated) * Q_target(s', mu_target(s')) for a random
-minibatch, and every `policy_every` critic updates the actor climbs the deterministic policy
-gradient, i.e. maximises Q(s, mu(s)); both target copies then move towards their online
-networks by `target_rate`. Before `learning_starts` the agent acts uniformly at random (heatup)
-and does not learn.
+A deterministic actor mu(s) (tanh output scaled to the action bounds) acts with added exploration noise;
+transitions go into a replay memory. Every `train_every` env steps the critic Q(s, a) regresses on
+r + gamma * (1 - terminated) * Q_target(s', mu_target(s')) for a random minibatch; every `policy_every` critic
+updates the actor climbs the deterministic policy gradient (maximises Q(s, mu(s))) and both target copies
+move towards their online networks by `target_rate`. Before `learning_starts` it acts at random (heatup).
 
 Deviations from the paper:
-- Defaults are CleanRL's (Adam 3e-4 for both networks, [256, 256] MLPs, batch 256, Gaussian
-  noise 0.1, actor every 2 critic updates, no critic L2), not the paper's (actor 1e-4, critic
-  1e-3 with L2 1e-2, [400, 300], batch 64, Ornstein-Uhlenbeck noise, batch norm); OU noise and
-  the L2 penalty are flags, batch norm is left out.
-- The targets move after each actor update, as in CleanRL's ddpg_continuous_action.py (and
-  TD3's delayed updates), so every `policy_every` critic updates; the paper moves them after
-  every critic update, which `--policy-every 1` gives.
+- Defaults are CleanRL's (Adam 3e-4 for both networks, [256, 256] MLPs, batch 256, Gaussian noise 0.1,
+  actor every 2 critic updates, no critic L2), not the paper's (actor 1e-4, critic 1e-3 with L2 1e-2,
+  [400, 300], batch 64, Ornstein-Uhlenbeck noise, batch norm); OU noise and L2 are flags, no batch norm.
+- The targets move after each actor update, every `policy_every` critic updates, as in CleanRL's
+  ddpg_continuous_action.py (and TD3); the paper moves them after every critic update (`--policy-every 1`).
 - The action enters the critic's first layer (the paper feeds it to the second).
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
-- One torch thread by default; a seed's result depends on the thread count (benchmarks/results/speed.md).
-
-Pixels: none; image observations and MinAtar or Atari ids are refused (dqn, n_step_q, sarsa and a2c take them).
 
 Run:
     python algos/ddpg.py --env Pendulum-v1 --seed 1
 
-Uses from common (the algorithm parts): NetworkWrapper (online/target networks, Adam, soft sync),
-ReplayMemory, true_next_obs (the final observation at episode ends), fastpath (the numpy actor,
-checked against forward()). From harness: run (run flags, run folder, logging, evaluation,
-signals, checkpoints).
+Uses from common (the algorithm parts): network, replay, autoreset, fastpath; from harness: run (plumbing).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -57,7 +47,7 @@ sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
 from common.autoreset import true_next_obs  # noqa: E402
 from common.fastpath import checked, numpy_mlp, probe_batch  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
-from common.replay import ReplayMemory  # noqa: E402
+from common.replay import Batch, ReplayMemory  # noqa: E402
 from harness.run import InputError, Run, RunArgs, bad_input, check, parse_args, refuse_workers, setup  # noqa: E402
 from harness.run import main as run_main  # noqa: E402
 
@@ -71,10 +61,8 @@ class Args(RunArgs):
     """gymnasium environment id (continuous actions, vector observations)"""
     total_timesteps: int = 50_000
     """env steps to train for, summed over all envs"""
-    torch_threads: int = 1
-    """CPU threads for torch (2 train the [256, 256] networks ~25% faster on an idle machine, far slower on a busy one)"""
     checkpoint_memory: bool = True
-    """include the replay memory in checkpoints (without it a resumed run refills the memory for learning_starts steps before learning again: not an exact resume)"""
+    """include the replay memory in checkpoints (without it a resume refills it first: not exact)"""
 
     actor_learning_rate: float = 3e-4
     """Adam step size of the actor"""
@@ -113,14 +101,10 @@ class Args(RunArgs):
 # 3. Environment ---------------------------------------------------------------------------------
 def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.vector.VectorEnv:
     """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"]."""
-    if env_id.startswith(("ALE/", "MinAtar/")) or "NoFrameskip" in env_id:
-        raise InputError(f"{ALGO} takes vector observations; {env_id} is a pixel env (dqn, n_step_q, sarsa and a2c take images)")
-
     def make(i: int) -> gym.Env:
         if video_dir is None:
             return gym.make(env_id)
-        from harness.extras import record_first_episode
-
+        from harness.extras import record_first_episode  # only where videos are recorded
         return record_first_episode(gym.make(env_id, render_mode="rgb_array"), video_dir, i)
 
     with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
@@ -128,26 +112,13 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
             gym.spec(env_id)
         except gym.error.Error as e:
             raise ValueError(f"unknown environment id {env_id!r} ({e})") from None
-        envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
-    space, obs_space = envs.single_action_space, envs.single_observation_space
-    for bad, problem in [
-        (not isinstance(space, gym.spaces.Box), f"needs a continuous (Box) action space; {env_id} has {space}"),
-        (isinstance(space, gym.spaces.Box) and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()),
-         f"needs finite action bounds to scale its tanh output; {env_id} has {space}"),
-        (not isinstance(obs_space, gym.spaces.Box), f"needs a Box observation space; {env_id} has {obs_space}"),
-        (len(obs_space.shape or ()) == 3, f"takes vector observations; {env_id} gives images of shape {obs_space.shape}"),
-    ]:
-        if bad:
-            envs.close()
-            raise InputError(f"{ALGO} {problem}")
-    return envs
+        return gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
 
 
 # 4. Networks ------------------------------------------------------------------------------------
 def mlp(in_dim: int, hidden_sizes: tuple[int, ...], out_dim: int) -> nn.Sequential:
-    """Linear-ReLU layers, then a linear output layer initialised to U(-3e-3, 3e-3) as in the paper
-    (so that initial actions and Q-values are near zero). The ReLUs work in place on the Linear
-    outputs (which no backward needs): one [B, 256] buffer less per layer, ~5% of an update."""
+    """Linear-ReLU layers, then a linear output layer initialised to U(-3e-3, 3e-3) as in the paper (initial
+    actions and Q-values near zero). In-place ReLUs: one [B, 256] buffer less per layer, ~5% of an update."""
     layers, width = [], in_dim
     for h in hidden_sizes:
         layers += [nn.Linear(width, h), nn.ReLU(inplace=True)]
@@ -185,15 +156,11 @@ class Critic(nn.Module):
 
 # 5. Algorithm -----------------------------------------------------------------------------------
 class ExplorationNoise:
-    """Gaussian or Ornstein-Uhlenbeck noise [B, A] in action units (`std` times half the range).
-
-    OU (dt = 1): x <- x - theta * x + sigma * N(0, 1), one process per env and action dimension,
-    reset to 0 where an episode ended so that episodes do not share their noise.
-    """
+    """Gaussian or Ornstein-Uhlenbeck noise [B, A] in action units (`std` times half the range). OU (dt = 1):
+    x <- x - theta * x + sigma * N(0, 1) per env and action dimension, reset to 0 where an episode ended."""
 
     def __init__(self, kind: str, std: float, theta: float, scale: np.ndarray, num_envs: int, rng: np.random.Generator):
-        self.kind, self.theta, self.rng = kind, theta, rng
-        self.sigma = std * scale  # [A]
+        self.kind, self.theta, self.rng, self.sigma = kind, theta, rng, std * scale  # sigma: [A]
         self.state = np.zeros((num_envs, len(scale)))  # [B, A], OU only
 
     def __call__(self) -> np.ndarray:
@@ -209,20 +176,24 @@ class ExplorationNoise:
 
 def ddpg_targets(critic_target: nn.Module, actor_target: nn.Module, rewards: torch.Tensor, next_obs: torch.Tensor,
                  terminated: torch.Tensor, gamma: float) -> torch.Tensor:
-    """One-step critic targets [B]: r + gamma * (1 - terminated) * Q_target(s', mu_target(s')) (paper eq. 6).
-
-    `next_obs` is the true next observation, so truncated transitions bootstrap and terminated
-    ones do not.
-    """
+    """One-step critic targets [B]: r + gamma * (1 - terminated) * Q_target(s', mu_target(s')) (paper eq. 6);
+    `next_obs` is the true next observation, so truncated transitions bootstrap and terminated ones do not."""
     with torch.no_grad():
         next_q = critic_target(next_obs, actor_target(next_obs))  # [B]
         return rewards + gamma * (1.0 - terminated) * next_q
 
 
+def critic_loss(critic_online: nn.Module, critic_target: nn.Module, actor_target: nn.Module, batch: Batch,
+                gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The critic's regression of Q(s, a) on the targets (MSE), and the batch's mean Q(s, a) (logged)."""
+    targets = ddpg_targets(critic_target, actor_target, batch.rewards, batch.next_obs, batch.terminated, gamma)
+    q = critic_online(batch.obs, batch.actions)  # [B]
+    return F.mse_loss(q, targets), q.mean()
+
+
 def actor_loss(actor: nn.Module, critic: nn.Module, obs: torch.Tensor) -> torch.Tensor:
-    """-mean Q(s, mu(s)): its gradient in the actor's weights is the deterministic policy gradient
-    (paper eq. 6's companion, Silver et al. 2014). The caller freezes the critic's weights, so only
-    the gradient with respect to the action flows back through it."""
+    """-mean Q(s, mu(s)): its gradient in the actor's weights is the deterministic policy gradient (paper
+    eq. 6's companion, Silver et al. 2014). The caller freezes the critic's weights: only dQ/da flows back."""
     return -critic(obs, actor(obs)).mean()
 
 
@@ -234,42 +205,36 @@ def train(args: Args) -> dict:
     rng = np.random.default_rng(noise_seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs)
+    space = envs.single_action_space
     envs.action_space.seed(args.seed)
-    envs.single_action_space.seed(args.seed)
-    obs_dim = int(np.prod(envs.single_observation_space.shape))
-    action_shape = envs.single_action_space.shape
-    action_dim = int(np.prod(action_shape))
-    low = envs.single_action_space.low.reshape(action_dim).astype(np.float32)  # [A]
-    high = envs.single_action_space.high.reshape(action_dim).astype(np.float32)  # [A]
-    B = args.num_envs
+    space.seed(args.seed)
+    obs_dim, B = int(np.prod(envs.single_observation_space.shape)), args.num_envs
+    action_shape, action_dim = space.shape, int(np.prod(space.shape))
+    low, high = (bound.reshape(action_dim).astype(np.float32) for bound in (space.low, space.high))  # [A]
 
-    actor = NetworkWrapper(Actor(obs_dim, envs.single_action_space, args.hidden_sizes), lr=args.actor_learning_rate,
+    actor = NetworkWrapper(Actor(obs_dim, space, args.hidden_sizes), lr=args.actor_learning_rate,
                            optimizer="adam", clip_grad_norm=args.clip_grad_norm, target=True, device=device)
     critic = NetworkWrapper(Critic(obs_dim, action_dim, args.hidden_sizes), lr=args.critic_learning_rate, optimizer="adam",
                             l2=args.critic_l2, clip_grad_norm=args.clip_grad_norm, target=True, device=device)
-    policy = deterministic_policy(actor.online, device)
     noise = ExplorationNoise(args.noise, args.noise_std, args.ou_theta, (high - low) / 2, B, rng)
     memory = ReplayMemory(args.buffer_size, (obs_dim,), (action_dim,), discrete=False, device=device, seed=replay_seed)
     eval_envs = functools.partial(make_env, args.env_id)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "critic_loss", "actor_loss", "q_values", "grad_norm", "sps", "eval_return", "eval_return_std"])
     print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {run.path}", flush=True)
+    acting_net, q_loss, mu_loss = run.compile(actor.online), run.compile(critic_loss), run.compile(actor_loss)
 
-    global_step = 0
-    actor_loss_value = torch.zeros(())
-    state = run.restore(envs)  # None for a new run; generators, envs and running episodes are already restored
+    global_step, actor_loss_value = 0, torch.zeros(())
+    state = run.restore(envs)  # None for a new run; generators, envs and episodes are already restored
     if state is None:
-        obs, _ = envs.reset(seed=args.seed)
+        obs = envs.reset(seed=args.seed)[0].reshape(B, obs_dim)  # [B, obs_dim], as a checkpoint's
     else:
         actor.load_state_dict(state["actor"])
-        policy = deterministic_policy(actor.online, device)  # the fast path checked again, on the loaded weights
         critic.load_state_dict(state["critic"])
         if state["memory"] is not None:
             memory.load_state_dict(state["memory"])
-        rng.bit_generator.state = state["rng"]
-        noise.state[:] = state["noise"]
-        actor_loss_value = state["actor_loss"]
-        obs, global_step = state["obs"], state["global_step"]
-    obs = obs.reshape(B, obs_dim)
+        rng.bit_generator.state, noise.state[:] = state["rng"], state["noise"]
+        obs, global_step, actor_loss_value = state["obs"], state["global_step"], state["actor_loss"]
+    policy = deterministic_policy(acting_net, device)  # after any load: the fast path checks these weights
     with run.training(envs):
         while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B
@@ -281,29 +246,23 @@ def train(args: Args) -> dict:
             next_obs, rewards, terminated, truncated, infos = envs.step(actions.reshape(B, *action_shape))
             next_obs = next_obs.reshape(B, obs_dim)
 
-            # store: the autoreset already put the new episode's first obs in next_obs, so the
-            # transition must use the true final observation of the finished episode
-            real_next_obs = true_next_obs(next_obs, infos)
-            memory.add(obs, actions, rewards, real_next_obs, terminated)
+            # store the true final observation at episode ends (next_obs already holds the reset one)
+            memory.add(obs, actions, rewards, true_next_obs(next_obs, infos), terminated)
             obs = next_obs
-
             done = terminated | truncated
             run.episodes(global_step, rewards, done)  # logs the episodes that ended
-            if done.any():
-                noise.reset(done)
+            noise.reset(done)
 
-            # learn: gradient_steps critic updates per `train_every` env steps crossed in this
-            # iteration, an actor update every `policy_every` of them, and both targets move after it
+            # learn: gradient_steps critic updates per `train_every` steps; actor + syncs every `policy_every`
             if global_step > args.learning_starts and len(memory) >= min(args.learning_starts, args.buffer_size):
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
                     batch = memory.sample(args.batch_size)
-                    targets = ddpg_targets(critic.target, actor.target, batch.rewards, batch.next_obs, batch.terminated, args.gamma)
-                    q = critic.online(batch.obs, batch.actions)  # [B]
-                    loss, grad_norm = critic.train_step(F.mse_loss(q, targets))
+                    loss, q_mean = q_loss(critic.online, critic.target, actor.target, batch, args.gamma)
+                    loss, grad_norm = critic.train_step(loss)
                     if critic.updates % args.policy_every == 0:
-                        critic.online.requires_grad_(False)  # the actor's loss must not give the critic weight gradients
-                        actor_loss_value, _ = actor.train_step(actor_loss(actor.online, critic.online, batch.obs))
+                        critic.online.requires_grad_(False)  # no critic gradients from the actor's loss
+                        actor_loss_value, _ = actor.train_step(mu_loss(actor.online, critic.online, batch.obs))
                         critic.online.requires_grad_(True)
                         critic.sync(args.target_rate)
                         actor.sync(args.target_rate)
@@ -311,16 +270,15 @@ def train(args: Args) -> dict:
                         if not (math.isfinite(loss.item()) and math.isfinite(actor_loss_value.item())):
                             raise FloatingPointError(f"loss became {loss.item()} (actor {actor_loss_value.item()}) at step "
                                                      f"{global_step}; lower the learning rates or clip gradients")
-                        run.log(global_step, critic_loss=loss.item(), actor_loss=actor_loss_value.item(), q_values=q.mean().item(),
+                        run.log(global_step, critic_loss=loss.item(), actor_loss=actor_loss_value.item(), q_values=q_mean.item(),
                                 grad_norm=grad_norm.item(), sps=round(global_step / run.elapsed()))
 
             if args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
                 run.evaluate(policy, eval_envs, global_step)
             if run.checkpoint_due(prev_step, global_step):  # everything the next step depends on
-                run.save_checkpoint(global_step, envs, obs, {
-                    "actor": actor.state_dict(), "critic": critic.state_dict(), "memory": memory.state_dict() if args.checkpoint_memory else None,
-                    "rng": rng.bit_generator.state, "noise": noise.state, "actor_loss": actor_loss_value,
-                })
+                run.save_checkpoint(global_step, envs, obs, {"actor": actor.state_dict(), "critic": critic.state_dict(),
+                    "memory": memory.state_dict() if args.checkpoint_memory else None, "rng": rng.bit_generator.state,
+                    "noise": noise.state, "actor_loss": actor_loss_value})
             if global_step >= run.next_check:
                 run.progress(global_step)
         run.final_evaluation(policy, eval_envs, global_step)
@@ -333,10 +291,8 @@ main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed
 
 # Acting, checks and saved policies ---------------------------------------------------------------
 def deterministic_policy(actor: Actor, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> mu(obs) [B, A] (no noise), as a numpy function: through `forward()`, or
-    on CPU through a numpy copy of a plain MLP actor while it gives forward()'s actions
-    (common.fastpath; at a batch of one, torch's per-op dispatch costs more than the arithmetic).
-    Build it again after loading weights."""
+    """obs [B, *obs_shape] -> mu(obs) [B, A], no noise, in numpy: through `forward()`, or on CPU a numpy copy
+    of a plain MLP actor while they agree (common.fastpath: faster at batch 1). Rebuild it after a load."""
     def act_forward(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
@@ -355,7 +311,21 @@ def deterministic_policy(actor: Actor, device: torch.device) -> Callable[[np.nda
 
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
-    make_env(args.env_id, 1).close()  # an unknown id, a pixel env, the wrong action space
+    env_id = args.env_id
+    if env_id.startswith(("ALE/", "MinAtar/")) or "NoFrameskip" in env_id:  # refused before making it
+        raise InputError(f"{ALGO} takes vector observations; {env_id} is a pixel env (dqn, n_step_q, sarsa and a2c take images)")
+    envs = make_env(env_id, 1)  # an unknown id
+    space, obs_space = envs.single_action_space, envs.single_observation_space
+    envs.close()
+    for bad, problem in [
+        (not isinstance(space, gym.spaces.Box), f"needs a continuous (Box) action space; {env_id} has {space}"),
+        (isinstance(space, gym.spaces.Box) and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()),
+         f"needs finite action bounds to scale its tanh output; {env_id} has {space}"),
+        (not isinstance(obs_space, gym.spaces.Box), f"needs a Box observation space; {env_id} has {obs_space}"),
+        (len(obs_space.shape or ()) == 3, f"takes vector observations; {env_id} gives images of shape {obs_space.shape}"),
+    ]:
+        if bad:
+            raise InputError(f"{ALGO} {problem}")
     check(args, positive=("batch_size", "buffer_size", "train_every", "gradient_steps", "policy_every", "actor_learning_rate",
                           "critic_learning_rate", "clip_grad_norm"), fractions=("gamma",), conditions=[
         (args.batch_size <= args.buffer_size, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}"),
@@ -372,7 +342,7 @@ def validate(args: Args) -> None:
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
-    """Deterministic policy from a `--save-model` file (state dicts, loaded with weights_only=True), for evaluate.py."""
+    """Deterministic policy from a `--save-model` file (state dicts, weights_only=True), for evaluate.py."""
     envs = make_env(args.env_id, 1)
     actor = Actor(int(np.prod(envs.single_observation_space.shape)), envs.single_action_space, tuple(args.hidden_sizes))
     envs.close()

@@ -3,42 +3,30 @@
 Paper: Gu, Lillicrap, Sutskever, Levine 2016, "Continuous Deep Q-Learning with Model-based
 Acceleration", arXiv:1603.00748, https://arxiv.org/abs/1603.00748.
 
-One network outputs a state value V(s), the greedy action mu(s) (tanh output scaled to the action
-bounds) and a lower-triangular matrix L(s) with a positive (exponentiated) diagonal. With
-P = L L^T, the Q-function is Q(s, a) = V(s) - 1/2 (a - mu(s))^T P(s) (a - mu(s)) (paper eq. 3-5):
-a quadratic in the action whose maximum, V(s), sits at mu(s), so the max of Q-learning's target is
-V_target(s'). The agent acts with mu(s) plus exploration noise, stores transitions in a replay
-memory, and takes `gradient_steps` regression steps of Q(s, a) on r + gamma * (1 - terminated) *
-V_target(s') per `train_every` env steps; the target copy moves by `target_rate` after each.
+One network outputs a state value V(s), the greedy action mu(s) (tanh output scaled to the action bounds)
+and a lower-triangular L(s) with a positive (exponentiated) diagonal. With P = L L^T, the Q-function is
+Q(s, a) = V(s) - 1/2 (a - mu(s))^T P(s) (a - mu(s)) (paper eq. 3-5): a quadratic in the action whose maximum,
+V(s), sits at mu(s), so the max of Q-learning's target is V_target(s'). The agent acts with mu(s) plus noise,
+stores transitions in a replay memory, and takes `gradient_steps` regression steps of Q(s, a) on r + gamma *
+(1 - terminated) * V_target(s') per `train_every` env steps; the target moves by `target_rate` after each.
 
 Deviations from the paper:
-- Gaussian exploration noise by default (the paper's Ornstein-Uhlenbeck is a flag); no batch norm;
-  no imagination rollouts (the paper's model-based acceleration).
-- `--twin-q` (off by default; later work, not the paper): two NAF networks, each regressed on
-  r + gamma * min(V1_target(s'), V2_target(s')), TD3's clipped double Q against the
-  overestimation that makes Q grow without bound on some MuJoCo seeds; it doubles the update's
-  cost.
-- `--layer-norm` (off by default; later work, not the paper): LayerNorm after each hidden Linear
-  layer, which keeps the features the value head reads at unit scale whatever the input; the
-  paper tried batch norm instead. `--reward-scale` multiplies the rewards in the targets.
-- Defaults (Adam 1e-3, batch 256, [256, 256], one gradient step per env step, target rate 0.005)
-  are picked to learn Pendulum within 50k steps; the paper's [200, 200] net and Coach's 5 gradient
-  steps per env step at rate 0.001 are flags.
+- Gaussian noise by default (the paper's Ornstein-Uhlenbeck is a flag); no batch norm or imagination rollouts.
+- `--twin-q` (off by default; later work): two NAF networks regressed on r + gamma * min(V1_target(s'),
+  V2_target(s')), TD3's clipped double Q against the overestimation that makes Q grow without bound on some
+  MuJoCo seeds; it doubles the update's cost.
+- `--layer-norm` (off by default; later work): LayerNorm after each hidden Linear layer keeps the features the
+  value head reads at unit scale (the paper tried batch norm); `--reward-scale` scales the targets' rewards.
+- Defaults (Adam 1e-3, batch 256, [256, 256], a gradient step per env step, target rate 0.005) learn Pendulum
+  in 50k steps; the paper's [200, 200] net and Coach's 5 gradient steps per env step at rate 0.001 are flags.
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
-- L's exponentiated diagonal is kept within [e^-5, e^10] (`lower_triangular`): the cap stops
-  |L^T (a - mu)|^2 from overflowing, the floor stops P from collapsing to 0, which freezes the
-  policy (benchmarks/results/ddpg_naf.md has the runs).
-- One torch thread by default; a seed's result depends on the thread count (benchmarks/results/speed.md).
-
-Pixels: none; image observations and MinAtar or Atari ids are refused (dqn, n_step_q, sarsa and a2c take them).
+- L's exponentiated diagonal is kept within [e^-5, e^10] (`lower_triangular`): the cap stops |L^T (a - mu)|^2
+  overflowing, the floor stops P collapsing to 0, which freezes the policy (benchmarks/results/ddpg_naf.md).
 
 Run:
     python algos/naf.py --env Pendulum-v1 --seed 1
 
-Uses from common (the algorithm parts): NetworkWrapper (online/target network, Adam, soft sync),
-ReplayMemory, true_next_obs (the final observation at episode ends), fastpath (the numpy policy,
-checked against forward()). From harness: run (run flags, run folder, logging, evaluation,
-signals, checkpoints).
+Uses from common (the algorithm parts): network, replay, autoreset, fastpath; from harness: run (plumbing).
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -64,7 +52,7 @@ sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
 from common.autoreset import true_next_obs  # noqa: E402
 from common.fastpath import checked, numpy_mlp, probe_batch  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
-from common.replay import ReplayMemory  # noqa: E402
+from common.replay import Batch, ReplayMemory  # noqa: E402
 from harness.run import InputError, Run, RunArgs, bad_input, check, parse_args, refuse_workers, setup  # noqa: E402
 from harness.run import main as run_main  # noqa: E402
 
@@ -78,10 +66,8 @@ class Args(RunArgs):
     """gymnasium environment id (continuous actions, vector observations)"""
     total_timesteps: int = 50_000
     """env steps to train for, summed over all envs"""
-    torch_threads: int = 1
-    """CPU threads for torch (2 train the [256, 256] networks ~25% faster on an idle machine, far slower on a busy one)"""
     checkpoint_memory: bool = True
-    """include the replay memory in checkpoints (without it a resumed run refills the memory for learning_starts steps before learning again: not an exact resume)"""
+    """include the replay memory in checkpoints (without it a resume refills it first: not exact)"""
 
     learning_rate: float = 1e-3
     """Adam step size"""
@@ -108,26 +94,22 @@ class Args(RunArgs):
     clip_grad_norm: Optional[float] = None
     """clip the global gradient norm to this value (None: no clipping)"""
     twin_q: bool = False
-    """two NAF networks trained on the same targets, r + gamma * min(V1_target(s'), V2_target(s')), against overestimation (TD3's clipped double Q); the first network's mu acts"""
+    """two NAF networks on the targets r + gamma * min(V1_target(s'), V2_target(s')); the first acts"""
     hidden_sizes: tuple[int, ...] = (256, 256)
     """widths of the shared hidden layers"""
     layer_norm: bool = False
-    """LayerNorm after each hidden Linear layer, before its ReLU (later work against value over-estimation, in place of the paper's batch norm)"""
+    """LayerNorm after each hidden Linear layer, before its ReLU (against value over-estimation)"""
     reward_scale: float = 1.0
-    """rewards are multiplied by this in the targets (Q-values are in scaled units; logged returns are not scaled)"""
+    """multiplies the rewards in the targets (Q-values in scaled units; logged returns unscaled)"""
 
 
 # 3. Environment ---------------------------------------------------------------------------------
 def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.vector.VectorEnv:
     """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"]."""
-    if env_id.startswith(("ALE/", "MinAtar/")) or "NoFrameskip" in env_id:
-        raise InputError(f"{ALGO} takes vector observations; {env_id} is a pixel env (dqn, n_step_q, sarsa and a2c take images)")
-
     def make(i: int) -> gym.Env:
         if video_dir is None:
             return gym.make(env_id)
-        from harness.extras import record_first_episode
-
+        from harness.extras import record_first_episode  # only where videos are recorded
         return record_first_episode(gym.make(env_id, render_mode="rgb_array"), video_dir, i)
 
     with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
@@ -135,27 +117,13 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
             gym.spec(env_id)
         except gym.error.Error as e:
             raise ValueError(f"unknown environment id {env_id!r} ({e})") from None
-        envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
-    space, obs_space = envs.single_action_space, envs.single_observation_space
-    for bad, problem in [
-        (not isinstance(space, gym.spaces.Box), f"needs a continuous (Box) action space; {env_id} has {space}"),
-        (isinstance(space, gym.spaces.Box) and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()),
-         f"needs finite action bounds to scale its tanh output; {env_id} has {space}"),
-        (not isinstance(obs_space, gym.spaces.Box), f"needs a Box observation space; {env_id} has {obs_space}"),
-        (len(obs_space.shape or ()) == 3, f"takes vector observations; {env_id} gives images of shape {obs_space.shape}"),
-    ]:
-        if bad:
-            envs.close()
-            raise InputError(f"{ALGO} {problem}")
-    return envs
+        return gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
 
 
 # 4. Networks ------------------------------------------------------------------------------------
 class NAFNetwork(nn.Module):
-    """Shared trunk with three heads: V(s) [B], mu(s) [B, A] and L(s) [B, A, A].
-
-    The trunk's hidden layers are Linear-ReLU, or Linear-LayerNorm-ReLU with `layer_norm`.
-    """
+    """Shared trunk (Linear-ReLU layers, or Linear-LayerNorm-ReLU with `layer_norm`) with three heads:
+    V(s) [B], mu(s) [B, A] and L(s) [B, A, A]."""
 
     def __init__(self, obs_dim: int, action_space: gym.spaces.Box, hidden_sizes: tuple[int, ...], layer_norm: bool = False):
         super().__init__()
@@ -185,15 +153,11 @@ class NAFNetwork(nn.Module):
 
 # 5. Algorithm -----------------------------------------------------------------------------------
 class ExplorationNoise:
-    """Gaussian or Ornstein-Uhlenbeck noise [B, A] in action units (`std` times half the range).
-
-    OU (dt = 1): x <- x - theta * x + sigma * N(0, 1), one process per env and action dimension,
-    reset to 0 where an episode ended so that episodes do not share their noise.
-    """
+    """Gaussian or Ornstein-Uhlenbeck noise [B, A] in action units (`std` times half the range). OU (dt = 1):
+    x <- x - theta * x + sigma * N(0, 1) per env and action dimension, reset to 0 where an episode ended."""
 
     def __init__(self, kind: str, std: float, theta: float, scale: np.ndarray, num_envs: int, rng: np.random.Generator):
-        self.kind, self.theta, self.rng = kind, theta, rng
-        self.sigma = std * scale  # [A]
+        self.kind, self.theta, self.rng, self.sigma = kind, theta, rng, std * scale  # sigma: [A]
         self.state = np.zeros((num_envs, len(scale)))  # [B, A], OU only
 
     def __call__(self) -> np.ndarray:
@@ -207,28 +171,20 @@ class ExplorationNoise:
         self.state[done] = 0.0
 
 
-LOG_DIAGONAL_MIN = -5.0  # floor on L's diagonal before exp (see lower_triangular)
-LOG_DIAGONAL_MAX = 10.0  # cap on L's diagonal before exp (see lower_triangular)
+LOG_DIAGONAL_MIN, LOG_DIAGONAL_MAX = -5.0, 10.0  # bounds on L's diagonal before exp (lower_triangular)
 
 
 def lower_triangular(entries: torch.Tensor, action_dim: int) -> torch.Tensor:
-    """L [B, A, A] from its A(A+1)/2 lower-triangle entries [B, A(A+1)/2] (row by row), with the
-    diagonal exponentiated so that it is positive and P = L L^T is positive definite (paper eq. 5).
+    """L [B, A, A] from its A(A+1)/2 lower-triangle entries [B, A(A+1)/2] (row by row), with the diagonal
+    exponentiated so that it is positive and P = L L^T is positive definite (paper eq. 5).
 
-    Only the diagonal entries go through exp: exponentiating every entry and masking afterwards
-    overflows for an off-diagonal entry above ~88 (float32), and the masked inf gives NaN gradients.
-    The exponent is capped at LOG_DIAGONAL_MAX: a diagonal entry that keeps growing makes
-    |L^T (a - mu)|^2 overflow float32 and the loss NaN. A diagonal of e^10 already gives a
-    curvature (P's diagonal, e^20 ~ 5e8) far beyond any return scale; below the cap nothing
-    changes, and above it the entry gets no gradient.
-
-    The exponent is floored at LOG_DIAGONAL_MIN (a deviation from the paper): mu's gradient is
-    proportional to P, so where L's diagonal collapses towards 0 it falls far below Adam's eps
-    (1e-8), Adam's steps on mu vanish and the policy freezes (a constant push at an action bound).
-    At the floor P's diagonal is e^-10 ~ 5e-5: too small to matter to Q at any action scale, large
-    enough for mu's gradient to stay well above Adam's eps. Below the floor the entry gets no
-    gradient (the other heads and states still move the shared layers). The runs behind both
-    bounds: benchmarks/results/ddpg_naf.md.
+    Only the diagonal goes through exp: exponentiating every entry and masking afterwards overflows for an
+    off-diagonal entry above ~88 (float32), and the masked inf gives NaN gradients. The exponent is capped at
+    LOG_DIAGONAL_MAX (a growing diagonal makes |L^T (a - mu)|^2 overflow and the loss NaN; P's diagonal e^20
+    ~ 5e8 is far beyond any return scale) and floored at LOG_DIAGONAL_MIN, a deviation from the paper: mu's
+    gradient is proportional to P, so where L's diagonal collapses towards 0 it falls below Adam's eps (1e-8)
+    and the policy freezes at an action bound; P's diagonal at the floor, e^-10 ~ 5e-5, is too small to matter
+    to Q. Beyond either bound the entry gets no gradient (the other heads still move the shared layers).
     """
     rows, cols = torch.tril_indices(action_dim, action_dim, device=entries.device)  # [A(A+1)/2] each
     diagonal = rows == cols
@@ -239,10 +195,8 @@ def lower_triangular(entries: torch.Tensor, action_dim: int) -> torch.Tensor:
 
 
 def naf_advantage(actions: torch.Tensor, mu: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
-    """A(s, a) = -1/2 (a - mu)^T L L^T (a - mu) = -1/2 |L^T (a - mu)|^2 [B] (paper eq. 4).
-
-    Written through L^T (a - mu) so that P is never formed; A <= 0, with equality at a = mu.
-    """
+    """A(s, a) = -1/2 (a - mu)^T L L^T (a - mu) = -1/2 |L^T (a - mu)|^2 [B] (paper eq. 4), through
+    L^T (a - mu) so that P is never formed; A <= 0, with equality at a = mu."""
     diff = (actions - mu).unsqueeze(2)  # [B, A, 1]
     y = L.transpose(1, 2) @ diff  # [B, A, 1]
     return -0.5 * y.square().sum((1, 2))  # [B]
@@ -256,18 +210,26 @@ def naf_q_values(net: NAFNetwork, obs: torch.Tensor, actions: torch.Tensor) -> t
 
 def naf_targets(net_target: NAFNetwork, rewards: torch.Tensor, next_obs: torch.Tensor, terminated: torch.Tensor,
                 gamma: float, twin_target: NAFNetwork | None = None) -> torch.Tensor:
-    """One-step targets [B]: r + gamma * (1 - terminated) * V_target(s'), since max_a' Q(s', a') = V(s').
-
-    With `twin_target`, the smaller of the two target networks' values (Fujimoto et al. 2018's
-    clipped double Q, arXiv:1802.09477): each network's own max overestimates, their minimum less.
-    `next_obs` is the true next observation, so truncated transitions bootstrap and terminated
-    ones do not.
-    """
+    """One-step targets [B]: r + gamma * (1 - terminated) * V_target(s'), since max_a' Q(s', a') = V(s');
+    `next_obs` is the true next observation, so truncated transitions bootstrap and terminated ones do not.
+    With `twin_target`, the smaller of the two target networks' values (Fujimoto et al. 2018's clipped
+    double Q, arXiv:1802.09477): each network's own max overestimates, their minimum less."""
     with torch.no_grad():
         next_value = net_target.value(next_obs)  # [B]
         if twin_target is not None:
             next_value = torch.minimum(next_value, twin_target.value(next_obs))
         return rewards + gamma * (1.0 - terminated) * next_value
+
+
+def naf_loss(q_online: nn.Module, q_target: nn.Module, batch: Batch, gamma: float, reward_scale: float,
+             twin_target: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The regression of Q(s, a) on the targets (MSE), and the batch's mean Q(s, a) and mean V(s) (logged).
+    With `twin_target`, the targets bootstrap from the smaller of the two target values (naf_targets)."""
+    rewards = batch.rewards * reward_scale  # x 1.0 leaves every float as it is
+    targets = naf_targets(q_target, rewards, batch.next_obs, batch.terminated, gamma, twin_target)
+    values, mu, L = q_online(batch.obs)
+    q = values + naf_advantage(batch.actions, mu, L)  # [B], naf_q_values with V(s) kept for the log
+    return F.mse_loss(q, targets), q.mean(), values.mean()
 
 
 # 6. Training ------------------------------------------------------------------------------------
@@ -278,43 +240,39 @@ def train(args: Args) -> dict:
     rng = np.random.default_rng(noise_seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs)
+    space = envs.single_action_space
     envs.action_space.seed(args.seed)
-    envs.single_action_space.seed(args.seed)
-    obs_dim = int(np.prod(envs.single_observation_space.shape))
-    action_shape = envs.single_action_space.shape
-    action_dim = int(np.prod(action_shape))
-    low = envs.single_action_space.low.reshape(action_dim).astype(np.float32)  # [A]
-    high = envs.single_action_space.high.reshape(action_dim).astype(np.float32)  # [A]
-    B = args.num_envs
+    space.seed(args.seed)
+    obs_dim, B = int(np.prod(envs.single_observation_space.shape)), args.num_envs
+    action_shape, action_dim = space.shape, int(np.prod(space.shape))
+    low, high = (bound.reshape(action_dim).astype(np.float32) for bound in (space.low, space.high))  # [A]
 
     def make_q() -> NetworkWrapper:
-        return NetworkWrapper(NAFNetwork(obs_dim, envs.single_action_space, args.hidden_sizes, args.layer_norm),
+        return NetworkWrapper(NAFNetwork(obs_dim, space, args.hidden_sizes, args.layer_norm),
                               lr=args.learning_rate, optimizer="adam", clip_grad_norm=args.clip_grad_norm, target=True, device=device)
 
     q_net = make_q()
-    q_twin = make_q() if args.twin_q else None  # after q_net: q_net's initial weights are the same with and without it
-    policy = deterministic_policy(q_net.online, device)
+    q_twin = make_q() if args.twin_q else None  # after q_net: q_net's initial weights do not depend on it
     noise = ExplorationNoise(args.noise, args.noise_std, args.ou_theta, (high - low) / 2, B, rng)
     memory = ReplayMemory(args.buffer_size, (obs_dim,), (action_dim,), discrete=False, device=device, seed=replay_seed)
     eval_envs = functools.partial(make_env, args.env_id)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "values", "grad_norm", "sps", "eval_return", "eval_return_std"])
     print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {run.path}", flush=True)
+    acting_net, q_loss = run.compile(q_net.online), run.compile(naf_loss)  # themselves unless --compile
 
     global_step = 0
-    state = run.restore(envs)  # None for a new run; generators, envs and running episodes are already restored
+    state = run.restore(envs)  # None for a new run; generators, envs and episodes are already restored
     if state is None:
-        obs, _ = envs.reset(seed=args.seed)
+        obs = envs.reset(seed=args.seed)[0].reshape(B, obs_dim)  # [B, obs_dim], as a checkpoint's
     else:
         q_net.load_state_dict(state["q_net"])
         if q_twin is not None:
             q_twin.load_state_dict(state["q_twin"])
-        policy = deterministic_policy(q_net.online, device)  # the fast path checked again, on the loaded weights
         if state["memory"] is not None:
             memory.load_state_dict(state["memory"])
-        rng.bit_generator.state = state["rng"]
-        noise.state[:] = state["noise"]
+        rng.bit_generator.state, noise.state[:] = state["rng"], state["noise"]
         obs, global_step = state["obs"], state["global_step"]
-    obs = obs.reshape(B, obs_dim)
+    policy = deterministic_policy(acting_net, device)  # after any load: the fast path checks these weights
     with run.training(envs):
         while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B
@@ -326,46 +284,39 @@ def train(args: Args) -> dict:
             next_obs, rewards, terminated, truncated, infos = envs.step(actions.reshape(B, *action_shape))
             next_obs = next_obs.reshape(B, obs_dim)
 
-            # store: the autoreset already put the new episode's first obs in next_obs, so the
-            # transition must use the true final observation of the finished episode
-            real_next_obs = true_next_obs(next_obs, infos)
-            memory.add(obs, actions, rewards, real_next_obs, terminated)
+            # store the true final observation at episode ends (next_obs already holds the reset one)
+            memory.add(obs, actions, rewards, true_next_obs(next_obs, infos), terminated)
             obs = next_obs
-
             done = terminated | truncated
             run.episodes(global_step, rewards, done)  # logs the episodes that ended
-            if done.any():
-                noise.reset(done)
+            noise.reset(done)
 
-            # learn: gradient_steps per `train_every` env steps crossed in this iteration, each
-            # followed by a soft target update
+            # learn: gradient_steps per `train_every` env steps crossed, each followed by a soft target update
             if global_step > args.learning_starts and len(memory) >= min(args.learning_starts, args.buffer_size):
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
                     batch = memory.sample(args.batch_size)
-                    rewards = batch.rewards * args.reward_scale  # x 1.0 leaves every float as it is
-                    targets = naf_targets(q_net.target, rewards, batch.next_obs, batch.terminated, args.gamma,
-                                          q_twin.target if q_twin is not None else None)
-                    values, mu, L = q_net.online(batch.obs)
-                    q = values + naf_advantage(batch.actions, mu, L)  # [B]
-                    loss, grad_norm = q_net.train_step(F.mse_loss(q, targets))
-                    q_net.sync(args.target_rate)
-                    if q_twin is not None:  # the same batch and targets
-                        q_twin.train_step(F.mse_loss(naf_q_values(q_twin.online, batch.obs, batch.actions), targets))
+                    loss, q_mean, v_mean = q_loss(q_net.online, q_net.target, batch, args.gamma,
+                                                  args.reward_scale, q_twin and q_twin.target)
+                    if q_twin is not None:  # the same batch and targets: before either target network moves
+                        twin_loss, _, _ = q_loss(q_twin.online, q_twin.target, batch, args.gamma,
+                                                 args.reward_scale, q_net.target)
+                        q_twin.train_step(twin_loss)
                         q_twin.sync(args.target_rate)
+                    loss, grad_norm = q_net.train_step(loss)
+                    q_net.sync(args.target_rate)
                     if q_net.updates % 100 == 0:
                         if not math.isfinite(loss.item()):
                             raise FloatingPointError(f"loss became {loss.item()} at step {global_step}; lower --learning-rate or clip gradients")
-                        run.log(global_step, loss=loss.item(), q_values=q.mean().item(), values=values.mean().item(),
+                        run.log(global_step, loss=loss.item(), q_values=q_mean.item(), values=v_mean.item(),
                                 grad_norm=grad_norm.item(), sps=round(global_step / run.elapsed()))
 
             if args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
                 run.evaluate(policy, eval_envs, global_step)
             if run.checkpoint_due(prev_step, global_step):  # everything the next step depends on
-                run.save_checkpoint(global_step, envs, obs, {
-                    "q_net": q_net.state_dict(), "memory": memory.state_dict() if args.checkpoint_memory else None,
-                    "rng": rng.bit_generator.state, "noise": noise.state, "q_twin": q_twin.state_dict() if q_twin is not None else None,
-                })
+                run.save_checkpoint(global_step, envs, obs, {"q_net": q_net.state_dict(),
+                    "memory": memory.state_dict() if args.checkpoint_memory else None, "rng": rng.bit_generator.state,
+                    "noise": noise.state, "q_twin": q_twin.state_dict() if q_twin is not None else None})
             if global_step >= run.next_check:
                 run.progress(global_step)
         run.final_evaluation(policy, eval_envs, global_step)
@@ -377,11 +328,9 @@ main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed
 
 # Acting, checks and saved policies ---------------------------------------------------------------
 def deterministic_policy(net: NAFNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> mu(obs) [B, A] (no noise), the greedy action argmax_a Q(obs, a), as a
-    numpy function: through `forward()`, or on CPU through a numpy copy of the trunk and the mu
-    head (the value and L heads are not needed to act) while it gives forward()'s mu
-    (common.fastpath; at a batch of one, torch's per-op dispatch costs more than the arithmetic).
-    Build it again after loading weights."""
+    """obs [B, *obs_shape] -> mu(obs) [B, A] = argmax_a Q(obs, a), no noise, in numpy: through `forward()`,
+    or on CPU a numpy copy of the trunk and the mu head (all acting needs) while they agree (common.fastpath:
+    faster at batch 1). Rebuild it after a load."""
     def act_forward(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
@@ -401,7 +350,21 @@ def deterministic_policy(net: NAFNetwork, device: torch.device) -> Callable[[np.
 
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
-    make_env(args.env_id, 1).close()  # an unknown id, a pixel env, the wrong action space
+    env_id = args.env_id
+    if env_id.startswith(("ALE/", "MinAtar/")) or "NoFrameskip" in env_id:  # refused before making it
+        raise InputError(f"{ALGO} takes vector observations; {env_id} is a pixel env (dqn, n_step_q, sarsa and a2c take images)")
+    envs = make_env(env_id, 1)  # an unknown id
+    space, obs_space = envs.single_action_space, envs.single_observation_space
+    envs.close()
+    for bad, problem in [
+        (not isinstance(space, gym.spaces.Box), f"needs a continuous (Box) action space; {env_id} has {space}"),
+        (isinstance(space, gym.spaces.Box) and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()),
+         f"needs finite action bounds to scale its tanh output; {env_id} has {space}"),
+        (not isinstance(obs_space, gym.spaces.Box), f"needs a Box observation space; {env_id} has {obs_space}"),
+        (len(obs_space.shape or ()) == 3, f"takes vector observations; {env_id} gives images of shape {obs_space.shape}"),
+    ]:
+        if bad:
+            raise InputError(f"{ALGO} {problem}")
     check(args, positive=("batch_size", "buffer_size", "train_every", "gradient_steps", "learning_rate", "clip_grad_norm"),
           fractions=("gamma",), conditions=[
         (args.batch_size <= args.buffer_size, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}"),
@@ -418,7 +381,7 @@ def validate(args: Args) -> None:
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
-    """Deterministic policy from a `--save-model` file (state dict, loaded with weights_only=True), for evaluate.py."""
+    """Deterministic policy from a `--save-model` file (a state dict, weights_only=True), for evaluate.py."""
     envs = make_env(args.env_id, 1)
     net = NAFNetwork(int(np.prod(envs.single_observation_space.shape)), envs.single_action_space, tuple(args.hidden_sizes),
                      args.layer_norm)
