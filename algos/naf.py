@@ -259,6 +259,7 @@ def train(args: Args) -> dict:
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "values", "grad_norm", "sps", "eval_return", "eval_return_std"])
     print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {run.path}", flush=True)
     acting_net, q_loss = run.compile(q_net.online), run.compile(naf_loss)  # themselves unless --compile
+    twin_q_loss = run.compile(naf_loss)  # its own wrapper: the twin's networks compile a graph of their own
 
     global_step = 0
     state = run.restore(envs)  # None for a new run; generators, envs and episodes are already restored
@@ -299,8 +300,8 @@ def train(args: Args) -> dict:
                     loss, q_mean, v_mean = q_loss(q_net.online, q_net.target, batch, args.gamma,
                                                   args.reward_scale, q_twin and q_twin.target)
                     if q_twin is not None:  # the same batch and targets: before either target network moves
-                        twin_loss, _, _ = q_loss(q_twin.online, q_twin.target, batch, args.gamma,
-                                                 args.reward_scale, q_net.target)
+                        twin_loss, _, _ = twin_q_loss(q_twin.online, q_twin.target, batch, args.gamma,
+                                                      args.reward_scale, q_net.target)
                         q_twin.train_step(twin_loss)
                         q_twin.sync(args.target_rate)
                     loss, grad_norm = q_net.train_step(loss)
