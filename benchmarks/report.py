@@ -26,8 +26,7 @@ from suite import RESULTS_DIR, SUITES_FILE, load_references, load_suite  # noqa:
 
 # the parts' names most used from here (tests, notebooks): report.verdict, report.bootstrap_ci, ...
 from render import fmt_eval, train_last  # noqa: E402,F401
-from selection import Judged, verdict  # noqa: E402,F401
-from stats import BOOTSTRAP_SEED, bootstrap_ci, iqm  # noqa: E402,F401
+from selection import BOOTSTRAP_SEED, Judged, bootstrap_ci, iqm, verdict  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> int:
