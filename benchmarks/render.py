@@ -383,9 +383,8 @@ def short_verdict(j: Judged) -> str:
 
 def readme_table(suite_name: str, results_dir: Path = RESULTS_DIR, suites_file: Path | str = SUITES_FILE,
                  checker: Checker | None = None) -> str:
-    """The README's block for a suite: its cells with runs, each with its final greedy evaluation
-    (mean ± std and each seed's), the training return, the first reference and the verdict. A cell
-    whose runs are all stale shows no numbers (they belong to other code), only its verdict."""
+    """The README's block for a suite: its cells with runs, each with its final greedy evaluation (mean ± std and
+    each seed's), the training return, the first reference and the verdict."""
     suite = load_suite(suite_name, suites_file)
     refs = load_references()
     judged, _ = judge_suite(suite, results_dir / suite.name / "runs", checker or Checker())
@@ -401,10 +400,9 @@ def readme_table(suite_name: str, results_dir: Path = RESULTS_DIR, suites_file: 
     for j in judged:
         cell = j.cell
         # a stale cell's numbers came from other code: its report keeps them, the README shows none
-        seeds = [] if j.shown_stale else sorted(j.shown)
-        evals = [j.shown[s]["summary"]["eval_return_mean"] for s in seeds]
-        trains = [j.shown[s]["summary"].get("train_return_last10") for s in seeds]
-        trains = [x for x in trains if x is not None]
+        summaries = [] if j.shown_stale else [j.shown[s]["summary"] for s in sorted(j.shown)]
+        evals = [s["eval_return_mean"] for s in summaries]
+        trains = [s["train_return_last10"] for s in summaries if s.get("train_return_last10") is not None]
         if evals:
             m, sd = mean_std(evals)
             ev = (f"{fmt_num(m)} ± {fmt_num(sd)} ({', '.join(fmt_num(x) for x in evals)})" if len(evals) > 1 else fmt_num(m))
@@ -415,14 +413,12 @@ def readme_table(suite_name: str, results_dir: Path = RESULTS_DIR, suites_file: 
         else:
             ev = "-"
         tr = f"{fmt_num(mean_std(trains)[0])} ± {fmt_num(mean_std(trains)[1])}" if len(trains) > 1 else fmt_num(trains[0]) if trains else "-"
-        ref = "-"
-        if cell.references and cell.references[0] in refs:
-            r = refs[cell.references[0]]
-            ref = f"{r['source'].split(' (')[0].split(',')[0]} {ref_label(r)}"
-        thr = "-" if cell.threshold is None else f"{cell.threshold:g}"
-        minutes = [j.shown[s]["summary"]["wall_seconds"] / 60 for s in seeds]
+        r = refs.get(cell.references[0]) if cell.references else None
+        ref = f"{r['source'].split(' (')[0].split(',')[0]} {ref_label(r)}" if r else "-"
+        minutes = [s["wall_seconds"] / 60 for s in summaries]
         wall = f"{statistics.fmean(minutes):.{0 if statistics.fmean(minutes) >= 10 else 1}f}" if minutes else "-"
-        lines.append(f"| {cell.algo} | {cell.env} | {fmt_steps(cell.steps)} | {ev} | {tr} | {thr} | {ref} | {wall} | {short_verdict(j)} |")
+        lines.append(md_row([cell.algo, cell.env, fmt_steps(cell.steps), ev, tr, "-" if cell.threshold is None else f"{cell.threshold:g}",
+                             ref, wall, short_verdict(j)]))
     return "\n".join(lines) + "\n"
 
 

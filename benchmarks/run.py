@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli import OneLineParser, add_slurm_flags, flags_error  # noqa: E402
 from job import Job, fmt_time, print_end, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
-from suite import RESULTS_DIR, ROOT, SUITES_FILE, Cell, load_suite, read_result, script_path  # noqa: E402
+from suite import RESULTS_DIR, ROOT, SUITES_FILE, load_suite, read_result, script_path  # noqa: E402
 
 SMOKE_DIR = ROOT / "runs" / "smoke"  # --total-timesteps without --results-dir: untracked (.gitignore's runs/)
 

@@ -37,12 +37,9 @@ def mean(x) -> float | np.ndarray:
 
 
 def iqm(x) -> float | np.ndarray:
-    """Interquartile mean along the last axis: the mean of the middle 50% of the sorted values.
-
-    Each of the n sorted values holds 1/n of the sample; a value straddling the 25% or 75% point
-    counts with the part of its 1/n that lies between them (n = 5: weights 0, .3, .4, .3, 0).
-    For n a multiple of 4 this is rliable's IQM, scipy.stats.trim_mean(x, 0.25); for other n
-    trim_mean drops floor(n/4) whole values at each end instead (n = 5: 0, 1/3, 1/3, 1/3, 0)."""
+    """Interquartile mean along the last axis: a value straddling the 25% or 75% point counts with the part of
+    its 1/n inside (n = 5: weights 0, .3, .4, .3, 0). For n a multiple of 4 this is rliable's IQM,
+    scipy.stats.trim_mean(x, 0.25), which for other n drops floor(n/4) whole values at each end instead."""
     x = np.sort(np.asarray(x, dtype=float), axis=-1)
     n = x.shape[-1]
     i = np.arange(n)
@@ -63,9 +60,8 @@ def bootstrap_ci(x, statistic=mean, level: float = 0.95, resamples: int = BOOTST
 
 
 def ci_caution(xs: list[float], threshold: float) -> str:
-    """What follows a mean-rule verdict: whether the 95% CI of the mean clears the threshold too
-    (its lower bound, beside a mean at or above it; its upper bound, beside a mean below it), and
-    "few seeds" below MANY_SEEDS finished seeds."""
+    """What follows a mean-rule verdict: whether the 95% CI of the mean clears the threshold too (its lower bound
+    beside a mean at or above it, its upper bound beside one below), and "few seeds" below MANY_SEEDS."""
     n = len(xs)
     if n < 2:
         return f"; few seeds ({n}): no CI"
@@ -132,10 +128,9 @@ def mark_stale(cell: Cell, runs: dict[int, dict], checker: Checker) -> None:
 
 
 def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
-    """('PASS' | 'FAIL' | 'partial' | 'stale' | 'n/a', reason), from the current runs (those whose
-    `stale` is not set). FAIL on what they already show; else 'stale' with runs on other code, else
-    'partial' with seeds to run or fewer than VERDICT_SEEDS finished. Rule "all" (only where a
-    published result judges every seed) asks the threshold of every seed, rule "mean" of the mean."""
+    """('PASS' | 'FAIL' | 'partial' | 'stale' | 'n/a', reason) from the current runs: FAIL on what they already
+    show; else 'stale' with runs on other code, else 'partial' with seeds to run or fewer than VERDICT_SEEDS
+    finished. Rule "all" asks the threshold of every seed, rule "mean" of the mean."""
     if not script_path(cell.algo).exists():
         return "FAIL", f"script missing: algos/{cell.algo}.py"
     stale = {s: r for s, r in runs.items() if r.get("stale")}

@@ -148,9 +148,8 @@ def points(cell: Cell) -> int:
 
 
 def point(cell: Cell, step: int) -> int:
-    """The evaluation's index in its run (points(cell) for the final one). A run evaluates at the end of the
-    rollout that passes the mark, so trials whose rollouts differ in size evaluate at different env steps:
-    the pruner compares trials at this index, never at the env step."""
+    """The evaluation's index in its run (points(cell): the final one): the pruner compares trials there, never at
+    the env step, which differs between trials whose rollouts differ in size."""
     return min(step // cell.eval_every, points(cell)) if cell.eval_every else 0
 
 
@@ -237,8 +236,8 @@ def retried(trials) -> set[int]:
 
 
 def counted(study) -> int:
-    """Trials that count towards --trials: every trial begun, but not one stopped and queued again (its
-    retry counts, once however often it was queued), nor a run of the cell's own settings (the baseline)."""
+    """Trials towards --trials: every trial begun, but not one stopped and queued again (its retry counts, once
+    however often queued), nor the baseline."""
     trials = study.get_trials(deepcopy=False)
     again = retried(trials)
     return len({(retry_of(t),) if retry_of(t) is not None else t.number for t in trials
@@ -276,8 +275,7 @@ def waiting_baseline(study) -> bool:
 
 
 def queue_baseline(study, settings: dict) -> bool:
-    """Enqueue the cell's current settings as a trial, unless they already ran, or are queued, running, or
-    stopped (retry_interrupted queues those again)."""
+    """Enqueue the cell's current settings as a trial, unless they ran, are queued or running, or were stopped."""
     t = baseline_trial(study, settings)
     if t is not None and (t.state in (TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING) or
                           (t.state == TrialState.FAIL and t.user_attrs.get("interrupted"))):
@@ -449,8 +447,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
 
 
 def unsearched(config: dict) -> dict:
-    """A study's config without the cell's settings that the search space draws: every trial overrides
-    those, so a cell that adopted a study's best settings can still continue that study."""
+    """A study's config without the cell's settings the space draws (every trial overrides them): a cell that
+    took a study's best settings can continue it."""
     cell = config.get("cell", {})
     settings = {k: v for k, v in cell.get("settings", {}).items() if k not in config.get("space", {})}
     return {**config, "cell": {**cell, "settings": settings}}
