@@ -1,5 +1,5 @@
-"""Command-line pieces shared by the tools: one-line argument errors, the SLURM backend's flags (run.py, tune.py), a
-cell's settings as a script's flags (speed.py, the report)."""
+"""Pieces shared by the command-line tools: one-line argument errors, the SLURM backend's flags (run.py, tune.py), a
+cell's settings as a script's flags (speed.py, the report), step counts and markdown table rows (report, tune.py)."""
 
 from __future__ import annotations
 
@@ -50,3 +50,11 @@ def cli_flags(settings: dict) -> list[str]:
         else:
             flags += [f"--{name}", *map(str, v if isinstance(v, (list, tuple)) else [v])]
     return flags
+
+
+def fmt_steps(n: int) -> str:
+    return f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k" if n >= 1000 else str(n)
+
+
+def md_row(cells) -> str:
+    return "| " + " | ".join(map(str, cells)) + " |"

@@ -1,12 +1,9 @@
 """SLURM for run.py and tune.py, through submitit (pip install -r benchmarks/requirements-cluster.txt).
 
-A run of a suite is one task of a SLURM job array (`CellTask`: the same child process as the local
-backend). Near the task's time limit, or when the cluster preempts it, submitit sends SIGUSR2
-(`--signal=USR2@90`) and calls `checkpoint`: the run is asked for a checkpoint (SIGUSR1) and the
-task requeued to resume it. A tuning worker is one array task too (`StudyTask`); requeued, it tries
-its interrupted trial's parameters again. It imports the core (job.py, suite.py), never a tool.
-submitit's `local` and `debug` executors run the same tasks without SLURM (`--submitit-cluster`),
-so the SLURM path can be tried, and is tested, on any machine.
+A run is one task of a SLURM job array (`CellTask`, the local backend's child process), a tuning worker
+too (`StudyTask`). Near the time limit or on preemption submitit sends SIGUSR2 and calls `checkpoint`: the
+run is asked for a checkpoint (SIGUSR1) and the task requeued to resume it (a worker tries its trial again).
+submitit's `local` and `debug` executors run the same tasks without SLURM (`--submitit-cluster`).
 """
 
 from __future__ import annotations

@@ -3,24 +3,13 @@
     python benchmarks/equivalence.py --suite classic --algo dqn --env CartPole-v1 --old 9abf980
     python benchmarks/equivalence.py --suite classic --algo dqn --env CartPole-v1 --old 9abf980 --steps 50000
 
-A run counts in a report only when the files that decide its numbers (its script and the
-common/ and harness/ files the script imports, transitively: benchmarks/provenance.py) are the
-same at its commit as today (HEAD). After a change that should not move any number (a rename,
-plumbing, a comment), this tool shows it for one cell: it takes each side's deciding files out
-of git (the old commit's and HEAD's, `git archive`, into a temporary folder each), runs the
-cell's first seed with its settings for a prefix of `--steps` env steps with each, one after the
-other on this machine, and compares the two metrics.csv files with the wall-clock columns
-(wall_seconds, sps) dropped, and the final evaluations.
-
-Identical: it appends a record (the cell, both commits with the blob ids of their deciding
-files, the steps, the date, the machine) to benchmarks/results/equivalence.json, and report.py
-then counts the cell's runs made on the old commit (and on any commit with the same deciding
-files) as current, saying "current by equivalence check of OLD with NEW, N steps". Records chain:
-runs checked against a commit that a later record checks against HEAD count too. A record
-stands only while today's deciding files are its new side: the next change needs a new check.
-The prefix is a run of its own (`total_timesteps` = N, evaluating every N/2 steps), so its
-exploration schedules are those of an N-step run; it
-must take gradient steps (the summary's `updates`), else nothing of the learning was compared.
+After a change that should not move any number (a rename, plumbing), this shows it for one cell: it takes
+the old commit's and HEAD's deciding files (provenance.py) out of git, runs the cell's first seed for a
+prefix of `--steps` env steps with each (a run of its own: `total_timesteps` = N, evaluating every N/2
+steps; it must take gradient steps), and compares the two metrics.csv files without the wall-clock
+columns, and the final evaluations. Identical: a record goes to benchmarks/results/equivalence.json, and
+the report counts the old commit's runs of the cell as current (records chain; one holds while today's
+files are its new side). Details: benchmarks/README.md.
 
 Exit status: 0 identical (recorded) or nothing to check (the files are the same); 1 the metrics
 differ, or a side failed (nothing recorded); 2 bad input (one line).

@@ -1,14 +1,10 @@
 """One run of a cell (a cell and a seed): its folder, its child process, its result.
 
-Part of the core below the command-line tools: run.py (both backends), tune.py's trials and
-cluster.py's tasks start their runs through it, and it imports none of them.
-
     python benchmarks/job.py SPEC.json      # the child: one run, as `Job.start` starts it
 
-The child imports algos/<algo>.py and calls `train(Args(...))` with the spec's settings; its
-output goes to log.txt and its outcome to result.json in the run folder (layout in
-benchmarks/suite.py). The spec and the result record the code the run started on: the commit,
-and the uncommitted changes under algos/, common/ and harness/ (benchmarks/provenance.py).
+The child calls algos/<algo>.py's `train(Args(...))` with the spec's settings; its output goes to log.txt
+and its outcome to result.json in the run folder (layout in suite.py), both recording the code the run
+started on (provenance.py). run.py, tune.py and cluster.py start their runs through it.
 """
 
 from __future__ import annotations
@@ -16,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -37,31 +34,22 @@ from suite import ROOT, Cell, metrics_file, read_result  # noqa: E402
 def machine_info() -> dict:
     cpu = platform.processor() or ""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        cpu = next((x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")), cpu)
     except OSError:
         pass
     versions = {"python": platform.python_version()}
     for pkg in ("torch", "gymnasium", "numpy", "mujoco", "Box2D"):
         try:
-            from importlib.metadata import version
-
-            versions[pkg] = version(pkg if pkg != "Box2D" else "box2d")
-        except Exception:
-            try:
-                versions[pkg] = __import__(pkg).__version__
-            except Exception:
-                versions[pkg] = None
+            versions[pkg] = importlib.metadata.version(pkg.lower())
+        except importlib.metadata.PackageNotFoundError:
+            versions[pkg] = None
     return {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
             "load_average": [round(x, 2) for x in os.getloadavg()], "versions": versions}
 
 
 def build_args(module, spec: dict):
-    """The script's Args from the cell: unknown setting names are an error, lists become tuples. Each run
-    gets one torch thread (workers share the cores; DDPG's and NAF's own default of 2 would oversubscribe
-    them) unless the cell's settings name `torch_threads`."""
+    """The script's Args from the cell: unknown setting names are an error, lists become tuples. Each run gets
+    one torch thread (workers share the cores) unless the cell's settings name `torch_threads`."""
     fields = {f.name: f for f in dataclasses.fields(module.Args)}
     values = dict(spec["settings"])
     unknown = sorted(set(values) - set(fields))
@@ -126,10 +114,8 @@ def child(spec_path: str) -> int:
 
 # --- the parent side: start, follow and record one run ---------------------------------------
 class Job:
-    """One run (cell, seed) and its folder: started as a child process, fresh or resumed, then finished.
-
-    The local backend keeps several going from one loop; a SLURM task (benchmarks/cluster.py) starts
-    and waits for one. Both decide, start and record a run with these same methods."""
+    """One run (cell, seed) and its folder: started as a child process, fresh or resumed, then finished;
+    the local backend and a SLURM task (cluster.py) start and record their runs alike."""
 
     def __init__(self, suite: str, cell: Cell, seed: int, results: Path):
         self.suite, self.cell, self.seed = suite, cell, seed
@@ -151,8 +137,8 @@ class Job:
         return folders[-1].parent if folders else None
 
     def start(self, code: dict | None = None, checkpoint_every: int = 0, fresh: bool = False) -> None:
-        """Start the child: resumed from the run's checkpoint when there is one (and not `fresh`), else from scratch.
-        `code` is what the run records of the code (provenance.code_state(), read now when not given)."""
+        """Start the child: resumed from the run's checkpoint when there is one (and not `fresh`), else from scratch;
+        `code` is what it records of the code (provenance.code_state(), read now when not given)."""
         code = code_state() if code is None else code
         self.resumed_from = None if fresh else self.checkpointed()
         if self.resumed_from is None:
@@ -198,10 +184,8 @@ class Job:
         return 0.0
 
     def eta(self, frac: float) -> float | None:
-        """Seconds left at `frac` done, at this attempt's speed so far; None until it has done 2% more.
-        A resumed run is measured from its first reading, not from 0: its steps before the checkpoint
-        are not this attempt's (and its metrics.csv, cut back to the checkpoint's step on resume, may
-        read further at first: the lowest reading is the start)."""
+        """Seconds left at `frac` done, at this attempt's speed so far; None until it has done 2% more. A resumed
+        run is measured from its lowest reading (its metrics.csv, cut back to the checkpoint, may read further at first)."""
         now = time.time()
         if frac > 0 and (self._since is None or frac < self._since[0]):  # 0: nothing read yet (or a read failed)
             self._since = (frac, now)
@@ -218,8 +202,8 @@ class Job:
         return result
 
     def died(self, error: str) -> dict:
-        """Record a run whose process ended without a result: `killed` when it left a checkpoint (the next
-        sweep resumes it), else `failed` (a crash the report must show)."""
+        """Record a run whose process ended without a result: `killed` when it left a checkpoint (the next sweep
+        resumes it), else `failed`."""
         log = self.dir / "log.txt"
         resumable = self.checkpointed() is not None
         result = {"status": "killed" if resumable else "failed",
@@ -234,9 +218,8 @@ class Job:
 
 @contextlib.contextmanager
 def stop_on_signals():
-    """While a driver (this runner, tune.py and its workers) waits on its runs, SIGTERM (kill's default,
-    a scheduler stopping the job) stops it as Ctrl-C does, with a KeyboardInterrupt, instead of killing
-    it and leaving its runs going. After the first of the two signals both are ignored, so that
+    """While a driver (run.py, tune.py and its workers) waits on its runs, SIGTERM stops it as Ctrl-C does (a
+    KeyboardInterrupt) instead of leaving its runs going; after the first signal both are ignored, so that
     stopping the runs and writing what is left ends. The previous handlers come back on exit."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield

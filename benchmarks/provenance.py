@@ -1,16 +1,11 @@
 """Where a run came from, and whether its numbers still hold for today's code.
 
-A run's numbers are decided by its script (algos/<algo>.py), the files of this repository that
-the script imports, directly or through those files (common/, harness/: found by reading their
-import statements, package `__init__.py` files included), and the cell's settings. The runner
-records the commit a run started on and whether the tree had uncommitted changes there
-(`code_state`); the report asks `Checker.freshness` whether the run is current: it ran on a
-clean commit whose deciding files are the same blobs as today's (HEAD's), or an equivalence
-check (benchmarks/equivalence.py, its records in benchmarks/results/equivalence.json) showed
-that the old files give the same metrics as today's for that cell.
-
-Everything is read from git (`git ls-tree`, `git cat-file`), never from the working tree, so a
-report depends only on the commits, not on edits in progress.
+A run's numbers are decided by its script, the files of this repository it imports (transitively,
+found from the import statements) and the cell's settings. The runner records the commit a run
+started on and its uncommitted changes (`code_state`); `Checker.freshness` calls a run current when
+it ran on a clean commit whose deciding files are HEAD's blobs, or an equivalence record
+(equivalence.py) showed that its files give the cell the same metrics. Everything is read from git,
+never from the working tree, so a report depends only on the commits.
 """
 
 from __future__ import annotations
@@ -44,27 +39,16 @@ def code_state(root: Path = ROOT) -> dict:
     """What a run records of the code it starts on: the commit (full hash) and the uncommitted
     changes (modified, staged or untracked files) under algos/, common/ and harness/."""
     try:
-        head = git(["rev-parse", "HEAD"], root).stdout.strip()
-        status = git(["status", "--porcelain", "-z", "--untracked-files=all", "--", *CODE_DIRS], root).stdout
+        head = git(["rev-parse", "HEAD"], root).stdout.strip()  # renames as a deletion and an addition: both paths
+        status = git(["status", "--porcelain", "-z", "--no-renames", "--untracked-files=all", "--", *CODE_DIRS], root).stdout
     except GitError:
         return {"commit": None, "dirty": None, "dirty_files": None}
-    files = []
-    entries = status.split("\0")
-    i = 0
-    while i < len(entries):
-        entry = entries[i]
-        if len(entry) > 3:
-            files.append(entry[3:])
-            if entry[0] in "RC":  # a rename or copy: the next entry is the source path
-                files.append(entries[i + 1])
-                i += 1
-        i += 1
-    return {"commit": head, "dirty": bool(files), "dirty_files": sorted(set(files))}
+    files = sorted({entry[3:] for entry in status.split("\0") if len(entry) > 3})
+    return {"commit": head, "dirty": bool(files), "dirty_files": files}
 
 
 def recorded_state(result: dict) -> dict:
-    """The code state a result.json records: today's keys, or the older `commit` string with a
-    `+dirty` suffix (uncommitted changes under algos/ or common/, which files not recorded)."""
+    """The code state a result.json records: today's keys, or the older `commit` string with a `+dirty` suffix."""
     spec = result.get("spec") or {}
     commit = result.get("commit") or spec.get("commit")
     dirty = result.get("dirty", spec.get("dirty"))
@@ -76,9 +60,8 @@ def recorded_state(result: dict) -> dict:
 
 # --- the files that decide a run ------------------------------------------------------------------
 def imported_modules(source: str, package: str | None) -> list[str]:
-    """Every module name an import statement of `source` may load (anywhere in the file, inside
-    functions too): `import a.b` gives a and a.b; `from a.b import c` gives a, a.b and a.b.c (c may
-    be a module); relative imports are resolved against `package`."""
+    """Every module an import statement of `source` may load, in functions too: `import a.b` gives a and a.b;
+    `from a.b import c` gives a, a.b and a.b.c (c may be a module); relative imports resolve against `package`."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -88,15 +71,10 @@ def imported_modules(source: str, package: str | None) -> list[str]:
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                if package is None:
-                    continue
-                parts = package.split(".")
-                if node.level > 1:
-                    parts = parts[:len(parts) - node.level + 1]
-                base = ".".join(parts + ([node.module] if node.module else []))
-            else:
-                base = node.module or ""
+            if node.level and package is None:
+                continue
+            parts = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            base = ".".join(parts + ([node.module] if node.module else []))
             names.append(base)
             names += [f"{base}.{alias.name}" for alias in node.names if alias.name != "*"]
     out = []
@@ -107,9 +85,8 @@ def imported_modules(source: str, package: str | None) -> list[str]:
 
 
 def deciding_paths(script: str, files: dict[str, str], read) -> list[str]:
-    """`script` (a path in the tree) and the files of the tree it imports, transitively; `files`
-    maps the tree's paths to blob ids, `read(blob)` gives a file's text. A module resolves against
-    the repository's root and the script's own folder (what the scripts put on sys.path)."""
+    """`script` and the files of the tree (`files`: path -> blob, `read(blob)`: its text) it imports, transitively,
+    a module resolving against the repository's root and the script's own folder (the scripts' sys.path)."""
     roots = ["", script.rpartition("/")[0] + "/" if "/" in script else ""]
     found, todo = [], [script]
     while todo:
@@ -136,8 +113,7 @@ class Freshness:
 
 
 class Checker:
-    """Answers, for a run's recorded code state and its cell, whether the run is current; caches
-    every git lookup (one `ls-tree` per commit, one `cat-file` per blob)."""
+    """Whether a run with a recorded code state is current for its cell; caches every git lookup."""
 
     def __init__(self, root: Path = ROOT, equivalence_file: Path | None = EQUIVALENCE_FILE, head: str = "HEAD"):
         self.root = Path(root)
@@ -162,14 +138,8 @@ class Checker:
 
     def tree(self, commit: str) -> dict[str, str]:
         if commit not in self._trees:
-            out = git(["ls-tree", "-r", "-z", commit], self.root).stdout
-            files = {}
-            for entry in filter(None, out.split("\0")):
-                meta, path = entry.split("\t", 1)
-                mode, kind, blob = meta.split()
-                if kind == "blob":
-                    files[path] = blob
-            self._trees[commit] = files
+            entries = [e.split("\t", 1) for e in git(["ls-tree", "-r", "-z", commit], self.root).stdout.split("\0") if e]
+            self._trees[commit] = {path: meta.split()[2] for meta, path in entries if meta.split()[1] == "blob"}
         return self._trees[commit]
 
     def read(self, blob: str) -> str:
@@ -179,19 +149,16 @@ class Checker:
 
     def deciding(self, commit: str, algo: str) -> dict[str, str]:
         """path -> blob of the files that decide a run of `algo` at `commit`."""
-        key = (commit, algo)
-        if key not in self._deciding:
+        if (commit, algo) not in self._deciding:
             files = self.tree(commit)
-            paths = deciding_paths(f"algos/{algo}.py", files, self.read)
-            self._deciding[key] = {p: files[p] for p in paths}
-        return self._deciding[key]
+            self._deciding[commit, algo] = {p: files[p] for p in deciding_paths(f"algos/{algo}.py", files, self.read)}
+        return self._deciding[commit, algo]
 
     def today(self, algo: str) -> dict[str, str]:
         return self.deciding(self.head, algo) if self.head else {}
 
     def freshness(self, state: dict, algo: str, cell_key: tuple[str, str, str]) -> Freshness:
-        """Whether a run with recorded code `state` (recorded_state) of cell `cell_key` = (algo, env,
-        settings hash) counts today."""
+        """Whether a run with recorded code `state` (recorded_state) of cell `cell_key` = (algo, env, hash) counts today."""
         commit = state.get("commit")
         if self.head is None:
             return Freshness(False, f"cannot check its code: {self.error}", commit)
@@ -218,8 +185,7 @@ class Checker:
         return Freshness(False, f"commit {short}: {', '.join(changed)} changed since", commit)
 
     def equivalent(self, old: dict[str, str], new: dict[str, str], cell_key: tuple[str, str, str]) -> list[dict] | None:
-        """The chain of equivalence records of this cell that leads from the files `old` to the files
-        `new` (each record: these old files gave the same metrics as those new ones); None if none."""
+        """The chain of this cell's equivalence records (old files -> new files, same metrics) from `old` to `new`; None if none."""
         records = [r for r in self.records if (r["algo"], r["env"], r["hash"]) == cell_key]
         start, goal = frozenset(old.items()), frozenset(new.items())
         paths = {start: []}
@@ -238,7 +204,4 @@ class Checker:
 
 
 def load_records(path: Path) -> list[dict]:
-    path = Path(path)
-    if not path.exists():
-        return []
-    return json.loads(path.read_text())["records"]
+    return json.loads(Path(path).read_text())["records"] if Path(path).exists() else []

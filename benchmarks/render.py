@@ -8,13 +8,13 @@ import re
 import statistics
 import warnings
 
-import numpy as np
 from pathlib import Path
 
-from cli import cli_flags
+import numpy as np
+
+from cli import cli_flags, fmt_steps, md_row
 from provenance import Checker, recorded_state
-from selection import VERDICT_SEEDS, Judged, judge_suite
-from stats import BOOTSTRAP_RESAMPLES, MANY_SEEDS, bootstrap_ci, iqm, mean_std
+from selection import BOOTSTRAP_RESAMPLES, MANY_SEEDS, VERDICT_SEEDS, Judged, bootstrap_ci, iqm, judge_suite, mean_std
 from suite import RESULTS_DIR, ROOT, SUITES_FILE, Cell, Suite, load_references, load_suite, metrics_file
 
 
@@ -52,14 +52,8 @@ def train_last(run_dir: Path, n: int) -> float | None:
     return statistics.fmean(returns[-n:]) if returns else None
 
 
-def fmt_steps(n: int) -> str:
-    return f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k" if n >= 1000 else str(n)
-
-
 def fmt_seconds(s: float) -> str:
-    if s != s:
-        return "-"
-    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min" if s >= 120 else f"{s:.0f} s"
+    return "-" if s != s else f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min" if s >= 120 else f"{s:.0f} s"
 
 
 def script_command(cell: Cell, seed: int) -> str:
@@ -68,25 +62,11 @@ def script_command(cell: Cell, seed: int) -> str:
                      *([f"--eval-every {cell.eval_every}"] if cell.eval_every else []), *cli_flags(cell.settings)])
 
 
-def eval_column(xs: list[float], threshold: float | None) -> str:
-    """fmt_eval, then how many seeds reach the threshold."""
-    text = fmt_eval(xs)
-    if xs and threshold is not None:
-        text += f"<br>{sum(x >= threshold for x in xs)}/{len(xs)} seeds ≥ {threshold:g}"
-    return text
-
-
 def read_curves(path: Path) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
     """(eval points, training episode returns) from a metrics.csv, as (global_step, value) lists."""
-    evals, train = [], []
     with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            step = int(row["global_step"])
-            if row.get("eval_return"):
-                evals.append((step, float(row["eval_return"])))
-            if row.get("episodic_return"):
-                train.append((step, float(row["episodic_return"])))
-    return evals, train
+        rows = list(csv.DictReader(f))
+    return tuple([(int(r["global_step"]), float(r[k])) for r in rows if r.get(k)] for k in ("eval_return", "episodic_return"))
 
 
 def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, stale: bool = False) -> bool:
@@ -99,13 +79,9 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves = []
-    for seed, r in sorted(runs.items()):
-        if r["status"] == "incomplete":  # still going: a partial curve would drag the mean down
-            continue
-        m = metrics_file(r["dir"])
-        if m is not None:
-            curves.append(read_curves(m))
+    # a run still going is left out: its partial curve would drag the mean down
+    files = [metrics_file(r["dir"]) for _, r in sorted(runs.items()) if r["status"] != "incomplete"]
+    curves = [read_curves(m) for m in files if m is not None]
     if not curves:
         return False
     grid = np.linspace(0, cell.steps, 101)
@@ -115,8 +91,7 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
         arr = np.array(series)  # [seeds, grid]
         with warnings.catch_warnings():  # grid points before a seed's first episode are all-NaN
             warnings.simplefilter("ignore", RuntimeWarning)
-            mean = np.nanmean(arr, 0)
-            std = np.nanstd(arr, 0)
+            mean, std = np.nanmean(arr, 0), np.nanstd(arr, 0)
         ax.plot(grid, mean, color=color, label=f"{label} (mean of {len(series)} seed{'s' if len(series) > 1 else ''})")
         if len(series) > 1:
             ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
@@ -148,10 +123,8 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
     for ref, color in zip(refs, ["tab:green", "tab:red", "tab:purple", "tab:brown"]):
         ax.axhline(ref["mean"], color=color, linestyle=":", linewidth=1.5,
                    label=f"{ref['source'].split(' (')[0].split(',')[0]}: {ref['mean']:g} ({ref['convention']}, {fmt_steps(ref['steps'])})")
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("episodic return")
-    ax.set_title(f"{cell.algo} on {cell.env}" + (" (stale runs: made with older code)" if stale else ""))
-    ax.set_xlim(0, cell.steps)
+    ax.set(xlabel="env steps", ylabel="episodic return", xlim=(0, cell.steps),
+           title=f"{cell.algo} on {cell.env}" + (" (stale runs: made with older code)" if stale else ""))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
@@ -247,10 +220,10 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
               f"- Reproduce a cell into a new folder: `python benchmarks/run.py --suite {suite.name} --algos ALGO --envs ENV "
               f"--results-dir my_results` then `python benchmarks/report.py --suite {suite.name} --results-dir my_results`.", ""]
 
-    header = ("| algo | env | steps | seeds ok | eval: mean [95% CI] | train (last 10) | steps/s | wall/run | threshold | references | verdict |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|")
+    table = [md_row(["algo", "env", "steps", "seeds ok", "eval: mean [95% CI]", "train (last 10)", "steps/s", "wall/run",
+                     "threshold", "references", "verdict"]), "|---" * 11 + "|"]
     ref_ids: list[str] = []
-    table, details, failures, all_runs, drawn = [header], [], [], [], []
+    details, failures, all_runs, drawn = [], [], [], []
     counts = {"PASS": 0, "FAIL": 0, "partial": 0, "stale": 0, "n/a": 0}
     measured_seconds, measured_by_cell = 0.0, {}
     est_missing: list[tuple[Cell, int]] = []
@@ -269,7 +242,6 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
         missing_seeds = len([s for s in cell.seeds if s not in j.current_ok])
         if missing_seeds:
             est_missing.append((cell, missing_seeds))
-        thr = "-" if cell.threshold is None else f"{cell.threshold:g} ({cell.pass_rule})"
         v, reason = j.verdict, j.reason
         verdict_txt = f"**{v}**" + (f": {reason.removeprefix('partial: ')}" if v == "partial" else f": {reason}" if reason else "")
         if cell.note and v == "FAIL":
@@ -277,41 +249,36 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
         elif cell.note and cell.threshold is None:  # no verdict to explain: what the reader should know about the cell
             verdict_txt += f". Note: {cell.note}"
         evals = [s["eval_return_mean"] for s in summaries]
-        last100 = ""
+        eval_txt = ("*stale*: " if j.shown_stale else "") + fmt_eval(evals)
+        if evals and cell.threshold is not None:
+            eval_txt += f"<br>{sum(x >= cell.threshold for x in evals)}/{len(evals)} seeds ≥ {cell.threshold:g}"
+        train_txt = fmt_ms([s["train_return_last10"] for s in summaries if s.get("train_return_last10") is not None])
         if any(refs.get(rid, {}).get("convention") == "train100" for rid in cell.references):  # the reference's own convention beside ours
             values = [x for x in (train_last(r["dir"], 100) for _, r in sorted(j.shown.items())) if x is not None]
-            last100 = f"<br>last 100: {fmt_ms(values)}" if values else ""
+            train_txt += f"<br>last 100: {fmt_ms(values)}" if values else ""
         stale_ok = len([r for r in runs.values() if r["status"] == "ok" and r.get("stale")])
-        table.append(
-            f"| {cell.algo} | {cell.env} | {fmt_steps(cell.steps)} | {len(j.current_ok)}/{len(cell.seeds)}"
-            + (f" (+{stale_ok} stale)" if stale_ok else "") + " | "
-            + ("*stale*: " if j.shown_stale else "") + f"{eval_column(evals, cell.threshold)} | "
-            f"{fmt_ms([s['train_return_last10'] for s in summaries if s.get('train_return_last10') is not None])}{last100} | "
-            f"{fmt_ms([s['sps'] for s in summaries], 0).split(' ±')[0]} | "
-            f"{fmt_seconds(statistics.fmean(s['wall_seconds'] for s in summaries)) if summaries else '-'} | "
-            f"{thr} | {'<br>'.join(cell_refs) or '-'} | {verdict_txt} |")
+        table.append(md_row([
+            cell.algo, cell.env, fmt_steps(cell.steps), f"{len(j.current_ok)}/{len(cell.seeds)}" + (f" (+{stale_ok} stale)" if stale_ok else ""),
+            eval_txt, train_txt, fmt_ms([s["sps"] for s in summaries], 0).split(" ±")[0],
+            fmt_seconds(statistics.fmean(s["wall_seconds"] for s in summaries)) if summaries else "-",
+            "-" if cell.threshold is None else f"{cell.threshold:g} ({cell.pass_rule})", "<br>".join(cell_refs) or "-", verdict_txt]))
         for seed, r in sorted(runs.items()):
             s = r.get("summary") or {}
-            err = str(r.get("error") or "").replace("|", "\\|")[:200]
             rel = r["dir"].relative_to(out_dir)
             ev, tr = (fmt_ms([s[k]] if s.get(k) is not None else []) for k in ("eval_return_mean", "train_return_last10"))
             code = short_commit(recorded_state(r)) if r["status"] in ("ok", "failed") else "-"
-            if r.get("stale"):
-                code = f"**stale**: {r['stale']}"
-            elif r.get("current_by"):
-                code += f": {r['current_by']}"
-            details.append(f"| {cell.algo} | {cell.env} | {seed} | {r['status']} | {ev} | {tr} | {s.get('sps', '-')} | "
-                           f"{s.get('wall_seconds', '-')} | "
-                           f"{code.replace('|', chr(92) + '|')} | {err or '-'} | [{rel.name}]({rel.as_posix()}) |")
+            code = f"**stale**: {r['stale']}" if r.get("stale") else code + f": {r['current_by']}" if r.get("current_by") else code
+            details.append(md_row([cell.algo, cell.env, seed, r["status"], ev, tr, s.get("sps", "-"), s.get("wall_seconds", "-"),
+                                   code.replace("|", "\\|"), str(r.get("error") or "").replace("|", "\\|")[:200] or "-",
+                                   f"[{rel.name}]({rel.as_posix()})"]))
             if r["status"] != "ok":
                 failures.append((cell, seed, r))
         if j.older or j.smoke:
             ignored = [f"{j.older} run(s) with older settings"] * bool(j.older) + [f"{j.smoke} smoke tr{'ies' if j.smoke > 1 else 'y'}"] * bool(j.smoke)
             details.append(f"| {cell.algo} | {cell.env} | - | {' and '.join(ignored)} ignored | | | | | | | |")
-        if plots and j.shown:
-            png = out_dir / "plots" / f"{cell.slug}.png"
-            if plot_cell(cell, j.shown, [refs[i] for i in cell.references if i in refs], png, stale=j.shown_stale):
-                drawn.append((cell, png))
+        png = out_dir / "plots" / f"{cell.slug}.png"
+        if plots and j.shown and plot_cell(cell, j.shown, [refs[i] for i in cell.references if i in refs], png, stale=j.shown_stale):
+            drawn.append((cell, png))
 
     listed = (f"{len(judged)} of the suite's {len(suite.cells)} cells" if left_out or len(judged) != len(suite.cells)
               else f"{len(judged)} cell{'s' if len(judged) != 1 else ''}")
@@ -416,9 +383,8 @@ def short_verdict(j: Judged) -> str:
 
 def readme_table(suite_name: str, results_dir: Path = RESULTS_DIR, suites_file: Path | str = SUITES_FILE,
                  checker: Checker | None = None) -> str:
-    """The README's block for a suite: its cells with runs, each with its final greedy evaluation
-    (mean ± std and each seed's), the training return, the first reference and the verdict. A cell
-    whose runs are all stale shows no numbers (they belong to other code), only its verdict."""
+    """The README's block for a suite: its cells with runs, each with its final greedy evaluation (mean ± std and
+    each seed's), the training return, the first reference and the verdict."""
     suite = load_suite(suite_name, suites_file)
     refs = load_references()
     judged, _ = judge_suite(suite, results_dir / suite.name / "runs", checker or Checker())
@@ -434,10 +400,9 @@ def readme_table(suite_name: str, results_dir: Path = RESULTS_DIR, suites_file: 
     for j in judged:
         cell = j.cell
         # a stale cell's numbers came from other code: its report keeps them, the README shows none
-        seeds = [] if j.shown_stale else sorted(j.shown)
-        evals = [j.shown[s]["summary"]["eval_return_mean"] for s in seeds]
-        trains = [j.shown[s]["summary"].get("train_return_last10") for s in seeds]
-        trains = [x for x in trains if x is not None]
+        summaries = [] if j.shown_stale else [j.shown[s]["summary"] for s in sorted(j.shown)]
+        evals = [s["eval_return_mean"] for s in summaries]
+        trains = [s["train_return_last10"] for s in summaries if s.get("train_return_last10") is not None]
         if evals:
             m, sd = mean_std(evals)
             ev = (f"{fmt_num(m)} ± {fmt_num(sd)} ({', '.join(fmt_num(x) for x in evals)})" if len(evals) > 1 else fmt_num(m))
@@ -448,14 +413,12 @@ def readme_table(suite_name: str, results_dir: Path = RESULTS_DIR, suites_file: 
         else:
             ev = "-"
         tr = f"{fmt_num(mean_std(trains)[0])} ± {fmt_num(mean_std(trains)[1])}" if len(trains) > 1 else fmt_num(trains[0]) if trains else "-"
-        ref = "-"
-        if cell.references and cell.references[0] in refs:
-            r = refs[cell.references[0]]
-            ref = f"{r['source'].split(' (')[0].split(',')[0]} {ref_label(r)}"
-        thr = "-" if cell.threshold is None else f"{cell.threshold:g}"
-        minutes = [j.shown[s]["summary"]["wall_seconds"] / 60 for s in seeds]
+        r = refs.get(cell.references[0]) if cell.references else None
+        ref = f"{r['source'].split(' (')[0].split(',')[0]} {ref_label(r)}" if r else "-"
+        minutes = [s["wall_seconds"] / 60 for s in summaries]
         wall = f"{statistics.fmean(minutes):.{0 if statistics.fmean(minutes) >= 10 else 1}f}" if minutes else "-"
-        lines.append(f"| {cell.algo} | {cell.env} | {fmt_steps(cell.steps)} | {ev} | {tr} | {thr} | {ref} | {wall} | {short_verdict(j)} |")
+        lines.append(md_row([cell.algo, cell.env, fmt_steps(cell.steps), ev, tr, "-" if cell.threshold is None else f"{cell.threshold:g}",
+                             ref, wall, short_verdict(j)]))
     return "\n".join(lines) + "\n"
 
 

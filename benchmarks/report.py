@@ -6,10 +6,9 @@ Writes benchmarks/results/<suite>/REPORT.md and plots/*.png.
     python benchmarks/report.py --suite classic --algos dqn --envs CartPole-v1 --results-dir my_results
     python benchmarks/report.py --readme        # rewrite the README's result tables from the committed runs
 
-Per cell: the final greedy evaluation over seeds (mean with a bootstrap 95% CI, std, IQM), the
-training return, speed, the published references and a verdict against the threshold, from the
-current runs only (stale ones: made with other code; see selection.py). Also every run, the
-speed comparison (results/speed/) and the machines. Details: benchmarks/README.md.
+Per cell the final greedy evaluation over seeds, the training return, speed, the references and a
+verdict from the current runs (selection.py); every run, the speed comparison and the machines. Details:
+benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -26,8 +25,7 @@ from suite import RESULTS_DIR, SUITES_FILE, load_references, load_suite  # noqa:
 
 # the parts' names most used from here (tests, notebooks): report.verdict, report.bootstrap_ci, ...
 from render import fmt_eval, train_last  # noqa: E402,F401
-from selection import Judged, verdict  # noqa: E402,F401
-from stats import BOOTSTRAP_SEED, bootstrap_ci, iqm  # noqa: E402,F401
+from selection import BOOTSTRAP_SEED, Judged, bootstrap_ci, iqm, verdict  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,17 +7,12 @@
     python benchmarks/run.py --suite classic --algos dqn --envs CartPole-v1 --results-dir my_results   # into a new folder
     python benchmarks/run.py --suite classic --backend slurm --partition cpu --time-limit 60 --workers 32 --checkpoint-every 50000
 
-Every run is `python benchmarks/job.py <spec.json>` in a fresh process (import algos/<algo>.py,
-`train(Args(...))` with the cell's settings): log.txt and result.json in its run folder, with the
-commit it ran on. Backends: `local` keeps `--workers` runs going as local processes; `slurm` hands
-each run to a SLURM job array through submitit (cluster.py). A run ok for the same settings hash is
-skipped; a stopped one resumes from its checkpoint; a failed one is kept, and run again only with
---retry-failed (a deterministic failure would only fail again). `--total-timesteps N`: a smoke try,
-into runs/smoke/, that no report counts. Details: benchmarks/README.md.
+Every run is `python benchmarks/job.py <spec.json>` in a fresh process, `--workers` at a time as local
+processes or as a SLURM job array (cluster.py). A run ok for the same settings hash is skipped, a stopped
+one resumes from its checkpoint, a failed one runs again only with --retry-failed. Details: benchmarks/README.md.
 
-Exit status: 0 when every selected run is ok; 1 when any failed, or its script is missing;
-2 bad input (one line); 130 interrupted (Ctrl-C, or SIGTERM to the runner, which passes it on to
-its runs: they write a checkpoint and stop).
+Exit status: 0 when every selected run is ok; 1 when any failed, or its script is missing; 2 bad input (one
+line); 130 interrupted (Ctrl-C, or SIGTERM, passed on to the runs: they write a checkpoint and stop).
 """
 
 from __future__ import annotations
@@ -34,23 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli import OneLineParser, add_slurm_flags, flags_error  # noqa: E402
 from job import Job, fmt_time, print_end, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
-from suite import RESULTS_DIR, ROOT, SUITES_FILE, Cell, load_suite, read_result, script_path  # noqa: E402
+from suite import RESULTS_DIR, ROOT, SUITES_FILE, load_suite, read_result, script_path  # noqa: E402
 
 SMOKE_DIR = ROOT / "runs" / "smoke"  # --total-timesteps without --results-dir: untracked (.gitignore's runs/)
 
 
-def select(suite, algos, envs, seeds) -> list[tuple[Cell, int]]:
-    out = []
-    for cell in suite.cells:
-        if (algos and cell.algo not in algos) or (envs and cell.env not in envs):
-            continue
-        for seed in (seeds or cell.seeds):
-            out.append((cell, seed))
-    return out
-
-
 def report_command(suite: str, a: argparse.Namespace) -> str:
-    """The report command for this sweep, with the runner's own --results-dir and --suites-file when they are not the defaults."""
+    """The report command for this sweep, with the runner's --results-dir and --suites-file where not the defaults."""
     command = f"python benchmarks/report.py --suite {suite}"
     if Path(a.suites_file).resolve() != SUITES_FILE.resolve():
         command += f" --suites-file {a.suites_file}"
@@ -99,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     if not suite.runnable:
         print(f"suite {suite.name} is declared but not runnable here: {suite.not_runnable_reason}")
         return 1
-    selected = select(suite, a.algos, a.envs, a.seeds)
+    selected = [(cell, seed) for cell in suite.cells if (not a.algos or cell.algo in a.algos) and (not a.envs or cell.env in a.envs)
+                for seed in a.seeds or cell.seeds]
     if not selected:
         print("nothing selected (check --algos / --envs against the suite)")
         return 1

@@ -1,20 +1,77 @@
-"""Which runs count for a cell, and its verdict: the run selection behind the report.
+"""Which runs count for a cell, the statistics over its seeds, and its verdict: the report's core.
 
 A cell's runs are the run folders with its settings hash; each finished one is current or stale
 (provenance.Checker: its commit's deciding files against HEAD's, or an equivalence record), and
-the verdict (PASS, FAIL, partial, stale, n/a) comes from the current ones.
+the verdict (PASS, FAIL, partial, stale, n/a) comes from the current ones. One seed's result moves
+with the machine, so a verdict rests on the mean over seeds, with a bootstrap interval saying how
+well they pin it down (its generator seeded: the same runs give the same report).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from provenance import Checker, recorded_state
-from stats import ci_caution
 from suite import Cell, Suite, read_result, script_path
+
+
+# ---- statistics over seeds ----------------------------------------------------------------------
+def mean_std(xs: list[float]) -> tuple[float, float]:
+    return (statistics.fmean(xs), statistics.pstdev(xs)) if xs else (math.nan, math.nan)
+
+
+MANY_SEEDS = 5  # from this many finished seeds: the IQM is shown, and a verdict no longer says "few seeds"
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0
+
+
+def mean(x) -> float | np.ndarray:
+    """Mean along the last axis: of one sample [n], or of each bootstrap resample [R, n]."""
+    return np.mean(np.asarray(x, dtype=float), axis=-1)
+
+
+def iqm(x) -> float | np.ndarray:
+    """Interquartile mean along the last axis: a value straddling the 25% or 75% point counts with the part of
+    its 1/n inside (n = 5: weights 0, .3, .4, .3, 0). For n a multiple of 4 this is rliable's IQM,
+    scipy.stats.trim_mean(x, 0.25), which for other n drops floor(n/4) whole values at each end instead."""
+    x = np.sort(np.asarray(x, dtype=float), axis=-1)
+    n = x.shape[-1]
+    i = np.arange(n)
+    inside = np.clip(np.minimum(i + 1, 0.75 * n) - np.maximum(i, 0.25 * n), 0.0, None)  # [n], in units of 1/n
+    return x @ (inside / (0.5 * n))
+
+
+def bootstrap_ci(x, statistic=mean, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES,
+                 seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+    """Percentile bootstrap interval of `statistic` over the values x (one per seed): draw n of
+    them with replacement `resamples` times and keep the central `level` of the statistic's values."""
+    x = np.asarray(x, dtype=float)
+    if x.ndim != 1 or len(x) == 0:
+        raise ValueError(f"bootstrap_ci wants a non-empty list of values, got shape {x.shape}")
+    idx = np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))  # [R, n]
+    lo, hi = np.percentile(statistic(x[idx]), [50 * (1 - level), 50 * (1 + level)])
+    return float(lo), float(hi)
+
+
+def ci_caution(xs: list[float], threshold: float) -> str:
+    """What follows a mean-rule verdict: whether the 95% CI of the mean clears the threshold too (its lower bound
+    beside a mean at or above it, its upper bound beside one below), and "few seeds" below MANY_SEEDS."""
+    n = len(xs)
+    if n < 2:
+        return f"; few seeds ({n}): no CI"
+    lo, hi = bootstrap_ci(xs)
+    if statistics.fmean(xs) >= threshold:
+        text = f"; CI lower bound {lo:.1f} " + ("clears it too" if lo >= threshold else "below it")
+    else:
+        text = f"; CI upper bound {hi:.1f} " + ("reaches it" if hi >= threshold else "below it too")
+    return text + (f"; few seeds ({n})" if n < MANY_SEEDS else "")
+
 
 # ---- which runs count -----------------------------------------------------------------------------
 VERDICT_SEEDS = 5  # a cell's verdict (PASS, or FAIL by its mean) needs this many finished current seeds
@@ -71,10 +128,9 @@ def mark_stale(cell: Cell, runs: dict[int, dict], checker: Checker) -> None:
 
 
 def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
-    """('PASS' | 'FAIL' | 'partial' | 'stale' | 'n/a', reason), from the current runs (those whose
-    `stale` is not set). FAIL on what they already show; else 'stale' with runs on other code, else
-    'partial' with seeds to run or fewer than VERDICT_SEEDS finished. Rule "all" (only where a
-    published result judges every seed) asks the threshold of every seed, rule "mean" of the mean."""
+    """('PASS' | 'FAIL' | 'partial' | 'stale' | 'n/a', reason) from the current runs: FAIL on what they already
+    show; else 'stale' with runs on other code, else 'partial' with seeds to run or fewer than VERDICT_SEEDS
+    finished. Rule "all" asks the threshold of every seed, rule "mean" of the mean."""
     if not script_path(cell.algo).exists():
         return "FAIL", f"script missing: algos/{cell.algo}.py"
     stale = {s: r for s, r in runs.items() if r.get("stale")}

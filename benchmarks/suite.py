@@ -1,19 +1,9 @@
 """Suites and results on disk: the core below every command-line tool of benchmarks/.
 
-A suite (benchmarks/suites.toml) is a list of cells: algo, env, steps, settings, seeds, threshold,
-references. A run is one (cell, seed); its folder is
-
-    <results>/<suite>/runs/<algo>__<env>__s<seed>__<hash>/
-        spec.json     what was asked (algo, env, seed, steps, settings, eval_every)
-        log.txt       the run's stdout and stderr
-        result.json   written when the run ends: status ok | failed | interrupted | preempted | killed,
-                      the script's summary, the error and traceback, machine and versions, the code
-                      it ran on (commit, dirty, dirty_files), comparable (false for a smoke try)
-        <env>__<algo>__<seed>__<time>/   the script's own run folder (metrics.csv, summary.json, ...)
-
-<hash> is a digest of (algo, env, steps, settings, eval_every): a cell whose settings change gets
-new run folders, and the report ignores the old ones. A smoke try on a shrunk budget (a cell's
-`with_budget`) has a hash of its own as well.
+A suite (suites.toml) is a list of cells (algo, env, steps, settings, seeds, threshold, references). A run
+is one (cell, seed), in <results>/<suite>/runs/<algo>__<env>__s<seed>__<hash>/ (spec.json, log.txt,
+result.json and the script's own run folder; benchmarks/README.md), <hash> a digest of (algo, env, steps,
+settings, eval_every): a cell whose settings change, or a smoke try (`with_budget`), gets new run folders.
 """
 
 from __future__ import annotations
@@ -57,9 +47,7 @@ class Cell:
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
 
     def with_budget(self, steps: int) -> Cell:
-        """The cell on a smaller budget (a smoke try: `--total-timesteps`), its evaluation period shrunk
-        in proportion; marked not comparable, so that its runs have their own folders and no report
-        counts them."""
+        """The cell on a smaller budget (a smoke try), its evaluation period shrunk in proportion; not comparable."""
         eval_every = max(1, self.eval_every * steps // self.steps) if self.eval_every else 0
         return dataclasses.replace(self, steps=steps, eval_every=eval_every, comparable=False)
 

@@ -4,15 +4,12 @@
     python benchmarks/tune.py --suite classic --algo a2c --env MountainCar-v0 --trials 200 --workers 20 \\
         --backend slurm --partition cpu --time-limit 120
 
-A trial runs the cell with some `Args` drawn from the search space (spaces.toml, or `--space FILE`),
-once per seed of `--seeds` (default 1001-1003, not the suite's: the suite's runs are not the ones the
-settings were picked on), each seed the runner's child process; its objective is the mean final greedy
-evaluation. The scripts have no callback for a tuner, so the evaluations are read from metrics.csv as
-they are written and reported to Optuna's median pruner. The study lives in Optuna's JournalStorage,
-<study-dir>/journal.log, shared by every worker; the same command continues it. The cell's current
-settings run first as the baseline a settings line must beat; a trial stopped before its end is
-retried by Optuna's RetryHeartbeatStaleTrialCallback. Output: <study-dir>/STUDY.md, with a settings
-line for suites.toml where the best trial beats the baseline. Details: benchmarks/README.md.
+A trial runs the cell with some `Args` drawn from the search space (spaces.toml, or `--space FILE`) once per
+seed of `--seeds` (default 1001-1003, not the suite's), each seed the runner's child process; its objective is
+the mean final greedy evaluation, and the evaluations read from metrics.csv as they are written go to Optuna's
+median pruner. The study lives in <study-dir>/journal.log (Optuna's JournalStorage), shared by every worker;
+the same command continues it. The cell's current settings run first, as the baseline a settings line must
+beat. Output: <study-dir>/STUDY.md. Details: benchmarks/README.md.
 
 Exit status: 0 done; 1 no searched trial completed; 2 bad input (one line); 130 interrupted (Ctrl-C or SIGTERM).
 """
@@ -20,6 +17,7 @@ Exit status: 0 done; 1 no searched trial completed; 2 bad input (one line); 130 
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import dataclasses
 import gc
@@ -37,7 +35,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli import OneLineParser, add_slurm_flags, flags_error  # noqa: E402
+from cli import OneLineParser, add_slurm_flags, flags_error, fmt_steps, md_row  # noqa: E402
 from job import Job, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
 from suite import ROOT, SUITES_FILE, Cell, load_suite, load_suites, metrics_file  # noqa: E402
@@ -67,16 +65,12 @@ class RunFailed(RuntimeError):
 
 
 # --- search space -------------------------------------------------------------------------------
-def args_fields(algo: str) -> dict:
-    sys.path[:0] = [str(ROOT), str(ROOT / "algos")]
-    return {f.name: f for f in dataclasses.fields(importlib.import_module(algo).Args)}
-
-
 def check_space(algo: str, space: dict, origin: str) -> dict:
     """The space, checked against the script's Args; BadInput names the first problem."""
     if not space:
         raise BadInput(f"the search space is empty ({origin} defines no parameter)")
-    fields = args_fields(algo)
+    sys.path[:0] = [str(ROOT), str(ROOT / "algos")]
+    fields = {f.name for f in dataclasses.fields(importlib.import_module(algo).Args)}
     for name, spec in space.items():
         if name not in fields:
             raise BadInput(f"{origin}: {name!r} is not a flag of algos/{algo}.py (its Args has no field {name})")
@@ -113,9 +107,8 @@ def sample(trial, space: dict) -> dict:
     """The trial's values; floats rounded to 3 significant digits, so that the settings line is the run."""
     values = {}
     for name, spec in space.items():
-        if "choices" in spec:
-            keys = [json.dumps(c) for c in spec["choices"]]  # Optuna's choices must be scalars: lists go as JSON
-            values[name] = json.loads(trial.suggest_categorical(name, keys))
+        if "choices" in spec:  # Optuna's choices must be scalars: lists go as JSON
+            values[name] = json.loads(trial.suggest_categorical(name, [json.dumps(c) for c in spec["choices"]]))
         elif isinstance(spec["low"], int) and isinstance(spec["high"], int):
             values[name] = trial.suggest_int(name, spec["low"], spec["high"], step=spec.get("step", 1), log=spec.get("log", False))
         else:
@@ -144,9 +137,7 @@ def settings_line(settings: dict) -> str:
 def eval_rows(job: Job) -> list[tuple[int, float]]:
     """(global_step, eval_return) of the evaluations in the run's metrics.csv so far (whole lines only)."""
     path = metrics_file(job.dir)
-    if path is None:
-        return []
-    text = path.read_text(errors="ignore")
+    text = path.read_text(errors="ignore") if path else ""
     text = text[:text.rfind("\n") + 1]
     return [(int(r["global_step"]), float(r["eval_return"])) for r in csv.DictReader(io.StringIO(text)) if r.get("eval_return")]
 
@@ -157,16 +148,14 @@ def points(cell: Cell) -> int:
 
 
 def point(cell: Cell, step: int) -> int:
-    """The evaluation's index in its run: k for the one made on passing k * eval_every env steps, and
-    points(cell) for the final one. A run evaluates at the end of the rollout that passes the mark, so
-    the env step differs between trials whose rollouts differ in size (num_envs x n_steps); the
-    pruner compares trials at the same key, so the key is this index, never the env step."""
+    """The evaluation's index in its run (points(cell): the final one): the pruner compares trials there, never at
+    the env step, which differs between trials whose rollouts differ in size."""
     return min(step // cell.eval_every, points(cell)) if cell.eval_every else 0
 
 
 def objective(trial, config: dict, state: dict) -> float:
-    """The trial's objective; a trial stopped by Ctrl-C or SIGTERM is failed by Optuna and marked
-    `interrupted`, for the next tune.py command on the study to retry."""
+    """Each seed of the trial in turn, its evaluations reported to Optuna as they come; the mean eval. A trial
+    stopped by Ctrl-C or SIGTERM is failed by Optuna and marked `interrupted`, for the next command to retry."""
     try:
         return run_trial(trial, config, state)
     except KeyboardInterrupt:
@@ -176,12 +165,11 @@ def objective(trial, config: dict, state: dict) -> float:
 
 
 def run_trial(trial, config: dict, state: dict) -> float:
-    """Each seed of the trial in turn, its evaluations reported to Optuna as they come; the mean eval."""
     baseline = bool(trial.user_attrs.get("baseline"))  # the cell's own settings, nothing drawn
     settings = dict(config["cell"]["settings"]) if baseline else {**config["cell"]["settings"], **sample(trial, config["space"])}
     trial.set_user_attr("settings", settings)
     cell = Cell(**{**config["cell"], "settings": settings})
-    steps, seeds, per_seed = cell.steps, config["seeds"], points(cell) + 1  # Optuna steps per seed: its evaluations and the final one
+    seeds, per_seed = config["seeds"], points(cell) + 1  # Optuna steps per seed: its evaluations and the final one
     at_point: dict[int, list[float]] = {}  # an evaluation's point -> the returns there of the seeds so far
     evals: dict[str, float] = {}
     state["trial"] = trial.number
@@ -198,7 +186,7 @@ def run_trial(trial, config: dict, state: dict) -> float:
                     k = point(cell, step)
                     at_point.setdefault(k, []).append(value)
                     trial.report(statistics.fmean(at_point[k]), i * per_seed + k)
-                    last = i == len(seeds) - 1 and step >= steps  # the last seed's final evaluation: the objective itself
+                    last = i == len(seeds) - 1 and step >= cell.steps  # the last seed's final evaluation: the objective itself
                     if not last and not baseline and trial.should_prune():
                         trial.set_user_attr("pruned_at", f"seed {seed}, step {step:,}")
                         trial.set_user_attr("evals", evals)
@@ -226,6 +214,7 @@ def run_trial(trial, config: dict, state: dict) -> float:
     return statistics.fmean(evals.values())
 
 
+# --- the study: its storage, retries and baseline -----------------------------------------------------
 def open_study(config: dict, worker: int = 0):
     """The study in the config's journal file, with the TPE sampler (seeded per worker) and the median pruner."""
     storage = JournalStorage(JournalFileBackend(str(Path(config["study_dir"]) / "journal.log")))
@@ -238,8 +227,7 @@ def open_study(config: dict, worker: int = 0):
 
 
 def retry_of(t) -> int | None:
-    """The trial that `t` tries again (through retries of retries, the first); None if none. Studies
-    begun before the retries were Optuna's record it as the user attr `retry_of`."""
+    """The trial that `t` tries again (the first of a chain); None if none. Older studies recorded it as the user attr `retry_of`."""
     return Retry.retried_trial_number(t) if "failed_trial" in t.system_attrs else t.user_attrs.get("retry_of")
 
 
@@ -248,8 +236,8 @@ def retried(trials) -> set[int]:
 
 
 def counted(study) -> int:
-    """Trials that count towards --trials: every trial begun, but not one stopped and queued again (its
-    retry counts, once however often it was queued), nor a run of the cell's own settings (the baseline)."""
+    """Trials towards --trials: every trial begun, but not one stopped and queued again (its retry counts, once
+    however often queued), nor the baseline."""
     trials = study.get_trials(deepcopy=False)
     again = retried(trials)
     return len({(retry_of(t),) if retry_of(t) is not None else t.number for t in trials
@@ -258,28 +246,9 @@ def counted(study) -> int:
 
 def retry(study, trial) -> None:
     """Queue a stopped trial's parameters again with Optuna's retry callback (a baseline stays a baseline)."""
-    import copy
-
     trial = copy.copy(trial)  # of the attrs only what makes a baseline: the retry writes its own
     trial.user_attrs = {k: trial.user_attrs[k] for k in ("baseline", "settings") if trial.user_attrs.get("baseline")}
     Retry()(study, trial)
-
-
-def work(config: dict, worker: int = 0, state: dict | None = None, interrupted_trial: int | None = None) -> int:
-    """One worker: trials until the study holds `trials` of them (any state, other workers' included)."""
-    state = {} if state is None else state
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines per seed and trial; failures still show
-    study = open_study({**config, "exists": True}, worker)
-    if interrupted_trial is not None:  # this worker was stopped by SLURM during that trial: try its parameters again
-        trial = study.get_trials(deepcopy=False)[interrupted_trial]
-        if trial.state == TrialState.RUNNING:
-            study.tell(interrupted_trial, state=TrialState.FAIL)
-            retry(study, trial)
-    ran = 0
-    while counted(study) < config["trials"] or waiting_baseline(study):
-        study.optimize(lambda t: objective(t, config, state), n_trials=1, catch=(RunFailed,))
-        ran += 1
-    return ran
 
 
 def retry_interrupted(study) -> list[int]:
@@ -306,14 +275,30 @@ def waiting_baseline(study) -> bool:
 
 
 def queue_baseline(study, settings: dict) -> bool:
-    """Enqueue the cell's current settings as a trial, unless they already ran, or are queued, running, or
-    stopped (retry_interrupted queues those again)."""
+    """Enqueue the cell's current settings as a trial, unless they ran, are queued or running, or were stopped."""
     t = baseline_trial(study, settings)
     if t is not None and (t.state in (TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING) or
                           (t.state == TrialState.FAIL and t.user_attrs.get("interrupted"))):
         return False
     study.enqueue_trial({}, user_attrs={"baseline": True, "settings": settings})
     return True
+
+
+def work(config: dict, worker: int = 0, state: dict | None = None, interrupted_trial: int | None = None) -> int:
+    """One worker: trials until the study holds `trials` of them (any state, other workers' included)."""
+    state = {} if state is None else state
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines per seed and trial; failures still show
+    study = open_study({**config, "exists": True}, worker)
+    if interrupted_trial is not None:  # this worker was stopped by SLURM during that trial: try its parameters again
+        trial = study.get_trials(deepcopy=False)[interrupted_trial]
+        if trial.state == TrialState.RUNNING:
+            study.tell(interrupted_trial, state=TrialState.FAIL)
+            retry(study, trial)
+    ran = 0
+    while counted(study) < config["trials"] or waiting_baseline(study):
+        study.optimize(lambda t: objective(t, config, state), n_trials=1, catch=(RunFailed,))
+        ran += 1
+    return ran
 
 
 def _work_process(config: dict, worker: int) -> None:  # a local worker process
@@ -329,22 +314,18 @@ def fmt(x, digits: int = 1) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def seconds(t) -> float | None:
+    return (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_start and t.datetime_complete else None
+
+
 def study_markdown(study, config: dict) -> tuple[str, str | None]:
     """STUDY.md's text, and the best trial's settings block (None without a completed trial)."""
-    cell, seeds, space = config["cell"], config["seeds"], config["space"]
-    trials = study.get_trials(deepcopy=False)
-    attrs = study.user_attrs
-    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    cell, seeds, space, trials = config["cell"], config["seeds"], config["space"], study.get_trials(deepcopy=False)
     counts = {s: sum(t.state == s for t in trials) for s in TrialState}
-    again = retried(trials)
-    steps = cell["steps"]
-    budget = f"{steps / 1e6:g}M" if steps >= 1_000_000 else f"{steps / 1e3:g}k" if steps >= 1000 else str(steps)
+    again, budget, steps = retried(trials), fmt_steps(cell["steps"]), cell["steps"]
     threshold = (f"; the cell's threshold: {cell['threshold']:g} ({cell['pass_rule']} of the suite's seeds {cell['seeds']})"
                  if cell.get("threshold") is not None else "")
-    starts = [t.datetime_start for t in trials if t.datetime_start]
-    ends = [t.datetime_complete for t in trials if t.datetime_complete]
-    run_minutes = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
-                      if t.datetime_start and t.datetime_complete) / 60
+    starts, ends = [t.datetime_start for t in trials if t.datetime_start], [t.datetime_complete for t in trials if t.datetime_complete]
     lines = [f"# Tuning study: `{cell['algo']}` on `{cell['env']}` (suite `{config['suite']}`)", "",
              f"- **Objective**: the mean over seeds {', '.join(map(str, seeds))} of the final greedy evaluation "
              f"(eval_return_mean: {cell['settings'].get('eval_episodes', 10)} episodes), each seed trained for the cell's "
@@ -357,71 +338,60 @@ def study_markdown(study, config: dict) -> tuple[str, str | None]:
                  f"`{k}` in {toml_value(v['choices'])}" if "choices" in v else
                  f"`{k}` from {v['low']:g} to {v['high']:g}{' (log)' if v.get('log') else ''}" for k, v in space.items()) + ".",
              f"- **Cell's settings** (kept unless searched): `{settings_line(cell['settings'])}`",
-             "- **Commands** (" + ", ".join(attrs.get("dates", [])) + "):", "",
-             *[f"  `{c}`" for c in attrs.get("commands", [])], "",
+             "- **Commands** (" + ", ".join(study.user_attrs.get("dates", [])) + "):", "",
+             *[f"  `{c}`" for c in study.user_attrs.get("commands", [])], "",
              f"- **Trials**: {len(trials)} ({counts[TrialState.COMPLETE]} complete, {counts[TrialState.PRUNED]} pruned, "
              f"{counts[TrialState.FAIL]} failed, {counts[TrialState.RUNNING] + counts[TrialState.WAITING]} unfinished); "
              + (f"started {min(starts):%Y-%m-%d %H:%M}, last finished {max(ends):%Y-%m-%d %H:%M}; " if starts and ends else "")
-             + f"{run_minutes:.1f} min of trial time in all.", ""]
+             + f"{sum(x for x in map(seconds, trials) if x is not None) / 60:.1f} min of trial time in all.", ""]
     header = ["trial", "state", "objective", *[f"seed {s}" for s in seeds], "pruned at", "min", *space]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += [md_row(header), "|" + "---|" * len(header)]
     order = {TrialState.COMPLETE: 0, TrialState.PRUNED: 1}
     for t in sorted(trials, key=lambda t: (order.get(t.state, 2), -t.value if t.state == TrialState.COMPLETE else 0, t.number)):
-        evals = t.user_attrs.get("evals", {})
-        settings = t.user_attrs.get("settings", {})
-        state = t.state.name.lower()
+        evals, settings, state = t.user_attrs.get("evals", {}), t.user_attrs.get("settings", {}), t.state.name.lower()
         if t.state == TrialState.FAIL:
             state += ": " + (t.user_attrs.get("error") or ("stopped, retried" if t.number in again else "stopped"))
         elif t.state == TrialState.PRUNED:
-            last = t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None
-            state += f" (at {fmt(last)})"
-        minutes = (t.datetime_complete - t.datetime_start).total_seconds() / 60 if t.datetime_start and t.datetime_complete else None
-        cells = [f"{t.number} (the cell's settings)" if t.user_attrs.get("baseline") else str(t.number), state.replace("|", "\\|"), fmt(t.value if t.state == TrialState.COMPLETE else None), *[fmt(evals.get(str(s))) for s in seeds],
-                 t.user_attrs.get("pruned_at", "-"), fmt(minutes), *[toml_value(settings[k]) if k in settings else "-" for k in space]]
-        lines.append("| " + " | ".join(cells) + " |")
+            state += f" (at {fmt(t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None)})"
+        lines.append(md_row([f"{t.number} (the cell's settings)" if t.user_attrs.get("baseline") else t.number, state.replace("|", "\\|"),
+                             fmt(t.value if t.state == TrialState.COMPLETE else None), *[fmt(evals.get(str(s))) for s in seeds],
+                             t.user_attrs.get("pruned_at", "-"), fmt(seconds(t) / 60 if seconds(t) is not None else None),
+                             *[toml_value(settings[k]) if k in settings else "-" for k in space]]))
     lines.append("")
-    block = None
-    searched = [t for t in complete if not t.user_attrs.get("baseline")]
-    base = baseline_trial(study, cell["settings"])
+    searched = [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline")]
+    if not searched:
+        return "\n".join(lines + ["No searched trial has completed yet.", ""]), None
+    best, base = max(searched, key=lambda t: t.value), baseline_trial(study, cell["settings"])
     base_value = base.value if base is not None and base.state == TrialState.COMPLETE else None
-    if searched:
-        best = max(searched, key=lambda t: t.value)
-        table = Path(config["study_dir"]).resolve() / "STUDY.md"
-        where = table.relative_to(ROOT).as_posix() if table.is_relative_to(ROOT) else str(table)
-        reaches = ""
-        if cell.get("threshold") is not None:
-            reaches = (f" On these tuning seeds it {'reaches' if best.value >= cell['threshold'] else 'stays below'} the cell's "
-                       f"threshold {cell['threshold']:g}; the suite's own runs (seeds {cell['seeds']}) decide the cell's verdict.")
-        lines += [f"**Best: trial {best.number}**, objective {best.value:.1f} (seeds: "
-                  + ", ".join(f"{s}: {fmt(best.user_attrs['evals'].get(str(s)))}" for s in seeds) + f").{reaches}", ""]
-        if base_value is not None:
-            lines += [f"The cell's current settings (trial {base.number}) score {base_value:.1f} on the same seeds.", ""]
-        if not cell.get("comparable", True):
-            lines += [f"No settings line: the trials ran {budget} env steps, a smoke try (`--total-timesteps`), not the "
-                      "cell's budget.", ""]
-        elif base_value is None:
-            lines += ["No settings line: the cell's current settings have no score on these seeds yet (the next tune.py "
-                      "command on this study runs them first).", ""]
-        elif best.number == base.number:
-            lines += ["No settings line: the cell has these settings already.", ""]
-        elif best.value <= base_value:
-            lines += [f"No settings line: no trial scores above the cell's current settings ({base_value:.1f}).", ""]
-        else:
-            block = "\n".join([settings_line(best.user_attrs["settings"]),
-                               f'settings_source = "{where}: best of '
-                               f'{counted(study)} trials (trial {best.number}, mean greedy eval {best.value:.1f} over seeds '
-                               f'{", ".join(map(str, seeds))}, where the settings it replaces score {base_value:.1f})"'])
-            lines += ["Its settings, to paste into the cell in `benchmarks/suites.toml` (replacing `settings` and "
-                      "`settings_source`; the new settings give the cell new run folders):", "", "```toml", block, "```", ""]
-    else:
-        lines += ["No searched trial has completed yet.", ""]
+    table = Path(config["study_dir"]).resolve() / "STUDY.md"
+    where = table.relative_to(ROOT).as_posix() if table.is_relative_to(ROOT) else str(table)
+    reaches = "" if cell.get("threshold") is None else (
+        f" On these tuning seeds it {'reaches' if best.value >= cell['threshold'] else 'stays below'} the cell's "
+        f"threshold {cell['threshold']:g}; the suite's own runs (seeds {cell['seeds']}) decide the cell's verdict.")
+    lines += [f"**Best: trial {best.number}**, objective {best.value:.1f} (seeds: "
+              + ", ".join(f"{s}: {fmt(best.user_attrs['evals'].get(str(s)))}" for s in seeds) + f").{reaches}", ""]
+    if base_value is not None:
+        lines += [f"The cell's current settings (trial {base.number}) score {base_value:.1f} on the same seeds.", ""]
+    no_line = (f"the trials ran {budget} env steps, a smoke try (`--total-timesteps`), not the cell's budget."
+               if not cell.get("comparable", True) else
+               "the cell's current settings have no score on these seeds yet (the next tune.py command on this study runs "
+               "them first)." if base_value is None else
+               "the cell has these settings already." if best.number == base.number else
+               f"no trial scores above the cell's current settings ({base_value:.1f})." if best.value <= base_value else None)
+    if no_line:
+        return "\n".join(lines + [f"No settings line: {no_line}", ""]), None
+    block = "\n".join([settings_line(best.user_attrs["settings"]),
+                       f'settings_source = "{where}: best of {counted(study)} trials (trial {best.number}, mean greedy eval '
+                       f'{best.value:.1f} over seeds {", ".join(map(str, seeds))}, where the settings it replaces score {base_value:.1f})"'])
+    lines += ["Its settings, to paste into the cell in `benchmarks/suites.toml` (replacing `settings` and "
+              "`settings_source`; the new settings give the cell new run folders):", "", "```toml", block, "```", ""]
     return "\n".join(lines), block
 
 
 # --- command line -------------------------------------------------------------------------------
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
     p = OneLineParser(prog="benchmarks/tune.py", description=__doc__.splitlines()[0],
-                             formatter_class=argparse.RawDescriptionHelpFormatter)
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", required=True, help="suite holding the cell (classic, continuous, ...)")
     p.add_argument("--algo", required=True, help="the cell's algorithm")
     p.add_argument("--env", required=True, help="the cell's env id")
@@ -470,18 +440,56 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
         if a.total_timesteps >= cell.steps:
             raise BadInput(f"--total-timesteps {a.total_timesteps:,} must be below the cell's budget ({cell.steps:,})")
         cell, name = cell.with_budget(a.total_timesteps), f"{name}__steps{a.total_timesteps}"
-    study_dir = Path(a.study_dir or STUDIES_DIR / name)
     config = {"name": name, "suite": a.suite, "cell": dataclasses.asdict(cell), "space": space, "seeds": a.seeds,
-              "trials": a.trials, "prune_after": a.prune_after, "sampler_seed": a.sampler_seed, "study_dir": str(study_dir)}
+              "trials": a.trials, "prune_after": a.prune_after, "sampler_seed": a.sampler_seed,
+              "study_dir": str(Path(a.study_dir or STUDIES_DIR / name))}
     return a, config
 
 
 def unsearched(config: dict) -> dict:
-    """A study's config without the cell's settings that the search space draws: every trial overrides
-    those, so a cell that adopted a study's best settings can still continue that study."""
+    """A study's config without the cell's settings the space draws (every trial overrides them): a cell that
+    took a study's best settings can continue it."""
     cell = config.get("cell", {})
     settings = {k: v for k, v in cell.get("settings", {}).items() if k not in config.get("space", {})}
     return {**config, "cell": {**cell, "settings": settings}}
+
+
+def run_workers(a: argparse.Namespace, config: dict, todo: int) -> int | None:
+    """The study's trials: in this process, in local worker processes, or in SLURM tasks; 2 without submitit."""
+    if todo > 0 and a.backend == "slurm":
+        try:
+            import cluster
+        except ImportError as e:
+            print(f"tune: error: --backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt", file=sys.stderr)
+            return 2
+        executor = cluster.make_executor(a, Path(a.submitit_dir or Path(config["study_dir"]) / "submitit"), f"tune-{config['name']}",
+                                         a.workers)
+        import tune  # this module by its name: a task unpickles tune.work, where __main__.work would not resolve
+
+        tasks = [cluster.StudyTask(tune.work, config, w) for w in range(min(a.workers, todo))]
+        jobs = executor.submit_array(tasks) if a.submitit_cluster == "slurm" else [executor.submit(t) for t in tasks]
+        print(f"submitted {len(jobs)} workers ({jobs[0].job_id.split('_')[0]}); submitit files: {executor.folder}", flush=True)
+        cluster.wait_for(jobs, poll=5.0 if a.submitit_cluster == "slurm" else 0.5)
+        jobs.clear()
+        gc.collect()  # submitit's jobs sit in reference cycles: collected now, not at interpreter exit, where their __del__ fails
+    elif todo > 0 and a.workers == 1:
+        work(config)
+    elif todo > 0:
+        ctx = multiprocessing.get_context("spawn")
+        procs = [ctx.Process(target=_work_process, args=(config, w)) for w in range(min(a.workers, todo))]
+        try:
+            for proc in procs:
+                proc.start()
+            for proc in procs:
+                proc.join()
+        except KeyboardInterrupt:  # Ctrl-C reaches the workers too, SIGTERM only this process: pass it on
+            started = [proc for proc in procs if proc.pid is not None]
+            for proc in started:
+                proc.terminate()
+            for proc in started:
+                proc.join()
+            raise
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -510,63 +518,28 @@ def main(argv: list[str] | None = None) -> int:
     study.set_user_attr("commands", [*study.user_attrs.get("commands", []), command])
     study.set_user_attr("dates", sorted({*study.user_attrs.get("dates", []), time.strftime("%Y-%m-%d")}))
     again = retry_interrupted(study)
-    cell = config["cell"]
-    baseline = queue_baseline(study, cell["settings"])
+    baseline = queue_baseline(study, config["cell"]["settings"])
     todo = max(config["trials"] - counted(study), 0) + waiting_baseline(study)
     print(f"study {config['name']} in {study_dir}: {counted(study)} trials so far, {max(todo, 0)} to run with "
-          f"{a.workers} worker(s); each: {len(config['seeds'])} seeds x {cell['steps']:,} steps; "
+          f"{a.workers} worker(s); each: {len(config['seeds'])} seeds x {config['cell']['steps']:,} steps; "
           f"searching {', '.join(config['space'])}"
           + ("; first the cell's own settings, the baseline a settings line must beat" if baseline else "")
           + (f"; trying again the parameters of trial(s) {', '.join(map(str, again))}, stopped before" if again else ""), flush=True)
     with stop_on_signals():  # SIGTERM stops the study as Ctrl-C does
         try:
-            if todo > 0 and a.backend == "slurm":
-                try:
-                    import cluster
-                except ImportError as e:
-                    print(f"tune: error: --backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt", file=sys.stderr)
-                    return 2
-                executor = cluster.make_executor(a, Path(a.submitit_dir or study_dir / "submitit"), f"tune-{config['name']}", a.workers)
-                import tune  # this module by its name: a task unpickles tune.work, where __main__.work would not resolve
-
-                tasks = [cluster.StudyTask(tune.work, config, w) for w in range(min(a.workers, todo))]
-                jobs = executor.submit_array(tasks) if a.submitit_cluster == "slurm" else [executor.submit(t) for t in tasks]
-                print(f"submitted {len(jobs)} workers ({jobs[0].job_id.split('_')[0]}); submitit files: {executor.folder}", flush=True)
-                cluster.wait_for(jobs, poll=5.0 if a.submitit_cluster == "slurm" else 0.5)
-                jobs.clear()
-                gc.collect()  # submitit's jobs sit in reference cycles: collected now, not at interpreter exit, where their __del__ fails
-            elif todo > 0 and a.workers == 1:
-                work(config)
-            elif todo > 0:
-                ctx = multiprocessing.get_context("spawn")
-                procs = [ctx.Process(target=_work_process, args=(config, w)) for w in range(min(a.workers, todo))]
-                try:
-                    for proc in procs:
-                        proc.start()
-                    for proc in procs:
-                        proc.join()
-                except KeyboardInterrupt:  # Ctrl-C reaches the workers too, SIGTERM only this process: pass it on
-                    started = [proc for proc in procs if proc.pid is not None]
-                    for proc in started:
-                        proc.terminate()
-                    for proc in started:
-                        proc.join()
-                    raise
+            status = run_workers(a, config, todo)
+            if status is not None:
+                return status
         except KeyboardInterrupt:
             print("\ninterrupted: the trials in progress are recorded as failed; the same command tries their parameters "
                   "again and continues the study", flush=True)
             status = 130
-        else:
-            status = None
-
         study = open_study(config)  # still within: a second Ctrl-C or SIGTERM does not stop the table half-written
         text, block = study_markdown(study, config)
         (study_dir / "STUDY.md").write_text(text)
         print(f"\nwrote {study_dir / 'STUDY.md'}")
-        if block:
-            print("settings for the cell in suites.toml:\n" + block)
-        else:
-            print(next((x for x in text.splitlines() if x.startswith("No ")), ""))
+        no_line = next((x for x in text.splitlines() if x.startswith("No ")), "")
+        print("settings for the cell in suites.toml:\n" + block if block else no_line)
         completed = any(t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False))
     return status if status is not None else 0 if completed else 1
 
