@@ -531,7 +531,7 @@ def device_run(spec: str, cell, device: str, o, scratch: Path) -> dict:
     run_dir = scratch / f"{spec.replace(':', '_').replace('/', '-')}_{device}"
     shutil.rmtree(run_dir, ignore_errors=True)
     cmd = [sys.executable, str(ROOT / "algos" / f"{cell.algo}.py"), "--env", cell.env, "--seed", "1", "--total-timesteps", str(o.total_timesteps),
-           "--device", device, "--torch-threads", str(threads), "--eval-episodes", "1", "--eval-every", "0", "--no-progress",
+           "--device", device.partition(":")[0], *(["--" + device.partition(":")[2]] if ":" in device else []), "--torch-threads", str(threads), "--eval-episodes", "1", "--eval-every", "0", "--no-progress",
            "--run-dir", str(run_dir), *cli_flags(settings)]
     done, _, wall = run_timed(cmd, str(ROOT), {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
     if done.returncode != 0:
@@ -543,23 +543,24 @@ def device_run(spec: str, cell, device: str, o, scratch: Path) -> dict:
         rate, measured = summary.get("sps"), "the whole run (summary.json)"
     return {"cell": spec, "device": device, "steps": o.total_timesteps, "learning_starts": after, "learning_sps": round(rate, 1) if rate else None,
             "measured_over": measured, "rows": rows, "wall_seconds": round(wall, 1), "summary_device": summary.get("device"),
-            "updates": summary.get("updates")}
+            "updates": summary.get("updates"), "compile_seconds": summary.get("compile_seconds")}
 
 
 def compare_devices(o) -> int:
     import torch
 
-    if "cuda" in o.devices and not torch.cuda.is_available():
+    if any(d.startswith("cuda") for d in o.devices) and not torch.cuda.is_available():
         raise BadInput("--devices names cuda, but torch sees no CUDA GPU")
     cells = {spec: find_cell(spec) for spec in o.cells}  # a wrong name fails before any run
-    cpu_cells = [c for c in o.cells if "cpu" in o.devices]
-    parallel = (os.cpu_count() or 1) > len(cpu_cells) + 1  # a core for each CPU run and one for the GPU runs
+    cpu_runs = [(c, d) for c in o.cells for d in o.devices if d.startswith("cpu")]  # device[:compile|cudagraphs]
+    parallel = (os.cpu_count() or 1) > len(cpu_runs) + 1  # a core for each CPU run and one for the GPU runs
     scratch, results = Path(tempfile.mkdtemp(prefix="speed_devices_")), {}
     try:
         if parallel:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=len(cpu_cells) + 1) as pool:
-                cpu_jobs = {pool.submit(device_run, c, cells[c], "cpu", o, scratch): (c, "cpu") for c in cpu_cells}
-                chain = pool.submit(lambda: {(c, d): device_run(c, cells[c], d, o, scratch) for c in o.cells for d in o.devices if d != "cpu"})
+            with concurrent.futures.ThreadPoolExecutor(max_workers=len(cpu_runs) + 1) as pool:
+                cpu_jobs = {pool.submit(device_run, c, cells[c], d, o, scratch): (c, d) for c, d in cpu_runs}
+                chain = pool.submit(lambda: {(c, d): device_run(c, cells[c], d, o, scratch)
+                                             for c in o.cells for d in o.devices if not d.startswith("cpu")})
                 results.update({key: job.result() for job, key in cpu_jobs.items()})
                 results.update(chain.result())
         else:
@@ -568,16 +569,18 @@ def compare_devices(o) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     m = machine(gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, cpu_runs_in_parallel=parallel)
     print(f"{m['gpu'] or 'no GPU'}; {m['cpu_count']} logical CPUs; torch {m['torch']}; {o.total_timesteps:,} steps, {o.threads[0]} torch thread(s)")
-    print(f"{'cell':44s}" + "".join(f"{d + ' sps':>12s}" for d in o.devices) + ("   gpu/cpu" if "cpu" in o.devices and len(o.devices) > 1 else ""))
+    others = [d for d in o.devices if d != "cpu"] if "cpu" in o.devices else []
+    print(f"{'cell':44s}" + "".join(f"{d + ' sps':>20s}" for d in o.devices) + "".join(f"{d + '/cpu':>20s}" for d in others))
     for c in o.cells:
         line = f"{c:44s}"
         for d in o.devices:
             r = results[(c, d)]
             mark = "*" if r.get("measured_over", "").startswith("the whole run") else ""
-            line += f"{'failed' if 'error' in r else str(r['learning_sps']) + mark if r['learning_sps'] else 'too short':>12}"
-        cpu, other = results.get((c, "cpu"), {}), [results[(c, d)] for d in o.devices if d != "cpu"]
-        if cpu.get("learning_sps") and other and other[0].get("learning_sps"):
-            line += f"{other[0]['learning_sps'] / cpu['learning_sps']:>10.2f}"
+            line += f"{'failed' if 'error' in r else str(r['learning_sps']) + mark if r['learning_sps'] else 'too short':>20}"
+        cpu = results.get((c, "cpu"), {}).get("learning_sps")
+        for d in others:
+            rate = results[(c, d)].get("learning_sps")
+            line += f"{rate / cpu:>20.2f}" if rate and cpu else f"{'-':>20}"
         print(line)
     if any(r.get("measured_over", "").startswith("the whole run") for r in results.values()):
         print("* the whole run (too few logged rows while learning): start-up included")
@@ -659,7 +662,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallel", action="store_true", help="the sides of a repeat at once (needs an idle core each)")
     p.add_argument("--plot", default=None, help="minatar: draw both sides' return curves to this PNG")
     p.add_argument("--cells", nargs="+", default=DEFAULT_CELLS, help="devices: suite:algo:env cells")
-    p.add_argument("--devices", nargs="+", default=["cpu", "cuda"], help="devices: where to run each cell")
+    p.add_argument("--devices", nargs="+", default=["cpu", "cuda"],
+                   help="devices: where to run each cell, each device[:compile|cudagraphs] (e.g. cuda:cudagraphs)")
     p.add_argument("--side", help=argparse.SUPPRESS)  # internal: one run of one side in this process, its figures printed
     p.add_argument("--side-threads", type=int, default=None, help=argparse.SUPPRESS)
     o = p.parse_args(argv)
