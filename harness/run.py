@@ -424,10 +424,8 @@ class Run:
         self.printed_step, self.last_print = global_step, now
         recent_return = float(np.mean(self.recent_returns)) if self.recent_returns else float("nan")
         elapsed = now - self.start
-        if global_step < self.total and global_step <= self.heatup:
-            eta = f"heatup to {self.heatup:,}"  # random actions, no learning: its rate says nothing of what follows
-        else:
-            eta = f"ETA {eta_seconds:6.0f}s"
+        heatup = global_step < self.total and global_step <= self.heatup  # random actions: no rate to extrapolate
+        eta = f"heatup to {self.heatup:,}" if heatup else f"ETA {eta_seconds:6.0f}s"
         line = (f"{self.algo} {global_step:>10,}/{self.total:,} steps ({100 * frac:5.1f}%)  "
                 f"{global_step / max(elapsed, 1e-9):>7,.0f} steps/s  elapsed {elapsed:6.0f}s  {eta}  "
                 f"return(last 10) {recent_return:8.2f}")
