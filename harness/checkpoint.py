@@ -1,22 +1,8 @@
-"""Checkpoint files: atomic writes, code-free loading, every generator and each env's own state.
-
-What a checkpoint holds is the script's business (a dict built in its `train()`); this module
-only writes and reads that dict safely and captures the state no script should have to know
-about:
-
-- `save(path, state)`: temporary file in the same folder, flush, fsync, `os.replace`, fsync of
-  the folder. A process killed while writing leaves the previous checkpoint untouched.
-- `load(path)`: `torch.load(..., weights_only=True)`, so a checkpoint never executes code; a
-  truncated or corrupted file raises ValueError with one line.
-- `rng_state()` / `set_rng_state()`: python's `random`, numpy's global generator, torch's CPU
-  and CUDA generators. `generator_state(rng)` for a `np.random.Generator` (plain ints, which
-  `weights_only` accepts; numpy arrays it refuses).
-- `env_state(envs)` / `set_env_state(envs, state)`: each sub-env of a vector env, wrappers
-  included (the time limit's step count, the env's generator and physical state), and the
-  vector env's action-space generators. Plain attributes are captured generically; MuJoCo envs
-  through `mj_getState` (the full integration state, so stepping on is bitwise identical).
-  An env holding anything else (e.g. a Box2D world) cannot be captured: `env_state` returns
-  None with the reason, and the script restarts the episodes on resume.
+"""Checkpoint files: atomic writes, code-free loading (`weights_only`, which refuses numpy: `pack` stores
+arrays as tagged tensors), every generator, and each sub-env's state with its wrappers (the time limit's
+step count, the generator; MuJoCo's through `mj_getState`, so stepping on is bitwise identical). An env
+holding anything else (e.g. a Box2D world) cannot be captured: `env_state` says why, and the script
+restarts the episodes on resume. What a checkpoint holds is the script's dict.
 """
 
 from __future__ import annotations
@@ -31,7 +17,7 @@ import torch
 
 
 def save(path: str | Path, state: dict) -> None:
-    """Write `state` to `path` atomically: a reader sees the old file or the new one, never half."""
+    """Write `state` to `path` atomically: a process killed while writing leaves the previous file whole."""
     path = Path(path)
     for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a process killed while writing
         stale.unlink(missing_ok=True)
@@ -43,8 +29,7 @@ def save(path: str | Path, state: dict) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)  # the rename itself survives a crash
@@ -61,19 +46,11 @@ def load(path: str | Path) -> dict:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated zip, bad magic number, a pickle that wants code, ...
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise ValueError(f"checkpoint {path} cannot be read, it is truncated or corrupted ({type(e).__name__}: {first[:120]})") from None
+        raise ValueError(f"checkpoint {path} cannot be read, it is truncated or corrupted "
+                         f"({type(e).__name__}: {first[:120]})") from None
     if not isinstance(state, dict) or "format" not in state:
         raise ValueError(f"{path} is not a checkpoint written by these scripts")
     return state
-
-
-# generators ------------------------------------------------------------------------------------
-def generator_state(rng: np.random.Generator) -> dict:
-    return rng.bit_generator.state
-
-
-def set_generator_state(rng: np.random.Generator, state: dict) -> None:
-    rng.bit_generator.state = state
 
 
 def rng_state() -> dict:
@@ -98,7 +75,6 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-# env state -------------------------------------------------------------------------------------
 class _Uncapturable(Exception):
     pass
 
@@ -106,6 +82,7 @@ class _Uncapturable(Exception):
 # constants or bookkeeping that never change the next step; everything else must be captured
 _SKIP = {"env", "spec", "_cached_spec", "metadata", "_metadata", "_saved_kwargs", "_ezpickle_args", "_ezpickle_kwargs",
          "_previous_data", "observation_structure", "render_mode", "screen", "clock", "isopen", "_np_random_seed"}
+_MUJOCO_ENV = "gymnasium.envs.mujoco.mujoco_env.MujocoEnv"
 
 
 def _encode(value, where: str):
@@ -140,42 +117,26 @@ def _decode(value, current=None):
     return [_decode(v) for v in value["__list__"]]
 
 
-def _layers(env: gym.Env):
-    while True:
-        yield env
-        if not isinstance(env, gym.Wrapper):
-            return
-        env = env.env
-
-
-def _mujoco_env(layer) -> bool:
-    try:
-        from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
-    except Exception:  # mujoco not installed
-        return False
-    return isinstance(layer, MujocoEnv)
-
-
-def _capture_env(env: gym.Env) -> list[dict]:
-    layers = []
-    for layer in _layers(env):
-        attrs = {}
-        mujoco_layer = _mujoco_env(layer)
-        for name, value in vars(layer).items():
-            if name in _SKIP or isinstance(value, gym.Space):
-                continue
-            if mujoco_layer and name in ("model", "data", "mujoco_renderer"):
-                continue
-            attrs[name] = _encode(value, f"{type(layer).__name__}.{name}")
-        if mujoco_layer:
-            import mujoco
-
-            spec = mujoco.mjtState.mjSTATE_INTEGRATION
-            sim = np.empty(mujoco.mj_stateSize(layer.model, spec))
-            mujoco.mj_getState(layer.model, layer.data, sim, spec)
-            attrs["__mujoco__"] = torch.from_numpy(sim)
-        layers.append({"type": type(layer).__name__, "attrs": attrs})
+def _layers(env: gym.Env) -> list[gym.Env]:  # the wrappers and the env itself, outermost first
+    layers = [env]
+    while isinstance(layers[-1], gym.Wrapper):
+        layers.append(layers[-1].env)
     return layers
+
+
+def _capture(layer: gym.Env) -> dict:
+    # a gymnasium MujocoEnv, found without importing mujoco (an extra that may not be installed)
+    mujoco_layer = any(f"{c.__module__}.{c.__name__}" == _MUJOCO_ENV for c in type(layer).__mro__)
+    skip = _SKIP | ({"model", "data", "mujoco_renderer"} if mujoco_layer else set())
+    attrs = {name: _encode(value, f"{type(layer).__name__}.{name}") for name, value in vars(layer).items()
+             if name not in skip and not isinstance(value, gym.Space)}
+    if mujoco_layer:
+        import mujoco
+
+        sim = np.empty(mujoco.mj_stateSize(layer.model, mujoco.mjtState.mjSTATE_INTEGRATION))
+        mujoco.mj_getState(layer.model, layer.data, sim, mujoco.mjtState.mjSTATE_INTEGRATION)
+        attrs["__mujoco__"] = torch.from_numpy(sim)
+    return {"type": type(layer).__name__, "attrs": attrs}
 
 
 def env_state(envs: gym.vector.SyncVectorEnv) -> tuple[dict | None, str]:
@@ -183,10 +144,10 @@ def env_state(envs: gym.vector.SyncVectorEnv) -> tuple[dict | None, str]:
     if not isinstance(envs, gym.vector.SyncVectorEnv):
         return None, f"{type(envs).__name__} is not a SyncVectorEnv"
     try:
-        sub = [_capture_env(env) for env in envs.envs]
+        sub = [[_capture(layer) for layer in _layers(env)] for env in envs.envs]
     except _Uncapturable as e:
         return None, f"the env state cannot be captured ({e})"
-    spaces = [generator_state(s.np_random) for s in (envs.action_space, envs.single_action_space)]
+    spaces = [space.np_random.bit_generator.state for space in (envs.action_space, envs.single_action_space)]
     return {"envs": sub, "spaces": spaces}, ""
 
 
@@ -195,7 +156,7 @@ def set_env_state(envs: gym.vector.SyncVectorEnv, state: dict) -> None:
     if len(state["envs"]) != len(envs.envs):
         raise ValueError(f"the checkpoint holds {len(state['envs'])} envs, the run has {len(envs.envs)}")
     for env, layers in zip(envs.envs, state["envs"]):
-        mine = list(_layers(env))
+        mine = _layers(env)
         if [type(layer).__name__ for layer in mine] != [layer["type"] for layer in layers]:
             raise ValueError("the checkpoint's env wrappers differ from this run's")
         for layer, saved in zip(mine, layers):
@@ -208,28 +169,22 @@ def set_env_state(envs: gym.vector.SyncVectorEnv, state: dict) -> None:
                 else:
                     setattr(layer, name, _decode(value, getattr(layer, name, None)))
     for space, saved in zip((envs.action_space, envs.single_action_space), state["spaces"]):
-        set_generator_state(space.np_random, saved)
+        space.np_random.bit_generator.state = saved
 
 
-# the script's own state ------------------------------------------------------------------------
 def pack(obj):
-    """A script's checkpoint dict with its numpy arrays and scalars as tagged tensors (weights_only
-    refuses numpy); dicts, lists and tuples are walked, tensors and plain values kept."""
+    """A script's checkpoint dict with its numpy arrays and scalars as tagged tensors; dicts, lists and tuples
+    are walked, tensors and plain values kept. `unpack` is its inverse."""
     if isinstance(obj, dict):
         return {k: pack(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return type(obj)(pack(v) for v in obj)
-    if isinstance(obj, (np.ndarray, np.generic)):
-        return _encode(obj, "")
-    return obj
+    return _encode(obj, "") if isinstance(obj, (np.ndarray, np.generic)) else obj
 
 
 def unpack(obj):
-    """Inverse of `pack`."""
+    if isinstance(obj, dict) and len(obj) == 1 and next(iter(obj)) in ("__ndarray__", "__npscalar__"):
+        return _decode(obj)
     if isinstance(obj, dict):
-        if len(obj) == 1 and next(iter(obj)) in ("__ndarray__", "__npscalar__"):
-            return _decode(obj)
         return {k: unpack(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(unpack(v) for v in obj)
-    return obj
+    return type(obj)(unpack(v) for v in obj) if isinstance(obj, (list, tuple)) else obj

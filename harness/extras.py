@@ -8,6 +8,7 @@ login check (`--track`). A copied script runs without this file until one of tho
 - `open_wandb(args, config, folder)`: the run's wandb run; offline, with a warning, when wandb has
   no login (`wandb_mode()`).
 - `open_tensorboard(folder, resumed_step)`: the run's SummaryWriter.
+- `Sinks`: the run's TensorBoard writer and wandb run, fed what metrics.csv gets (harness.run.Run).
 - `check_packages(args)`: each flag's package is there, or one line naming its requirements file.
 - `route_mujoco_warnings()`: MuJoCo's warnings through Python's, which show each once.
 """
@@ -129,6 +130,33 @@ def open_tensorboard(folder: Path, resumed_step: int | None):
     if not wrote:
         write_tensorboard(folder, writer)
     return writer
+
+
+class Sinks:
+    """The run's TensorBoard writer (`--tensorboard`) and wandb run (`--track`), fed what metrics.csv gets."""
+
+    def __init__(self, algo: str, args, config: dict, folder: Path, resumed_step: int | None):
+        self.algo = algo
+        self.tensorboard = open_tensorboard(folder, resumed_step) if args.tensorboard else None
+        self.wandb = open_wandb(args, config, folder) if args.track else None
+
+    def log(self, metrics: dict, step: int) -> None:
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=step)
+        if self.tensorboard is not None:
+            for name, value in metrics.items():
+                self.tensorboard.add_scalar(tensorboard_tag(self.algo, name), value, step)
+
+    def flush(self) -> None:  # with metrics.csv: the events up to a checkpoint survive a kill, as the rows do
+        if self.tensorboard is not None:
+            self.tensorboard.flush()
+
+    def close(self, summary: dict) -> None:
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+        if self.wandb is not None:
+            self.wandb.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))})
+            self.wandb.finish(exit_code=0 if summary["completed"] and not summary["error"] else 1)
 
 
 def route_mujoco_warnings() -> None:
