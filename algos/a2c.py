@@ -34,9 +34,7 @@ Run:
     python algos/a2c.py --env CartPole-v1 --seed 1
     torchrun --nproc-per-node 2 algos/a2c.py --env CartPole-v1 --seed 1   # 2 workers, one network
     python algos/a2c.py --env MinAtar/Breakout-v1 --shared-torso --total-timesteps 1000000   (pixels extra)
-
-Uses from common (the algorithm parts): network, returns, normalize, autoreset, pixels, torso,
-fastpath; from harness: run (run flags and folder, logging, evaluation, signals, checkpoints, workers).
+Uses from common: network, returns, normalize, autoreset, pixels, torso, fastpath; from harness: run.
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -313,21 +311,14 @@ def train(args: Args) -> dict:
     eval_envs = functools.partial(make_env, args.env_id, training=False)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "policy_loss", "value_loss", "entropy", "grad_norm",
                            "sps", "eval_return", "eval_return_std"], write=dist.is_main())
-    if run.write:
-        print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}"
-              f"{f' x {world} workers' if world > 1 else ''}; run folder {run.path}", flush=True)
     acting_net, rollout_loss = run.compile(ac), run.compile(a2c_rollout_loss)  # themselves unless --compile
 
-    global_step = 0
-    state = run.restore(envs)  # None for a new run; generators, envs and running episodes are restored
-    if state is None:
-        obs, _ = envs.reset(seed=seed)
-    else:
+    obs, global_step, state = run.begin(envs, seed)  # a resumed run's state: generators, envs, episodes restored
+    if state is not None:
         net.load_state_dict(state["net"])
         rng.bit_generator.state = state["rng"]
         if reward_scaler is not None:
             reward_scaler.load_state_dict(state["reward_scaler"])
-        obs, global_step = state["obs"], state["global_step"]
     obs = obs.reshape(B, *shape)
     # numpy_head checks its fast path against forward() on these weights
     policy_head, greedy = numpy_head(acting_net, device), greedy_policy(acting_net, device, space)
@@ -366,9 +357,7 @@ def train(args: Args) -> dict:
             loss, grad_norm = net.train_step(loss)
             # a NaN policy would feed NaN actions to the envs; grad_norm is shared by all workers, so
             # a NaN on any one of them stops every worker at this same update
-            if not (math.isfinite(loss.item()) and math.isfinite(grad_norm.item())):
-                raise FloatingPointError(f"loss became {loss.item()} (gradient norm {grad_norm.item()}) at step "
-                                         f"{global_step}; lower --learning-rate or clip gradients")
+            run.stop_if_nan(global_step, loss, gradient_norm=grad_norm)
             if std is not None:
                 std = ac.log_std.detach().exp().cpu().numpy()
             if ac.obs_norm is not None:  # after the update, so the rollout acted and learned with one policy
@@ -377,15 +366,14 @@ def train(args: Args) -> dict:
                 run.log(global_step, loss=loss.item(), policy_loss=policy_loss.item(), value_loss=value_loss.item(),
                         entropy=entropy_mean.item(), grad_norm=grad_norm.item(), sps=round(global_step / run.elapsed()))
 
-            if args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
+            if run.evaluation_due(prev_step, global_step):
                 run.evaluate(greedy, eval_envs, global_step)
             if run.checkpoint_due(prev_step, global_step):  # all that the next rollout depends on
                 run.save_checkpoint(global_step, envs, obs, {
                     "net": net.state_dict(), "rng": rng.bit_generator.state,
                     "reward_scaler": reward_scaler.state_dict() if reward_scaler is not None else None,
                 })
-            if global_step >= run.next_check:
-                run.progress(global_step)
+            run.progress(global_step)
         run.final_evaluation(greedy, eval_envs, global_step)  # rank 0 evaluates for all workers
     return run.finish(global_step, model=ac, world_size=world, device=str(device), updates=net.updates)
 

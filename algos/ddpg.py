@@ -20,15 +20,13 @@ Deviations from the paper:
 
 Run:
     python algos/ddpg.py --env Pendulum-v1 --seed 1
-
-Uses from common (the algorithm parts): network, replay, autoreset, fastpath; from harness: run (plumbing).
+Uses from common: network, replay, autoreset, fastpath; from harness: run.
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
 from __future__ import annotations
 
 import functools
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,21 +218,18 @@ def train(args: Args) -> dict:
     memory = ReplayMemory(args.buffer_size, (obs_dim,), (action_dim,), discrete=False, device=device, seed=replay_seed)
     eval_envs = functools.partial(make_env, args.env_id)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "critic_loss", "actor_loss", "q_values", "grad_norm", "sps", "eval_return", "eval_return_std"])
-    print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {run.path}", flush=True)
     acting_net, q_loss, mu_loss = run.compile(actor.online), run.compile(critic_loss), run.compile(actor_loss)
 
-    global_step, actor_loss_value = 0, torch.zeros(())
-    state = run.restore(envs)  # None for a new run; generators, envs and episodes are already restored
-    if state is None:
-        obs = envs.reset(seed=args.seed)[0].reshape(B, obs_dim)  # [B, obs_dim], as a checkpoint's
-    else:
+    actor_loss_value = torch.zeros(())
+    obs, global_step, state = run.begin(envs, args.seed)  # a resumed run's state: generators, envs, episodes restored
+    if state is not None:
         actor.load_state_dict(state["actor"])
         critic.load_state_dict(state["critic"])
         if state["memory"] is not None:
             memory.load_state_dict(state["memory"])
         rng.bit_generator.state, noise.state[:] = state["rng"], state["noise"]
-        obs, global_step, actor_loss_value = state["obs"], state["global_step"], state["actor_loss"]
-    policy = deterministic_policy(acting_net, device)  # after any load: the fast path checks these weights
+        actor_loss_value = state["actor_loss"]
+    obs, policy = obs.reshape(B, obs_dim), deterministic_policy(acting_net, device)  # the fast path checks these weights
     with run.training(envs):
         while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B
@@ -267,20 +262,17 @@ def train(args: Args) -> dict:
                         critic.sync(args.target_rate)
                         actor.sync(args.target_rate)
                     if critic.updates % 100 == 0:
-                        if not (math.isfinite(loss.item()) and math.isfinite(actor_loss_value.item())):
-                            raise FloatingPointError(f"loss became {loss.item()} (actor {actor_loss_value.item()}) at step "
-                                                     f"{global_step}; lower the learning rates or clip gradients")
+                        run.stop_if_nan(global_step, loss, actor=actor_loss_value)
                         run.log(global_step, critic_loss=loss.item(), actor_loss=actor_loss_value.item(), q_values=q_mean.item(),
                                 grad_norm=grad_norm.item(), sps=round(global_step / run.elapsed()))
 
-            if args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
+            if run.evaluation_due(prev_step, global_step):
                 run.evaluate(policy, eval_envs, global_step)
             if run.checkpoint_due(prev_step, global_step):  # everything the next step depends on
                 run.save_checkpoint(global_step, envs, obs, {"actor": actor.state_dict(), "critic": critic.state_dict(),
                     "memory": memory.state_dict() if args.checkpoint_memory else None, "rng": rng.bit_generator.state,
                     "noise": noise.state, "actor_loss": actor_loss_value})
-            if global_step >= run.next_check:
-                run.progress(global_step)
+            run.progress(global_step)
         run.final_evaluation(policy, eval_envs, global_step)
     return run.finish(global_step, model={"actor": actor.online.state_dict(), "critic": critic.online.state_dict()},
                       device=str(device), updates=critic.updates)

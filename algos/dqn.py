@@ -25,7 +25,6 @@ a FrameMemory stores each frame once. Protocols as flags (MinAtar's, the Nature 
 Run:
     python algos/dqn.py --env CartPole-v1 --seed 1
     python algos/dqn.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
-
 Uses from common: network, replay, autoreset, pixels, torso, fastpath; from harness: run.
 """
 
@@ -33,7 +32,6 @@ Uses from common: network, replay, autoreset, pixels, torso, fastpath; from harn
 from __future__ import annotations
 
 import functools
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +53,7 @@ from common.fastpath import checked, numpy_mlp  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.replay import Batch, ReplayMemory  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
-from harness.run import InputError, Run, RunArgs, bad_input, check, parse_args, refuse_workers, setup  # noqa: E402
+from harness.run import Run, RunArgs, bad_input, check, check_spaces, parse_args, refuse_workers, setup  # noqa: E402
 from harness.run import main as run_main  # noqa: E402
 
 ALGO = "dqn"
@@ -136,10 +134,7 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
     with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
         pixels.kind(env_id)
         envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
-    for space, kind in ((envs.single_action_space, gym.spaces.Discrete), (envs.single_observation_space, gym.spaces.Box)):
-        if not isinstance(space, kind):
-            envs.close()
-            raise InputError(f"{ALGO} needs a {kind.__name__} {'action' if kind is gym.spaces.Discrete else 'observation'} space; {env_id} has {space}")
+    check_spaces(envs, ALGO, env_id, action=gym.spaces.Discrete, observation=gym.spaces.Box)
     return envs
 
 
@@ -230,24 +225,17 @@ def train(args: Args) -> dict:
                               obs_dtype=torch.uint8 if is_image(shape) else torch.float32)
     eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs, max_frames=args.eval_max_frames)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"])
-    print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {run.path}", flush=True)
     acting_net, q_loss = run.compile(q_net.online), run.compile(dqn_loss)  # themselves unless --compile
-    greedy = greedy_policy(acting_net, device)
 
-    global_step = 0
-    state = run.restore(envs)  # None for a new run; generators, envs and running episodes are already restored
-    if state is None:
-        obs, _ = envs.reset(seed=args.seed)
-    else:
+    obs, global_step, state = run.begin(envs, args.seed)  # a resumed run's state: generators, envs, episodes restored
+    if state is not None:
         q_net.load_state_dict(state["q_net"])
-        greedy = greedy_policy(acting_net, device)  # the fast path checked again, on the loaded weights
         if state["memory"] is not None:
             memory.load_state_dict(state["memory"])
             if state["envs_restarted"] and atari:
                 memory.new_episodes()  # the reset observations must not be stacked onto the old episodes' frames
         rng.bit_generator.state = state["rng"]
-        obs, global_step = state["obs"], state["global_step"]
-    obs = obs.reshape(B, *shape)
+    obs, greedy = obs.reshape(B, *shape), greedy_policy(acting_net, device)  # its fast path checked on these weights
     with run.training(envs):
         while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B
@@ -276,22 +264,20 @@ def train(args: Args) -> dict:
                     loss, q_mean = q_loss(q_net.online, q_net.target, memory.sample(args.batch_size), args.gamma, args.double_dqn, args.loss)
                     loss, grad_norm = q_net.train_step(loss)
                     if q_net.updates % 100 == 0:
-                        if not math.isfinite(loss.item()):
-                            raise FloatingPointError(f"loss became {loss.item()} at step {global_step}; lower --learning-rate or clip gradients")
+                        run.stop_if_nan(global_step, loss)
                         run.log(global_step, loss=loss.item(), q_values=q_mean.item(), grad_norm=grad_norm.item(),
                                 epsilon=epsilon, sps=round(global_step / run.elapsed()))
                 # sync: every `target_every` env steps crossed
                 if global_step // args.target_every > prev_step // args.target_every:
                     q_net.sync(args.target_rate)
 
-            if args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
+            if run.evaluation_due(prev_step, global_step):
                 run.evaluate(evaluation_policy(greedy, args.eval_epsilon, n_actions, args.seed, global_step), eval_envs, global_step)
             if run.checkpoint_due(prev_step, global_step):  # everything the next step depends on
                 memory_state = memory.state_dict() if args.checkpoint_memory else None
                 run.save_checkpoint(global_step, envs, obs, {"q_net": q_net.state_dict(), "memory": memory_state,
                                                              "rng": rng.bit_generator.state})
-            if global_step >= run.next_check:
-                run.progress(global_step)
+            run.progress(global_step)
         run.final_evaluation(evaluation_policy(greedy, args.eval_epsilon, n_actions, args.seed, global_step), eval_envs, global_step)
     return run.finish(global_step, model=q_net.online, device=str(device), updates=q_net.updates)
 
@@ -325,11 +311,10 @@ def validate(args: Args) -> None:
     make_env(args.env_id, 1, scale_obs=args.scale_obs).close()  # an unknown id, the wrong action space
     check(args, positive=("batch_size", "buffer_size", "target_every", "train_every", "gradient_steps", "learning_rate",
                           "optimizer_eps", "eval_max_frames", "clip_grad_norm"),
-          fractions=("start_epsilon", "end_epsilon", "gamma", "eval_epsilon"), conditions=[
+          fractions=("start_epsilon", "end_epsilon", "gamma", "eval_epsilon"), nonnegative=("learning_starts",), conditions=[
         (args.batch_size <= args.buffer_size, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}"),
         (0.0 < args.exploration_fraction <= 1.0, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}"),
         (0.0 < args.target_rate <= 1.0, f"--target-rate must be in (0, 1], got {args.target_rate}"),
-        (args.learning_starts >= 0, f"--learning-starts must be >= 0, got {args.learning_starts}"),
         (args.learning_starts < args.total_timesteps,
          f"--learning-starts {args.learning_starts} leaves no step to learn in --total-timesteps {args.total_timesteps}"),
         (0.0 <= args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}"),

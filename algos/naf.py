@@ -25,8 +25,7 @@ Deviations from the paper:
 
 Run:
     python algos/naf.py --env Pendulum-v1 --seed 1
-
-Uses from common (the algorithm parts): network, replay, autoreset, fastpath; from harness: run (plumbing).
+Uses from common: network, replay, autoreset, fastpath; from harness: run.
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -257,23 +256,18 @@ def train(args: Args) -> dict:
     memory = ReplayMemory(args.buffer_size, (obs_dim,), (action_dim,), discrete=False, device=device, seed=replay_seed)
     eval_envs = functools.partial(make_env, args.env_id)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "values", "grad_norm", "sps", "eval_return", "eval_return_std"])
-    print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}; run folder {run.path}", flush=True)
     acting_net, q_loss = run.compile(q_net.online), run.compile(naf_loss)  # themselves unless --compile
     twin_q_loss = run.compile(naf_loss)  # its own wrapper: the twin's networks compile a graph of their own
 
-    global_step = 0
-    state = run.restore(envs)  # None for a new run; generators, envs and episodes are already restored
-    if state is None:
-        obs = envs.reset(seed=args.seed)[0].reshape(B, obs_dim)  # [B, obs_dim], as a checkpoint's
-    else:
+    obs, global_step, state = run.begin(envs, args.seed)  # a resumed run's state: generators, envs, episodes restored
+    if state is not None:
         q_net.load_state_dict(state["q_net"])
         if q_twin is not None:
             q_twin.load_state_dict(state["q_twin"])
         if state["memory"] is not None:
             memory.load_state_dict(state["memory"])
         rng.bit_generator.state, noise.state[:] = state["rng"], state["noise"]
-        obs, global_step = state["obs"], state["global_step"]
-    policy = deterministic_policy(acting_net, device)  # after any load: the fast path checks these weights
+    obs, policy = obs.reshape(B, obs_dim), deterministic_policy(acting_net, device)  # the fast path checks these weights
     with run.training(envs):
         while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B
@@ -307,19 +301,17 @@ def train(args: Args) -> dict:
                     loss, grad_norm = q_net.train_step(loss)
                     q_net.sync(args.target_rate)
                     if q_net.updates % 100 == 0:
-                        if not math.isfinite(loss.item()):
-                            raise FloatingPointError(f"loss became {loss.item()} at step {global_step}; lower --learning-rate or clip gradients")
+                        run.stop_if_nan(global_step, loss)
                         run.log(global_step, loss=loss.item(), q_values=q_mean.item(), values=v_mean.item(),
                                 grad_norm=grad_norm.item(), sps=round(global_step / run.elapsed()))
 
-            if args.eval_every and global_step // args.eval_every > prev_step // args.eval_every and global_step < args.total_timesteps:
+            if run.evaluation_due(prev_step, global_step):
                 run.evaluate(policy, eval_envs, global_step)
             if run.checkpoint_due(prev_step, global_step):  # everything the next step depends on
                 run.save_checkpoint(global_step, envs, obs, {"q_net": q_net.state_dict(),
                     "memory": memory.state_dict() if args.checkpoint_memory else None, "rng": rng.bit_generator.state,
                     "noise": noise.state, "q_twin": q_twin.state_dict() if q_twin is not None else None})
-            if global_step >= run.next_check:
-                run.progress(global_step)
+            run.progress(global_step)
         run.final_evaluation(policy, eval_envs, global_step)
     return run.finish(global_step, model=q_net.online, device=str(device), updates=q_net.updates)
 

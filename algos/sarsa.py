@@ -26,8 +26,7 @@ Run:
     python algos/sarsa.py --env Acrobot-v1 --seed 1 --n-steps 10 --target-every 1000   # benchmarks/results/n_step_sarsa.md
     torchrun --nproc-per-node 2 algos/sarsa.py --env CartPole-v1 --seed 1   # 2 workers, one network
     python algos/sarsa.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
-
-Uses from common (the algorithm parts): network, returns, autoreset, pixels, torso, fastpath; harness.run.
+Uses from common: network, returns, autoreset, pixels, torso, fastpath; from harness: run.
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -56,7 +55,7 @@ from common.fastpath import checked, numpy_mlp  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.returns import n_step_returns  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
-from harness.run import InputError, Run, RunArgs, bad_input, check, parse_args  # noqa: E402
+from harness.run import Run, RunArgs, bad_input, check, check_spaces, parse_args  # noqa: E402
 from harness.run import main as run_main, seed_all, setup, workers  # noqa: E402
 
 ALGO = "sarsa"
@@ -239,21 +238,14 @@ def train(args: Args) -> dict:
     eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs)
     run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon",
                            "sps", "eval_return", "eval_return_std"], write=dist.is_main())
-    if run.write:
-        many = f" x {world} workers" if world > 1 else ""
-        print(f"{ALGO}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {device}{many}; run folder {run.path}", flush=True)
     acting_net, q_loss = run.compile(q_net.online), run.compile(sarsa_loss)  # themselves unless --compile
 
-    global_step = 0
-    state = run.restore(envs)  # None for a new run; the generators, envs and running episodes come back
-    if state is None:
-        obs, _ = envs.reset(seed=seed)
-        epsilon = args.start_epsilon
-    else:
+    obs, global_step, state = run.begin(envs, seed)  # a resumed run's state: generators, envs, episodes restored
+    epsilon = args.start_epsilon
+    if state is not None:
         q_net.load_state_dict(state["q_net"])
         rng.bit_generator.state = state["rng"]
         actions, epsilon = state["actions"], state["epsilon"]
-        obs, global_step = state["obs"], state["global_step"]
     obs = obs.reshape(B, *shape)
     greedy = greedy_policy(acting_net, device)  # after any load: the fast path is checked on these weights
     if run.env_note != "restored":  # a new run, or envs restarted on resume: choose their first actions
@@ -294,23 +286,19 @@ def train(args: Args) -> dict:
             loss, q_mean = q_loss(q_net.online, q_net.target, *rollout, args.gamma, args.expected, args.loss)
             loss, grad_norm = q_net.train_step(loss)
             if q_net.updates % 25 == 0:  # every 1,000 env steps at the defaults, as often as DQN
-                if not math.isfinite(loss.item()):
-                    raise FloatingPointError(f"loss became {loss.item()} at step {global_step}; "
-                                             "lower --learning-rate or clip gradients")
+                run.stop_if_nan(global_step, loss)
                 run.log(global_step, loss=loss.item(), q_values=q_mean.item(), grad_norm=grad_norm.item(),
                         epsilon=epsilon, sps=round(global_step / run.elapsed()))
             # sync: every `target_every` env steps crossed
             if args.target_network and global_step // args.target_every > rollout_start // args.target_every:
                 q_net.sync()
 
-            if (args.eval_every and global_step // args.eval_every > rollout_start // args.eval_every
-                    and global_step < args.total_timesteps):
+            if run.evaluation_due(rollout_start, global_step):
                 run.evaluate(greedy, eval_envs, global_step)
             if run.checkpoint_due(rollout_start, global_step):  # at a rollout's end: what the next one needs
                 run.save_checkpoint(global_step, envs, obs, {"q_net": q_net.state_dict(), "rng": rng.bit_generator.state,
                                                              "actions": actions, "epsilon": epsilon})
-            if global_step >= run.next_check:
-                run.progress(global_step)
+            run.progress(global_step)
         run.final_evaluation(greedy, eval_envs, global_step)  # rank 0 evaluates for all workers
     return run.finish(global_step, model=q_net.online, world_size=world, device=str(device), updates=q_net.updates)
 
@@ -336,11 +324,8 @@ def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)  # an unknown id
-    spaces = {"action": envs.single_action_space, "observation": envs.single_observation_space}
+    check_spaces(envs, ALGO, args.env_id, action=gym.spaces.Discrete, observation=gym.spaces.Box)
     envs.close()
-    for (what, space), kind in zip(spaces.items(), (gym.spaces.Discrete, gym.spaces.Box)):
-        if not isinstance(space, kind):
-            raise InputError(f"{ALGO} needs a {kind.__name__} {what} space; {args.env_id} has {space}")
     check(args, positive=("n_steps", "target_every", "learning_rate", "optimizer_eps", "clip_grad_norm"),
           fractions=("start_epsilon", "end_epsilon", "gamma"), conditions=[
         (0.0 < args.exploration_fraction <= 1.0, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}"),

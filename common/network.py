@@ -133,7 +133,9 @@ class NetworkWrapper:
         self.workers = workers
         self.world_size = 1 if workers is None else workers.world_size()
         if self.world_size > 1:
-            self._start_from_rank_0()
+            workers.start_from_rank_0(self.flat_param.data, list(self.online.buffers()))  # every worker starts alike
+            if self.target is not None:
+                soft_update(self.target, self.online, 1.0)
         if callable(optimizer):
             self.optimizer = optimizer([self.flat_param])
         elif optimizer == "adam":  # fused: the whole update in one kernel, ~2.5x faster than foreach for small networks
@@ -222,17 +224,6 @@ class NetworkWrapper:
             torch.sqrt(square_avg, out=avg)
         avg.add_(group["eps"])
         self.flat_param.addcdiv_(grad, avg, value=-group["lr"])
-
-    def _start_from_rank_0(self) -> None:
-        """Copy rank 0's parameters and buffers to every worker (and into the target copy)."""
-        sizes = self.workers.gather(torch.tensor([sum(p.numel() for p in self.params)], device=self.device)).tolist()
-        if len(set(sizes)) > 1:
-            raise ValueError(f"the network differs across workers: {', '.join(f'rank {r} has {n} parameters' for r, n in enumerate(sizes))}")
-        self.workers.broadcast_(self.flat_param.data)
-        for b in self.online.buffers():
-            self.workers.broadcast_(b)
-        if self.target is not None:
-            soft_update(self.target, self.online, 1.0)
 
     def sync(self, rate: float = 1.0) -> None:
         """Move the target towards the online network: rate 1 copies, 0.005 is a soft update."""

@@ -167,6 +167,17 @@ def broadcast_(tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
 
 
 @torch.no_grad()
+def start_from_rank_0(flat: torch.Tensor, buffers: list[torch.Tensor]) -> None:
+    """Copy rank 0's flat parameter and buffers to every worker (common.network.NetworkWrapper)."""
+    sizes = gather(torch.tensor([flat.numel()], device=flat.device)).tolist()
+    if len(set(sizes)) > 1:
+        raise ValueError(f"the network differs across workers: {', '.join(f'rank {r} has {n} parameters' for r, n in enumerate(sizes))}")
+    broadcast_(flat)
+    for b in buffers:
+        broadcast_(b)
+
+
+@torch.no_grad()
 def average_(tensor: torch.Tensor) -> torch.Tensor:
     """Replace `tensor` in place by its mean over the workers: one all_reduce (no-op in one process).
 

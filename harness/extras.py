@@ -11,11 +11,13 @@ login check (`--track`). A copied script runs without this file until one of tho
 - `Sinks`: the run's TensorBoard writer and wandb run, fed what metrics.csv gets (harness.run.Run).
 - `check_packages(args)`: each flag's package is there, or one line naming its requirements file.
 - `route_mujoco_warnings()`: MuJoCo's warnings through Python's, which show each once.
+- `compiled(run, fn, cuda)`: `fn` under torch.compile (`--compile`, `--cudagraphs`), its first call timed.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import netrc
 import os
@@ -27,6 +29,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import gymnasium as gym
+import torch
+from torch import nn
 
 from harness.errors import InputError
 
@@ -174,3 +178,29 @@ def check_packages(args) -> None:
         tensorboard_writer()
     if args.capture_video and importlib.util.find_spec("moviepy") is None:
         raise InputError("--capture-video needs moviepy: pip install -r requirements-video.txt")
+
+
+def compiled(run, fn, cuda: bool):
+    """`fn` under torch.compile. A function (the update's loss) is compiled everywhere; a network (acting)
+    on CUDA only, since on a CPU acting runs through a numpy fast path. --cudagraphs: mode="reduce-overhead",
+    torch's own CUDA graphs of what it compiled. A first call compiles: its time goes to
+    `run.compile_seconds` (summary.json, progress), not to the training time."""
+    module = isinstance(fn, nn.Module)
+    if module and not cuda:
+        return fn
+    compiled_fn = torch.compile(fn, mode="reduce-overhead" if run.args.cudagraphs else None, dynamic=False)
+    call_compiled, first = compiled_fn.forward if module else compiled_fn, True
+
+    def call(*args, **kwargs):
+        nonlocal first
+        if not first:
+            return call_compiled(*args, **kwargs)
+        start = time.perf_counter()
+        out, first = call_compiled(*args, **kwargs), False
+        run.compile_seconds += time.perf_counter() - start
+        return out
+
+    if module:
+        compiled_fn.forward = call  # the OptimizedModule keeps the network's attributes (fast paths read its layers)
+        return compiled_fn
+    return functools.wraps(fn)(call)

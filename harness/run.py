@@ -14,9 +14,9 @@ import collections
 import contextlib
 import csv
 import dataclasses
-import functools
 import io
 import json
+import math
 import os
 import random
 import re
@@ -102,9 +102,10 @@ class RunArgs:
 
 
 def check(args: RunArgs, conditions: list[tuple[bool, str]] = (), positive: tuple[str, ...] = (),
-          fractions: tuple[str, ...] = ()) -> None:
+          fractions: tuple[str, ...] = (), nonnegative: tuple[str, ...] = ()) -> None:
     """InputError naming the first bad value: the run flags, then the script's fields in `positive` (> 0, or
-    None where None is allowed) and in `fractions` (in [0, 1]), then its `conditions` ((ok, message) pairs)."""
+    None where None is allowed), `fractions` (in [0, 1]) and `nonnegative` (>= 0), then its `conditions`
+    ((ok, message) pairs)."""
     flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
     value = lambda name: getattr(args, name)  # noqa: E731
     checks = [
@@ -120,11 +121,21 @@ def check(args: RunArgs, conditions: list[tuple[bool, str]] = (), positive: tupl
          "--compile on a CPU needs a C++ compiler (torch.compile's inductor builds C++ kernels); none found"),
         *((value(n) is None or value(n) > 0, f"{flag(n)} must be positive, got {value(n)}") for n in positive),
         *((0.0 <= value(n) <= 1.0, f"{flag(n)} must be in [0, 1], got {value(n)}") for n in fractions),
+        *((value(n) >= 0, f"{flag(n)} must be >= 0, got {value(n)}") for n in nonnegative),
         *conditions,
     ]
     for ok, message in checks:
         if not ok:
             raise InputError(message)
+
+
+def check_spaces(envs: gym.vector.VectorEnv, algo: str, env_id: str, **kinds: type) -> None:
+    """InputError (the envs closed) unless each of `envs`' single `action` / `observation` space is of its kind."""
+    for name, kind in kinds.items():
+        space = getattr(envs, f"single_{name}_space")
+        if not isinstance(space, kind):
+            envs.close()
+            raise InputError(f"{algo} needs a {kind.__name__} {name} space; {env_id} has {space}")
 
 
 def setup(args: RunArgs) -> torch.device:
@@ -340,6 +351,9 @@ class Run:
         self.last_print = self.last_flush = time.perf_counter()
         self.next_mark, self.printed_step = 0.1, -1
         self._catch_signals()
+        world = workers().world_size()
+        print(f"{algo}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {_device(args)}"
+              f"{f' x {world} workers' if world > 1 else ''}; run folder {self.path}", flush=True)
 
     # folder and files
     def _new_folder(self, config: dict) -> Path:
@@ -389,29 +403,12 @@ class Run:
         return time.perf_counter() - self.start
 
     def compile(self, fn):
-        """`fn` under torch.compile with --compile, else `fn` itself. A function (the update's loss) is
-        compiled everywhere; a network (acting) on CUDA only, since on a CPU acting runs through a numpy
-        fast path. --cudagraphs: mode="reduce-overhead", torch's own CUDA graphs of what it compiled. A
-        first call compiles: its time goes to compile_seconds (summary.json, progress), not train_seconds."""
-        module = isinstance(fn, nn.Module)
-        if not (self.args.compile or self.args.cudagraphs) or (module and _device(self.args).type != "cuda"):
+        """`fn` under torch.compile with --compile or --cudagraphs (harness.extras.compiled), else `fn` itself."""
+        if not (self.args.compile or self.args.cudagraphs):
             return fn
-        compiled = torch.compile(fn, mode="reduce-overhead" if self.args.cudagraphs else None, dynamic=False)
-        run, first = compiled.forward if module else compiled, True
+        from harness.extras import compiled
 
-        def call(*args, **kwargs):
-            nonlocal first
-            if not first:
-                return run(*args, **kwargs)
-            start = time.perf_counter()
-            out, first = run(*args, **kwargs), False
-            self.compile_seconds += time.perf_counter() - start
-            return out
-
-        if module:
-            compiled.forward = call  # the OptimizedModule keeps the network's attributes (fast paths read its layers)
-            return compiled
-        return functools.wraps(fn)(call)
+        return compiled(self, fn, cuda=_device(self.args).type == "cuda")
 
     def video_dir(self, global_step: int) -> str | None:
         capture = self.write and self.args.capture_video
@@ -454,7 +451,10 @@ class Run:
         return (self.total - global_step) / max(rate, 1e-9)
 
     def progress(self, global_step: int, force: bool = False) -> None:
-        """A line with steps, steps/s, ETA and recent return: redrawn on a terminal, every 10% in a log."""
+        """A line with steps, steps/s, ETA and recent return: redrawn on a terminal, every 10% in a log; the
+        clock is read at most every 1,000 steps."""
+        if global_step < self.next_check and not force:
+            return
         self.next_check = global_step + 1000
         if not self.write:
             return
@@ -513,6 +513,19 @@ class Run:
         for sig, handler in ((signal.SIGTERM, preempt), (signal.SIGUSR1, preempt), (signal.SIGINT, interrupt)):
             self._handlers[sig] = signal.signal(sig, handler)
 
+    def evaluation_due(self, prev_step: int, global_step: int) -> bool:
+        """Every `--eval-every` env steps crossed, except at the end (the final evaluation comes then)."""
+        every = self.args.eval_every
+        return bool(every) and global_step // every > prev_step // every and global_step < self.args.total_timesteps
+
+    def stop_if_nan(self, global_step: int, loss: torch.Tensor, **others: torch.Tensor) -> None:
+        """FloatingPointError (the run stops, its summary says why) if `loss` or one of `others` is not finite."""
+        values = {"loss": loss.item(), **{name: value.item() for name, value in others.items()}}
+        if not all(math.isfinite(v) for v in values.values()):
+            extra = ", ".join(f"{name.replace('_', ' ')} {v}" for name, v in values.items() if name != "loss")
+            raise FloatingPointError(f"loss became {values['loss']}{f' ({extra})' if extra else ''} at step "
+                                     f"{global_step}; lower the learning rate or clip gradients")
+
     def checkpoint_due(self, prev_step: int, global_step: int) -> bool:
         """Every `--checkpoint-every` env steps, at the end (so a finished run can be extended), and after a stop signal."""
         self.step, every = global_step, self.checkpoint_every
@@ -549,11 +562,12 @@ class Run:
         self.checkpoint_seconds = round(time.perf_counter() - t0, 3)
         self.checkpoint_bytes = (self.path / "checkpoint.pt").stat().st_size
 
-    def restore(self, envs: gym.vector.VectorEnv) -> dict | None:
-        """The resumed checkpoint's script state (None for a new run), its `obs` and `global_step`, with the
-        generators, envs and running episodes put back; envs whose state was not captured are reset instead."""
+    def begin(self, envs: gym.vector.VectorEnv, seed: int) -> tuple[np.ndarray, int, dict | None]:
+        """(obs, global_step, state): a new run's envs reset with `seed`, step 0 and no state; a resumed run's
+        observation, step and script state, with the generators, envs and running episodes put back (envs
+        whose state was not captured are reset instead, and the state's `envs_restarted` says so)."""
         if self.saved is None:
-            return None
+            return envs.reset(seed=seed)[0], 0, None
         saved, self.saved = self.saved, None
         checkpoint.set_rng_state(saved["rng"])
         state = {**checkpoint.unpack(saved["state"]), "global_step": saved["global_step"],
@@ -571,7 +585,7 @@ class Run:
             self.env_note = f"episodes restarted on resume: {saved['envs_note']}"
         print(f"{self.algo}: resumed {self.path} at step {saved['global_step']:,} (envs: {self.env_note})",
               flush=True)
-        return state
+        return state["obs"], state["global_step"], state
 
     def _stopped(self, e: BaseException) -> str:
         """The summary's `error` for an exception that ended training, with one line on stderr."""

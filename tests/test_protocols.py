@@ -14,6 +14,7 @@ import n_step_q
 import probes
 import sarsa
 from common import pixels
+from harness.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = {"dqn": dqn, "n_step_q": n_step_q, "sarsa": sarsa}
@@ -56,9 +57,9 @@ def test_optimizer_flags_reach_the_optimizer(tmp_path, monkeypatch, name):
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_rmsprop_settings_without_rmsprop_are_refused(name):
     module = SCRIPTS[name]
-    with pytest.raises(module.InputError, match="--optimizer rmsprop"):
+    with pytest.raises(InputError, match="--optimizer rmsprop"):
         module.validate(module.Args(rmsprop_centered=True))
-    with pytest.raises(module.InputError, match="--optimizer-eps"):
+    with pytest.raises(InputError, match="--optimizer-eps"):
         module.validate(module.Args(optimizer_eps=0.0))
 
 

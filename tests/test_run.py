@@ -180,10 +180,10 @@ def test_a_run_that_fails_before_training_leaves_the_callers_flush_setting(tmp_p
         pytest.skip("this CPU cannot flush subnormals")
     module = importlib.import_module(algo)
 
-    def failing_restore(self, envs):
+    def failing_begin(self, envs, seed):
         raise OSError("checkpoint unreadable")
 
-    monkeypatch.setattr(harness.run.Run, "restore", failing_restore)
+    monkeypatch.setattr(harness.run.Run, "begin", failing_begin)
     try:
         torch.set_flush_denormal(False)
         with pytest.raises(OSError, match="checkpoint unreadable"):
