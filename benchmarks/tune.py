@@ -214,24 +214,22 @@ def run_trial(trial, config: dict, state: dict) -> float:
     return statistics.fmean(evals.values())
 
 
-# --- the study: its storage, retries and baseline -----------------------------------------------------
+# --- the study: Optuna's journal storage, its retry callback, an enqueued baseline ---------------------
 def open_study(config: dict, worker: int = 0):
-    """The study in the config's journal file, with the TPE sampler (seeded per worker) and the median pruner."""
+    """The study in the config's journal file, with the median pruner and the TPE sampler, seeded per worker
+    and past the trials the study holds (a continued study draws anew)."""
     storage = JournalStorage(JournalFileBackend(str(Path(config["study_dir"]) / "journal.log")))
     pruner = (optuna.pruners.MedianPruner(n_startup_trials=config["prune_after"], n_warmup_steps=points(Cell(**config["cell"])) // 2)
               if config["prune_after"] >= 0 else optuna.pruners.NopPruner())
-    existing = len(optuna.load_study(study_name=config["name"], storage=storage).trials) if config.get("exists") else 0
-    sampler = optuna.samplers.TPESampler(n_startup_trials=5, seed=config["sampler_seed"] + 1000 * worker + existing)
-    return optuna.create_study(study_name=config["name"], storage=storage, sampler=sampler, pruner=pruner,
-                               direction="maximize", load_if_exists=True)
-
-
-def retry_of(t) -> int | None:
-    """The trial that `t` tries again (the first of a chain); None if none. Older studies recorded it as the user attr `retry_of`."""
-    return Retry.retried_trial_number(t) if "failed_trial" in t.system_attrs else t.user_attrs.get("retry_of")
+    study = optuna.create_study(study_name=config["name"], storage=storage, pruner=pruner, direction="maximize",
+                                load_if_exists=True)
+    seed = config["sampler_seed"] + 1000 * worker + len(study.get_trials(deepcopy=False))
+    study.sampler = optuna.samplers.TPESampler(n_startup_trials=5, seed=seed)
+    return study
 
 
 def retried(trials) -> set[int]:
+    """The trials stopped and queued again: Optuna's retry history (older studies: the user attr `retry_of`)."""
     return {n for t in trials for n in Retry.retry_history(t)} | {t.user_attrs.get("retry_of") for t in trials}
 
 
@@ -240,24 +238,24 @@ def counted(study) -> int:
     however often queued), nor the baseline."""
     trials = study.get_trials(deepcopy=False)
     again = retried(trials)
-    return len({(retry_of(t),) if retry_of(t) is not None else t.number for t in trials
+    return len({t.system_attrs.get("failed_trial", t.user_attrs.get("retry_of", t.number)) for t in trials
                 if t.state != TrialState.WAITING and t.number not in again and not t.user_attrs.get("baseline")})
 
 
-def retry(study, trial) -> None:
-    """Queue a stopped trial's parameters again with Optuna's retry callback (a baseline stays a baseline)."""
-    trial = copy.copy(trial)  # of the attrs only what makes a baseline: the retry writes its own
-    trial.user_attrs = {k: trial.user_attrs[k] for k in ("baseline", "settings") if trial.user_attrs.get("baseline")}
-    Retry()(study, trial)
+def to_run(study, trials: int) -> int:
+    """Trials still to run: up to `trials` counted ones, and a queued baseline besides."""
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    return max(trials - counted(study), 0) + any(t.user_attrs.get("baseline") for t in waiting)
 
 
-def retry_interrupted(study) -> list[int]:
-    """Queue again the trials stopped by Ctrl-C or SIGTERM and not yet queued again; their numbers."""
-    trials = study.get_trials(deepcopy=False)
-    again = retried(trials)
-    stopped = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get("interrupted") and t.number not in again]
+def retry(study, trials) -> list[int]:
+    """Queue the stopped `trials` again with Optuna's retry callback, but not one queued again already; their
+    numbers. Of the user attrs a retry keeps what makes a baseline, and writes its own."""
+    again = retried(study.get_trials(deepcopy=False))
+    stopped = [copy.copy(t) for t in trials if t.number not in again]
     for t in stopped:
-        retry(study, t)
+        t.user_attrs = {k: t.user_attrs[k] for k in ("baseline", "settings") if t.user_attrs.get("baseline")}
+        Retry()(study, t)
     return [t.number for t in stopped]
 
 
@@ -270,32 +268,28 @@ def baseline_trial(study, settings: dict):
     return found[-1] if found else None
 
 
-def waiting_baseline(study) -> bool:
-    return any(t.user_attrs.get("baseline") and t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
-
-
 def queue_baseline(study, settings: dict) -> bool:
-    """Enqueue the cell's current settings as a trial, unless they ran, are queued or running, or were stopped."""
+    """Enqueue the cell's current settings as a trial, unless they ran, are queued or running, or were stopped
+    (then `retry` queues them)."""
     t = baseline_trial(study, settings)
-    if t is not None and (t.state in (TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING) or
-                          (t.state == TrialState.FAIL and t.user_attrs.get("interrupted"))):
+    if t is not None and (t.state != TrialState.FAIL or t.user_attrs.get("interrupted")):
         return False
     study.enqueue_trial({}, user_attrs={"baseline": True, "settings": settings})
     return True
 
 
 def work(config: dict, worker: int = 0, state: dict | None = None, interrupted_trial: int | None = None) -> int:
-    """One worker: trials until the study holds `trials` of them (any state, other workers' included)."""
+    """One worker: trials one at a time until none is left to run (every worker's count); first, a trial its
+    SLURM task was stopped in is failed and queued again. The number of trials it ran."""
     state = {} if state is None else state
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines per seed and trial; failures still show
-    study = open_study({**config, "exists": True}, worker)
-    if interrupted_trial is not None:  # this worker was stopped by SLURM during that trial: try its parameters again
-        trial = study.get_trials(deepcopy=False)[interrupted_trial]
-        if trial.state == TrialState.RUNNING:
-            study.tell(interrupted_trial, state=TrialState.FAIL)
-            retry(study, trial)
+    study = open_study(config, worker)
+    stopped = [t for t in study.get_trials(deepcopy=False) if t.number == interrupted_trial]
+    if stopped and stopped[0].state == TrialState.RUNNING:
+        study.tell(interrupted_trial, state=TrialState.FAIL)
+        retry(study, stopped)
     ran = 0
-    while counted(study) < config["trials"] or waiting_baseline(study):
+    while to_run(study, config["trials"]):
         study.optimize(lambda t: objective(t, config, state), n_trials=1, catch=(RunFailed,))
         ran += 1
     return ran
@@ -517,9 +511,9 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/tune.py " + " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
     study.set_user_attr("commands", [*study.user_attrs.get("commands", []), command])
     study.set_user_attr("dates", sorted({*study.user_attrs.get("dates", []), time.strftime("%Y-%m-%d")}))
-    again = retry_interrupted(study)
+    again = retry(study, [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)) if t.user_attrs.get("interrupted")])
     baseline = queue_baseline(study, config["cell"]["settings"])
-    todo = max(config["trials"] - counted(study), 0) + waiting_baseline(study)
+    todo = to_run(study, config["trials"])
     print(f"study {config['name']} in {study_dir}: {counted(study)} trials so far, {max(todo, 0)} to run with "
           f"{a.workers} worker(s); each: {len(config['seeds'])} seeds x {config['cell']['steps']:,} steps; "
           f"searching {', '.join(config['space'])}"
