@@ -189,7 +189,6 @@ def run_trial(trial, config: dict, state: dict) -> float:
                     last = i == len(seeds) - 1 and step >= cell.steps  # the last seed's final evaluation: the objective itself
                     if not last and not baseline and trial.should_prune():
                         trial.set_user_attr("pruned_at", f"seed {seed}, step {step:,}")
-                        trial.set_user_attr("evals", evals)
                         print(f"trial {trial.number} pruned at seed {seed}, step {step:,}", flush=True)
                         raise optuna.TrialPruned(f"seed {seed} at step {step:,}: {statistics.fmean(at_point[k]):.1f}")
                 seen = len(rows)
@@ -308,10 +307,6 @@ def fmt(x, digits: int = 1) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def seconds(t) -> float | None:
-    return (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_start and t.datetime_complete else None
-
-
 def study_markdown(study, config: dict) -> tuple[str, str | None]:
     """STUDY.md's text, and the best trial's settings block (None without a completed trial)."""
     cell, seeds, space, trials = config["cell"], config["seeds"], config["space"], study.get_trials(deepcopy=False)
@@ -337,7 +332,7 @@ def study_markdown(study, config: dict) -> tuple[str, str | None]:
              f"- **Trials**: {len(trials)} ({counts[TrialState.COMPLETE]} complete, {counts[TrialState.PRUNED]} pruned, "
              f"{counts[TrialState.FAIL]} failed, {counts[TrialState.RUNNING] + counts[TrialState.WAITING]} unfinished); "
              + (f"started {min(starts):%Y-%m-%d %H:%M}, last finished {max(ends):%Y-%m-%d %H:%M}; " if starts and ends else "")
-             + f"{sum(x for x in map(seconds, trials) if x is not None) / 60:.1f} min of trial time in all.", ""]
+             + f"{sum(t.duration.total_seconds() for t in trials if t.duration) / 60:.1f} min of trial time in all.", ""]
     header = ["trial", "state", "objective", *[f"seed {s}" for s in seeds], "pruned at", "min", *space]
     lines += [md_row(header), "|" + "---|" * len(header)]
     order = {TrialState.COMPLETE: 0, TrialState.PRUNED: 1}
@@ -346,10 +341,10 @@ def study_markdown(study, config: dict) -> tuple[str, str | None]:
         if t.state == TrialState.FAIL:
             state += ": " + (t.user_attrs.get("error") or ("stopped, retried" if t.number in again else "stopped"))
         elif t.state == TrialState.PRUNED:
-            state += f" (at {fmt(t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None)})"
+            state += f" (at {fmt(t.intermediate_values.get(t.last_step))})"
         lines.append(md_row([f"{t.number} (the cell's settings)" if t.user_attrs.get("baseline") else t.number, state.replace("|", "\\|"),
                              fmt(t.value if t.state == TrialState.COMPLETE else None), *[fmt(evals.get(str(s))) for s in seeds],
-                             t.user_attrs.get("pruned_at", "-"), fmt(seconds(t) / 60 if seconds(t) is not None else None),
+                             t.user_attrs.get("pruned_at", "-"), fmt(t.duration.total_seconds() / 60 if t.duration else None),
                              *[toml_value(settings[k]) if k in settings else "-" for k in space]]))
     lines.append("")
     searched = [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline")]
@@ -511,7 +506,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/tune.py " + " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
     study.set_user_attr("commands", [*study.user_attrs.get("commands", []), command])
     study.set_user_attr("dates", sorted({*study.user_attrs.get("dates", []), time.strftime("%Y-%m-%d")}))
-    again = retry(study, [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)) if t.user_attrs.get("interrupted")])
+    stopped = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+    again = retry(study, [t for t in stopped if t.user_attrs.get("interrupted")])
     baseline = queue_baseline(study, config["cell"]["settings"])
     todo = to_run(study, config["trials"])
     print(f"study {config['name']} in {study_dir}: {counted(study)} trials so far, {max(todo, 0)} to run with "
@@ -528,8 +524,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\ninterrupted: the trials in progress are recorded as failed; the same command tries their parameters "
                   "again and continues the study", flush=True)
             status = 130
-        study = open_study(config)  # still within: a second Ctrl-C or SIGTERM does not stop the table half-written
-        text, block = study_markdown(study, config)
+        text, block = study_markdown(study, config)  # within: a second stop leaves no half-written table
         (study_dir / "STUDY.md").write_text(text)
         print(f"\nwrote {study_dir / 'STUDY.md'}")
         no_line = next((x for x in text.splitlines() if x.startswith("No ")), "")
