@@ -189,7 +189,6 @@ def run_trial(trial, config: dict, state: dict) -> float:
                     last = i == len(seeds) - 1 and step >= cell.steps  # the last seed's final evaluation: the objective itself
                     if not last and not baseline and trial.should_prune():
                         trial.set_user_attr("pruned_at", f"seed {seed}, step {step:,}")
-                        trial.set_user_attr("evals", evals)
                         print(f"trial {trial.number} pruned at seed {seed}, step {step:,}", flush=True)
                         raise optuna.TrialPruned(f"seed {seed} at step {step:,}: {statistics.fmean(at_point[k]):.1f}")
                 seen = len(rows)
@@ -214,24 +213,22 @@ def run_trial(trial, config: dict, state: dict) -> float:
     return statistics.fmean(evals.values())
 
 
-# --- the study: its storage, retries and baseline -----------------------------------------------------
+# --- the study: Optuna's journal storage, its retry callback, an enqueued baseline ---------------------
 def open_study(config: dict, worker: int = 0):
-    """The study in the config's journal file, with the TPE sampler (seeded per worker) and the median pruner."""
+    """The study in the config's journal file, with the median pruner and the TPE sampler, seeded per worker
+    and past the trials the study holds (a continued study draws anew)."""
     storage = JournalStorage(JournalFileBackend(str(Path(config["study_dir"]) / "journal.log")))
     pruner = (optuna.pruners.MedianPruner(n_startup_trials=config["prune_after"], n_warmup_steps=points(Cell(**config["cell"])) // 2)
               if config["prune_after"] >= 0 else optuna.pruners.NopPruner())
-    existing = len(optuna.load_study(study_name=config["name"], storage=storage).trials) if config.get("exists") else 0
-    sampler = optuna.samplers.TPESampler(n_startup_trials=5, seed=config["sampler_seed"] + 1000 * worker + existing)
-    return optuna.create_study(study_name=config["name"], storage=storage, sampler=sampler, pruner=pruner,
-                               direction="maximize", load_if_exists=True)
-
-
-def retry_of(t) -> int | None:
-    """The trial that `t` tries again (the first of a chain); None if none. Older studies recorded it as the user attr `retry_of`."""
-    return Retry.retried_trial_number(t) if "failed_trial" in t.system_attrs else t.user_attrs.get("retry_of")
+    study = optuna.create_study(study_name=config["name"], storage=storage, pruner=pruner, direction="maximize",
+                                load_if_exists=True)
+    seed = config["sampler_seed"] + 1000 * worker + len(study.get_trials(deepcopy=False))
+    study.sampler = optuna.samplers.TPESampler(n_startup_trials=5, seed=seed)
+    return study
 
 
 def retried(trials) -> set[int]:
+    """The trials stopped and queued again: Optuna's retry history (older studies: the user attr `retry_of`)."""
     return {n for t in trials for n in Retry.retry_history(t)} | {t.user_attrs.get("retry_of") for t in trials}
 
 
@@ -240,24 +237,24 @@ def counted(study) -> int:
     however often queued), nor the baseline."""
     trials = study.get_trials(deepcopy=False)
     again = retried(trials)
-    return len({(retry_of(t),) if retry_of(t) is not None else t.number for t in trials
+    return len({t.system_attrs.get("failed_trial", t.user_attrs.get("retry_of", t.number)) for t in trials
                 if t.state != TrialState.WAITING and t.number not in again and not t.user_attrs.get("baseline")})
 
 
-def retry(study, trial) -> None:
-    """Queue a stopped trial's parameters again with Optuna's retry callback (a baseline stays a baseline)."""
-    trial = copy.copy(trial)  # of the attrs only what makes a baseline: the retry writes its own
-    trial.user_attrs = {k: trial.user_attrs[k] for k in ("baseline", "settings") if trial.user_attrs.get("baseline")}
-    Retry()(study, trial)
+def to_run(study, trials: int) -> int:
+    """Trials still to run: up to `trials` counted ones, and a queued baseline besides."""
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    return max(trials - counted(study), 0) + any(t.user_attrs.get("baseline") for t in waiting)
 
 
-def retry_interrupted(study) -> list[int]:
-    """Queue again the trials stopped by Ctrl-C or SIGTERM and not yet queued again; their numbers."""
-    trials = study.get_trials(deepcopy=False)
-    again = retried(trials)
-    stopped = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get("interrupted") and t.number not in again]
+def retry(study, trials) -> list[int]:
+    """Queue the stopped `trials` again with Optuna's retry callback, but not one queued again already; their
+    numbers. Of the user attrs a retry keeps what makes a baseline, and writes its own."""
+    again = retried(study.get_trials(deepcopy=False))
+    stopped = [copy.copy(t) for t in trials if t.number not in again]
     for t in stopped:
-        retry(study, t)
+        t.user_attrs = {k: t.user_attrs[k] for k in ("baseline", "settings") if t.user_attrs.get("baseline")}
+        Retry()(study, t)
     return [t.number for t in stopped]
 
 
@@ -270,32 +267,28 @@ def baseline_trial(study, settings: dict):
     return found[-1] if found else None
 
 
-def waiting_baseline(study) -> bool:
-    return any(t.user_attrs.get("baseline") and t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
-
-
 def queue_baseline(study, settings: dict) -> bool:
-    """Enqueue the cell's current settings as a trial, unless they ran, are queued or running, or were stopped."""
+    """Enqueue the cell's current settings as a trial, unless they ran, are queued or running, or were stopped
+    (then `retry` queues them)."""
     t = baseline_trial(study, settings)
-    if t is not None and (t.state in (TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING) or
-                          (t.state == TrialState.FAIL and t.user_attrs.get("interrupted"))):
+    if t is not None and (t.state != TrialState.FAIL or t.user_attrs.get("interrupted")):
         return False
     study.enqueue_trial({}, user_attrs={"baseline": True, "settings": settings})
     return True
 
 
 def work(config: dict, worker: int = 0, state: dict | None = None, interrupted_trial: int | None = None) -> int:
-    """One worker: trials until the study holds `trials` of them (any state, other workers' included)."""
+    """One worker: trials one at a time until none is left to run (every worker's count); first, a trial its
+    SLURM task was stopped in is failed and queued again. The number of trials it ran."""
     state = {} if state is None else state
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines per seed and trial; failures still show
-    study = open_study({**config, "exists": True}, worker)
-    if interrupted_trial is not None:  # this worker was stopped by SLURM during that trial: try its parameters again
-        trial = study.get_trials(deepcopy=False)[interrupted_trial]
-        if trial.state == TrialState.RUNNING:
-            study.tell(interrupted_trial, state=TrialState.FAIL)
-            retry(study, trial)
+    study = open_study(config, worker)
+    stopped = [t for t in study.get_trials(deepcopy=False) if t.number == interrupted_trial]
+    if stopped and stopped[0].state == TrialState.RUNNING:
+        study.tell(interrupted_trial, state=TrialState.FAIL)
+        retry(study, stopped)
     ran = 0
-    while counted(study) < config["trials"] or waiting_baseline(study):
+    while to_run(study, config["trials"]):
         study.optimize(lambda t: objective(t, config, state), n_trials=1, catch=(RunFailed,))
         ran += 1
     return ran
@@ -312,10 +305,6 @@ def _work_process(config: dict, worker: int) -> None:  # a local worker process
 # --- the table ----------------------------------------------------------------------------------
 def fmt(x, digits: int = 1) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
-
-
-def seconds(t) -> float | None:
-    return (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_start and t.datetime_complete else None
 
 
 def study_markdown(study, config: dict) -> tuple[str, str | None]:
@@ -343,7 +332,7 @@ def study_markdown(study, config: dict) -> tuple[str, str | None]:
              f"- **Trials**: {len(trials)} ({counts[TrialState.COMPLETE]} complete, {counts[TrialState.PRUNED]} pruned, "
              f"{counts[TrialState.FAIL]} failed, {counts[TrialState.RUNNING] + counts[TrialState.WAITING]} unfinished); "
              + (f"started {min(starts):%Y-%m-%d %H:%M}, last finished {max(ends):%Y-%m-%d %H:%M}; " if starts and ends else "")
-             + f"{sum(x for x in map(seconds, trials) if x is not None) / 60:.1f} min of trial time in all.", ""]
+             + f"{sum(t.duration.total_seconds() for t in trials if t.duration) / 60:.1f} min of trial time in all.", ""]
     header = ["trial", "state", "objective", *[f"seed {s}" for s in seeds], "pruned at", "min", *space]
     lines += [md_row(header), "|" + "---|" * len(header)]
     order = {TrialState.COMPLETE: 0, TrialState.PRUNED: 1}
@@ -352,10 +341,10 @@ def study_markdown(study, config: dict) -> tuple[str, str | None]:
         if t.state == TrialState.FAIL:
             state += ": " + (t.user_attrs.get("error") or ("stopped, retried" if t.number in again else "stopped"))
         elif t.state == TrialState.PRUNED:
-            state += f" (at {fmt(t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None)})"
+            state += f" (at {fmt(t.intermediate_values.get(t.last_step))})"
         lines.append(md_row([f"{t.number} (the cell's settings)" if t.user_attrs.get("baseline") else t.number, state.replace("|", "\\|"),
                              fmt(t.value if t.state == TrialState.COMPLETE else None), *[fmt(evals.get(str(s))) for s in seeds],
-                             t.user_attrs.get("pruned_at", "-"), fmt(seconds(t) / 60 if seconds(t) is not None else None),
+                             t.user_attrs.get("pruned_at", "-"), fmt(t.duration.total_seconds() / 60 if t.duration else None),
                              *[toml_value(settings[k]) if k in settings else "-" for k in space]]))
     lines.append("")
     searched = [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline")]
@@ -517,9 +506,10 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/tune.py " + " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
     study.set_user_attr("commands", [*study.user_attrs.get("commands", []), command])
     study.set_user_attr("dates", sorted({*study.user_attrs.get("dates", []), time.strftime("%Y-%m-%d")}))
-    again = retry_interrupted(study)
+    stopped = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+    again = retry(study, [t for t in stopped if t.user_attrs.get("interrupted")])
     baseline = queue_baseline(study, config["cell"]["settings"])
-    todo = max(config["trials"] - counted(study), 0) + waiting_baseline(study)
+    todo = to_run(study, config["trials"])
     print(f"study {config['name']} in {study_dir}: {counted(study)} trials so far, {max(todo, 0)} to run with "
           f"{a.workers} worker(s); each: {len(config['seeds'])} seeds x {config['cell']['steps']:,} steps; "
           f"searching {', '.join(config['space'])}"
@@ -534,8 +524,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\ninterrupted: the trials in progress are recorded as failed; the same command tries their parameters "
                   "again and continues the study", flush=True)
             status = 130
-        study = open_study(config)  # still within: a second Ctrl-C or SIGTERM does not stop the table half-written
-        text, block = study_markdown(study, config)
+        text, block = study_markdown(study, config)  # within: a second stop leaves no half-written table
         (study_dir / "STUDY.md").write_text(text)
         print(f"\nwrote {study_dir / 'STUDY.md'}")
         no_line = next((x for x in text.splitlines() if x.startswith("No ")), "")
