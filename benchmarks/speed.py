@@ -28,6 +28,7 @@ import concurrent.futures
 import csv
 import dataclasses
 import importlib
+import inspect
 import json
 import os
 import platform
@@ -50,18 +51,26 @@ from suite import load_suite, metrics_file  # noqa: E402
 RAW = "benchmarks/results/speed/"
 ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                   "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
-CLEANRL = {"cleanrl-torch": "cleanrl/ddpg_continuous_action.py", "cleanrl-jax": "cleanrl/ddpg_continuous_action_jax.py",
-           "cleanrl": "cleanrl/dqn_atari.py"}
 ATARI = "BreakoutNoFrameskip-v4"
+ATARI_OURS = dict(env_id=ATARI, buffer_size="steps", batch_size=32, learning_rate=1e-4, train_every=4, target_every=1_000,
+                  end_epsilon=0.01, exploration_fraction=0.1, double_dqn=False, anneal_lr=False, eval_episodes=1, eval_max_frames=400)
 
 # ---- the comparisons as data --------------------------------------------------------------------
+# sides: a side this tool runs itself (`--side`) as (our script, its Args settings) or (the SB3 class, its settings;
+# env, n_envs, eval_episodes, action_noise: the std as a share of the action range; set: attributes set after);
+# "steps" in a setting stands for the run's env steps; a peer's own script (CleanRL's, given by its path in
+# a checkout, with the `cleanrl` flags; MinAtar's) and the devices comparison's sides are named in words.
 # rate: how a run's env steps per second are taken: "loop" (the side's own training-loop figure),
 # "wall" or "cpu" (the whole child process); pairs: (ours, peer) whose rates are compared per repeat
 COMPARISONS = {
     "dqn": dict(
         what="DQN, CartPole-v1, CleanRL's DQN settings (lr 2.5e-4, buffer 10k, batch 128, learning from 10k, train every 10, "
              "target copy every 500, epsilon 1 -> 0.05 over half the run, [120, 84], MSE (SB3: Huber, grad norm 10))",
-        sides={"ours": "algos/dqn.py train()", "sb3": "stable_baselines3.DQN.learn()"},
+        sides={"ours": ("dqn", dict(buffer_size=10_000, double_dqn=False, anneal_lr=False)),  # CleanRL's (our defaults differ)
+               "sb3": ("DQN", dict(policy="MlpPolicy", env="CartPole-v1", eval_episodes=10, learning_rate=2.5e-4,
+                                   buffer_size=10_000, batch_size=128, tau=1.0, gamma=0.99, train_freq=10, gradient_steps=1,
+                                   target_update_interval=500, exploration_fraction=0.5, exploration_initial_eps=1.0,
+                                   exploration_final_eps=0.05, max_grad_norm=10, policy_kwargs=dict(net_arch=[120, 84])))},
         timing="each run a child process, sides alternating; `--threads` torch threads for both",
         figure="env steps/s of the training loop (ours: summary sps; SB3: learn()); ratio ours/sb3 per repeat",
         rate="loop", pairs=[("ours", "sb3")],
@@ -71,7 +80,13 @@ COMPARISONS = {
     "a2c": dict(
         what="A2C, CartPole-v1, 8 envs, n_steps 5, separate [64, 64] tanh actor and critic, RMSprop 7e-4 (alpha 0.99, eps 1e-5), "
              "gamma 0.99, full-rollout returns, value coef 0.5, no entropy, grad norm 0.5, CPU, 1 thread",
-        sides={"ours": "algos/a2c.py train()", "sb3": "stable_baselines3.A2C.learn()"},
+        sides={"ours": ("a2c", dict(env_id="CartPole-v1", num_envs=8, n_steps=5, eval_episodes=1, learning_rate=7e-4,
+                                    optimizer="rmsprop", rmsprop_alpha=0.99, optimizer_eps=1e-5, gamma=0.99, value_coef=0.5,
+                                    entropy_coef=0.0, clip_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh")),
+               "sb3": ("A2C", dict(policy="MlpPolicy", env="CartPole-v1", n_envs=8, learning_rate=7e-4, n_steps=5, gamma=0.99,
+                                   gae_lambda=1.0, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, rms_prop_eps=1e-5, use_rms_prop=True,
+                                   normalize_advantage=False,  # the policy's defaults: tanh, orthogonal initialisation
+                                   policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]))))},
         timing="each run a child process, sides alternating, one torch thread, another seed each repeat",
         figure="env steps/s (ours: summary sps, env reset to last update; SB3: learn()); ratio ours/sb3 per repeat, median",
         rate="loop", pairs=[("ours", "sb3")], new_seeds=True,
@@ -80,8 +95,15 @@ COMPARISONS = {
     "ddpg": dict(
         what="DDPG, Pendulum-v1, CleanRL's settings (uniform actions for 5k steps, batch 256, [256, 256], Adam 3e-4, tau 0.005, "
              "Gaussian noise 0.1, actor and targets every 2 critic updates; SB3: policy_delay 2); NAF timed beside, same schedule",
-        sides={"ours": "algos/ddpg.py", "naf": "algos/naf.py", "sb3": "stable_baselines3.DDPG",
-               "cleanrl-torch": CLEANRL["cleanrl-torch"], "cleanrl-jax": CLEANRL["cleanrl-jax"]},
+        sides={"ours": ("ddpg", dict(env_id="Pendulum-v1", batch_size=256, hidden_sizes=(256, 256), actor_learning_rate=3e-4,
+                                     critic_learning_rate=3e-4, target_rate=0.005, gamma=0.99, noise="gaussian", noise_std=0.1,
+                                     policy_every=2, buffer_size=1_000_000)),
+               "naf": ("naf", dict(env_id="Pendulum-v1", batch_size=256, hidden_sizes=(256, 256))),  # NAF's own defaults otherwise
+               "sb3": ("DDPG", dict(policy="MlpPolicy", env="Pendulum-v1", learning_rate=3e-4, buffer_size=1_000_000, batch_size=256,
+                                    tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1, policy_kwargs=dict(net_arch=[256, 256]),
+                                    action_noise=0.1, set=dict(policy_delay=2))),  # actor (and targets) every 2 critic updates
+               "cleanrl-torch": "cleanrl/ddpg_continuous_action.py", "cleanrl-jax": "cleanrl/ddpg_continuous_action_jax.py"},
+        cleanrl=["--env-id", "Pendulum-v1"],
         timing="each run a fresh process timed from start to exit (imports, JAX's compile, training, ours' final evaluation); "
                "`--threads` 1: pinned to one core (taskset), one thread everywhere; n: n threads; default: no setting at all",
         figure="wall seconds per run; ratio their wall / ours per repeat, median [min, max]",
@@ -94,8 +116,15 @@ COMPARISONS = {
         what=f"DQN, {ATARI}, the DQN paper's preprocessing and Nature net, CleanRL's Atari settings (Adam 1e-4, batch 32, "
              "train every 4, target every 1,000, epsilon 1 -> 0.01 over 10%), memory sized to the run; ours with SB3's loss "
              "(Huber, clip 10) against SB3, with CleanRL's (MSE, no clip) against CleanRL",
-        sides={"ours": "algos/dqn.py, Huber", "sb3": "stable_baselines3.DQN", "ours-mse": "algos/dqn.py, MSE",
-               "cleanrl": CLEANRL["cleanrl"]},
+        sides={"ours": ("dqn", dict(ATARI_OURS, loss="huber", clip_grad_norm=10.0)),
+               "sb3": ("DQN", dict(policy="CnnPolicy", env=ATARI, learning_rate=1e-4, buffer_size="steps", batch_size=32, tau=1.0,
+                                   gamma=0.99, train_freq=4, gradient_steps=1, target_update_interval=1_000, exploration_fraction=0.1,
+                                   exploration_initial_eps=1.0, exploration_final_eps=0.01, max_grad_norm=10,
+                                   optimize_memory_usage=False)),
+               "ours-mse": ("dqn", dict(ATARI_OURS, loss="mse", clip_grad_norm=None)), "cleanrl": "cleanrl/dqn_atari.py"},
+        cleanrl=["--env-id", ATARI, "--buffer-size", "steps", "--learning-rate", "1e-4", "--batch-size", "32", "--train-frequency",
+                 "4", "--target-network-frequency", "1000", "--start-e", "1", "--end-e", "0.01", "--exploration-fraction", "0.1",
+                 "--no-cuda"],
         timing="each run a fresh process; OMP/MKL threads and torch threads n per `--threads`; CPU time (user + system, "
                "os.wait4) of the whole process and of the training loop alone",
         figure="env steps per CPU second; ratio ours/peer per repeat (whole process); `--profile`: the conv net's kernels' share",
@@ -132,121 +161,58 @@ class BadInput(Exception):
 
 
 # ---- the sides of ours and SB3: one run each, in a child process (`--side`), its figures printed as JSON ----
-def learn_seconds(model, steps: int) -> float:
-    start = time.perf_counter()
-    model.learn(total_timesteps=steps)
-    return time.perf_counter() - start
-
-
-def dqn_side(side: str, o, threads: int, tmp: str) -> dict:
-    import gymnasium as gym
+def side_run(o, name: str, threads: int | None, tmp: str) -> dict:
+    """One run of a side given as (script or SB3 class, settings) in COMPARISONS, on the CPU: its env steps per
+    second of training (ours: the summary's sps; SB3: around learn()), its evaluation where it has one, and for a
+    comparison timed by CPU the CPU seconds of its training loop."""
     import torch
 
-    if side == "ours":
-        import dqn
-
-        s = dqn.train(dqn.Args(seed=o.seed, total_timesteps=o.total_timesteps, torch_threads=threads, learning_starts=o.learning_starts,
-                               buffer_size=10_000, double_dqn=False, anneal_lr=False,  # CleanRL's (our defaults differ)
-                               run_dir=tmp, progress=False))
-        return {"sps": s["sps"], "eval": s["eval_return_mean"]}
-    from stable_baselines3 import DQN
-    from stable_baselines3.common.evaluation import evaluate_policy
-
-    torch.set_num_threads(threads)
-    model = DQN("MlpPolicy", gym.make("CartPole-v1"), learning_rate=2.5e-4, buffer_size=10_000, learning_starts=o.learning_starts,
-                batch_size=128, tau=1.0, gamma=0.99, train_freq=10, gradient_steps=1, target_update_interval=500,
-                exploration_fraction=0.5, exploration_initial_eps=1.0, exploration_final_eps=0.05, max_grad_norm=10,
-                policy_kwargs=dict(net_arch=[120, 84]), seed=o.seed, device="cpu", verbose=0)
-    sps = o.total_timesteps / learn_seconds(model, o.total_timesteps)
-    return {"sps": sps, "eval": float(evaluate_policy(model, gym.make("CartPole-v1"), n_eval_episodes=10, deterministic=True)[0])}
-
-
-def a2c_side(side: str, o, threads: int, tmp: str) -> dict:
-    import torch
-
-    if side == "ours":
-        from a2c import Args, train
-
-        return {"sps": train(Args(env_id="CartPole-v1", seed=o.seed, total_timesteps=o.total_timesteps, num_envs=8, n_steps=5,
-                                  device="cpu", torch_threads=1, run_dir=tmp, progress=False, eval_episodes=1, learning_rate=7e-4,
-                                  optimizer="rmsprop", rmsprop_alpha=0.99, optimizer_eps=1e-5, gamma=0.99, value_coef=0.5,
-                                  entropy_coef=0.0, clip_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh"))["sps"]}
-    from stable_baselines3 import A2C
-    from stable_baselines3.common.env_util import make_vec_env
-
-    torch.set_num_threads(1)
-    envs = make_vec_env("CartPole-v1", n_envs=8, seed=o.seed)
-    model = A2C("MlpPolicy", envs, learning_rate=7e-4, n_steps=5, gamma=0.99, gae_lambda=1.0, ent_coef=0.0, vf_coef=0.5,
-                max_grad_norm=0.5, rms_prop_eps=1e-5, use_rms_prop=True, normalize_advantage=False, device="cpu", seed=o.seed, verbose=0,
-                policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=torch.nn.Tanh, ortho_init=True))
-    seconds = learn_seconds(model, o.total_timesteps)
-    return {"sps": model.num_timesteps / seconds}
-
-
-def ddpg_side(side: str, o, threads: int | None, tmp: str) -> dict:
-    if side in ("ours", "naf"):
-        import ddpg
-        import naf
-
-        common = dict(env_id="Pendulum-v1", seed=o.seed, total_timesteps=o.total_timesteps, learning_starts=o.learning_starts,
-                      batch_size=256, hidden_sizes=(256, 256), device="cpu", run_dir=tmp, progress=False)
-        if threads is not None:
-            common["torch_threads"] = threads
-        summary = (ddpg.train(ddpg.Args(**common, actor_learning_rate=3e-4, critic_learning_rate=3e-4, target_rate=0.005, gamma=0.99,
-                                        noise="gaussian", noise_std=0.1, policy_every=2, buffer_size=1_000_000))
-                   if side == "ours" else naf.train(naf.Args(**common)))  # NAF's own defaults for everything else
-        return {"sps": summary["sps"], "eval": summary["eval_return_mean"]}
-    import gymnasium as gym
-    import numpy as np
-    import torch
-    from stable_baselines3 import DDPG
-    from stable_baselines3.common.noise import NormalActionNoise
-
+    target, settings = COMPARISONS[o.comparison]["sides"][name]
+    settings = {k: o.total_timesteps if v == "steps" else v for k, v in settings.items()}
+    run = dict(seed=o.seed, total_timesteps=o.total_timesteps, learning_starts=o.learning_starts, torch_threads=threads, device="cpu")
     if threads is not None:
         torch.set_num_threads(threads)
-    env = gym.make("Pendulum-v1")
-    high = env.action_space.high
-    model = DDPG("MlpPolicy", env, learning_rate=3e-4, buffer_size=1_000_000, learning_starts=o.learning_starts, batch_size=256,
-                 tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1, policy_kwargs=dict(net_arch=[256, 256]),
-                 action_noise=NormalActionNoise(np.zeros_like(high), 0.1 * high), seed=o.seed, device="cpu", verbose=0)
-    model.policy_delay = 2  # actor (and targets) every 2 critic updates, as CleanRL's DDPG
-    return {"sps": o.total_timesteps / learn_seconds(model, o.total_timesteps)}
-
-
-def atari_side(side: str, o, threads: int, tmp: str) -> dict:
-    """Ours (`ours`: SB3's Huber loss and clipping; `ours-mse`: CleanRL's) or SB3: the CPU seconds of its training loop."""
-    import torch
-
     start = time.process_time()
-    if side.startswith("ours"):
-        import dqn
+    if target.islower():  # our script's train(); the run's values its Args lack (A2C: learning_starts) left out
+        module = importlib.import_module(target)
+        fields = {f.name for f in dataclasses.fields(module.Args)}
+        run = {k: v for k, v in run.items() if k in fields and v is not None}
+        s = module.train(module.Args(**run, **settings, run_dir=tmp, progress=False))
+        r = {"sps": s["sps"], "eval": s["eval_return_mean"]}
+    else:  # Stable-Baselines3's learn()
+        import gymnasium as gym
+        import numpy as np
+        import stable_baselines3
+        from stable_baselines3.common.env_util import make_atari_env, make_vec_env
+        from stable_baselines3.common.evaluation import evaluate_policy
+        from stable_baselines3.common.noise import NormalActionNoise
+        from stable_baselines3.common.vec_env import VecFrameStack
 
-        huber = side == "ours"
-        s = dqn.train(dqn.Args(
-            env_id=ATARI, seed=o.seed, total_timesteps=o.total_timesteps, torch_threads=threads, learning_starts=o.learning_starts,
-            buffer_size=o.total_timesteps, batch_size=32, learning_rate=1e-4, train_every=4, target_every=1_000, end_epsilon=0.01,
-            exploration_fraction=0.1, loss="huber" if huber else "mse", clip_grad_norm=10.0 if huber else None, double_dqn=False,
-            anneal_lr=False, eval_episodes=1, eval_max_frames=400, run_dir=tmp, progress=False))
-        return {"loop_cpu_seconds": time.process_time() - start, "sps": s["sps"]}  # sps: training only, wall time
-    import ale_py
-    import gymnasium as gym
-    from stable_baselines3 import DQN
-    from stable_baselines3.common.env_util import make_atari_env
-    from stable_baselines3.common.vec_env import VecFrameStack
+        cls, env_id, n_envs = getattr(stable_baselines3, target), settings.pop("env"), settings.pop("n_envs", 1)
+        episodes, later = settings.pop("eval_episodes", 0), settings.pop("set", {})
+        if env_id == ATARI:  # the DQN paper's preprocessing, four frames stacked
+            import ale_py
 
-    gym.register_envs(ale_py)  # gymnasium 1.x finds ALE's ids only once registered
-    torch.set_num_threads(threads)
-    env = VecFrameStack(make_atari_env(ATARI, n_envs=1, seed=o.seed), n_stack=4)
-    model = DQN("CnnPolicy", env, learning_rate=1e-4, buffer_size=o.total_timesteps, learning_starts=o.learning_starts, batch_size=32,
-                tau=1.0, gamma=0.99, train_freq=4, gradient_steps=1, target_update_interval=1_000, exploration_fraction=0.1,
-                exploration_initial_eps=1.0, exploration_final_eps=0.01, max_grad_norm=10, optimize_memory_usage=False, seed=o.seed,
-                device="cpu", verbose=0)
-    start = time.process_time()
-    wall = learn_seconds(model, o.total_timesteps)
-    return {"loop_cpu_seconds": time.process_time() - start, "sps": o.total_timesteps / wall}
+            gym.register_envs(ale_py)  # gymnasium 1.x finds ALE's ids only once registered
+            env = VecFrameStack(make_atari_env(env_id, n_envs=1, seed=o.seed), n_stack=4)
+        else:
+            env = make_vec_env(env_id, n_envs=n_envs, seed=o.seed)
+        if "action_noise" in settings:
+            high = env.action_space.high
+            settings["action_noise"] = NormalActionNoise(np.zeros_like(high), settings["action_noise"] * high)
+        run = {k: v for k, v in run.items() if k in inspect.signature(cls).parameters and v is not None}
+        model = cls(env=env, **run, **settings, verbose=0)
+        for k, v in later.items():
+            setattr(model, k, v)
+        start, wall = time.process_time(), time.perf_counter()
+        model.learn(total_timesteps=o.total_timesteps)
+        r = {"sps": model.num_timesteps / (time.perf_counter() - wall)}
+        if episodes:
+            r["eval"] = float(evaluate_policy(model, gym.make(env_id), n_eval_episodes=episodes, deterministic=True)[0])
+    if COMPARISONS[o.comparison]["rate"] == "cpu":
+        r["loop_cpu_seconds"] = time.process_time() - start
+    return r
 
-
-SIDES = {"dqn": dqn_side, "a2c": a2c_side, "ddpg": ddpg_side, "dqn-atari": atari_side}
 
 # CleanRL's Atari script, unmodified, in its own Python: the first vector-env reset marks the start of its loop
 CLEANRL_LOOP = """
@@ -322,19 +288,17 @@ def curve(frames: list[int], returns: list[float], total: int, points: int = 100
 def command(o, side: str, threads: int | None, scratch: Path) -> list[str]:
     """A run of `side` as a command line: a peer's own script, or this tool as one side (`--side`)."""
     steps = ["--seed", str(o.seed), "--total-timesteps", str(o.total_timesteps), "--learning-starts", str(o.learning_starts)]
-    if side in CLEANRL:
-        script = str(Path(o.cleanrl).resolve() / CLEANRL[side])
-        if o.comparison == "ddpg":
-            return [o.cleanrl_python, script, "--env-id", "Pendulum-v1", *steps]
-        return [o.cleanrl_python, "-c", CLEANRL_LOOP, script, "--env-id", ATARI, *steps, "--buffer-size", str(o.total_timesteps),
-                "--learning-rate", "1e-4", "--batch-size", "32", "--train-frequency", "4", "--target-network-frequency", "1000",
-                "--start-e", "1", "--end-e", "0.01", "--exploration-fraction", "0.1", "--no-cuda"]
+    c = COMPARISONS[o.comparison]
+    if side.startswith("cleanrl"):  # timed by CPU: its training loop from its first env reset on (CLEANRL_LOOP)
+        loop = ["-c", CLEANRL_LOOP] if c["rate"] == "cpu" else []
+        flags = [str(o.total_timesteps) if a == "steps" else a for a in c["cleanrl"]]
+        return [o.cleanrl_python, *loop, str(Path(o.cleanrl).resolve() / c["sides"][side]), *flags, *steps]
     if o.comparison == "minatar" and side == "peer":
         return [sys.executable, "-c", MINATAR_PEER.format(folder=str(Path(o.peer).resolve().parent), game=o.game,
                                                           output=str(scratch / "peer"), frames=o.total_timesteps)]
     if o.comparison == "minatar":
         env_id = "MinAtar/" + "".join(w.capitalize() for w in o.game.split("_")) + "-v0"
-        settings = dict(next(c.settings for c in load_suite("minatar_paper").cells if c.env == env_id))
+        settings = dict(next(cell.settings for cell in load_suite("minatar_paper").cells if cell.env == env_id))
         settings["exploration_fraction"] = min(1.0, 100_000 / o.total_timesteps)  # the peer's 100k steps of decay
         shutil.rmtree(scratch / "ours", ignore_errors=True)
         return [sys.executable, str(ROOT / "algos" / "dqn.py"), "--env", env_id, "--seed", str(o.seed), "--total-timesteps",
@@ -361,7 +325,7 @@ def run_side(o, side: str, setting: str, seed: int, scratch: Path) -> dict:
     c, threads = COMPARISONS[o.comparison], None if setting == "default" else int(setting)
     env = dict(ONE_THREAD_ENV if setting == "1" else {} if setting == "default" else
                {"OMP_NUM_THREADS": setting, "MKL_NUM_THREADS": setting})
-    if side in CLEANRL:
+    if side.startswith("cleanrl"):
         env["PYTHONPATH"] = str(Path(o.cleanrl).resolve())
     o = argparse.Namespace(**{**vars(o), "seed": seed})
     pin = ["taskset", "-c", "0"] if c.get("pin") and setting == "1" else []
@@ -399,13 +363,14 @@ def compare(o) -> int:
             raise BadInput(f"--threads takes positive numbers (ddpg: or 'default'), got {s!r}")
     if c.get("pin") and "1" in o.threads and shutil.which("taskset") is None:
         raise BadInput("the 1-thread setting pins processes with taskset, which is not installed")
-    missing = [v for k, v in CLEANRL.items() if o.cleanrl and k in c["sides"] and not (Path(o.cleanrl) / v).is_file()]
+    cleanrl = {k for k in c["sides"] if k.startswith("cleanrl")}
+    missing = [c["sides"][k] for k in cleanrl if o.cleanrl and not (Path(o.cleanrl) / c["sides"][k]).is_file()]
     if missing:
         raise BadInput(f"--cleanrl {o.cleanrl} is not a CleanRL checkout (no {missing[0]} in it)")
     if o.comparison == "minatar" and not Path(o.peer).is_file():
         raise BadInput(f"no peer at {o.peer}: give the path of MinAtar's examples/dqn.py with --peer")
     dropped = {"sb3"} if o.no_sb3 else set()
-    dropped |= ({"naf"} if o.no_naf else set()) | (set() if o.cleanrl else set(CLEANRL))
+    dropped |= ({"naf"} if o.no_naf else set()) | (set() if o.cleanrl else cleanrl)
     pairs = [(a, b) for a, b in c["pairs"] if not {a, b} & dropped]
     if not pairs:
         raise BadInput("nothing to compare: give --cleanrl, or leave out --no-sb3")
@@ -467,7 +432,7 @@ def profile_atari(o) -> dict:
     for name in ("ours", "sb3"):
         start = time.perf_counter()
         with profile(activities=[ProfilerActivity.CPU]) as prof, tempfile.TemporaryDirectory() as tmp:
-            atari_side(name, o, 1, tmp)
+            side_run(o, name, 1, tmp)
         wall, events = time.perf_counter() - start, prof.key_averages()
         kernels = sum(e.self_cpu_time_total for e in events if e.key in KERNELS) / 1e6
         top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:8]
@@ -675,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         o.cleanrl_python = o.cleanrl_python or "python3"
         if o.side:
             with tempfile.TemporaryDirectory() as tmp:
-                print(json.dumps(SIDES[o.comparison](o.side, o, o.side_threads, tmp)))
+                print(json.dumps(side_run(o, o.side, o.side_threads, tmp)))
             return 0
         try:
             return compare_devices(o) if o.comparison == "devices" else compare(o)
