@@ -31,7 +31,6 @@ import importlib
 import inspect
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -45,8 +44,9 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(BENCH), str(ROOT), str(ROOT / "algos")]
 from cli import cli_flags  # noqa: E402
+from job import machine_info  # noqa: E402
 from provenance import code_state  # noqa: E402
-from suite import load_suite, metrics_file  # noqa: E402
+from suite import load_suite, metrics_file, script_path  # noqa: E402
 
 RAW = "benchmarks/results/speed/"
 ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -56,10 +56,9 @@ ATARI_OURS = dict(env_id=ATARI, buffer_size="steps", batch_size=32, learning_rat
                   end_epsilon=0.01, exploration_fraction=0.1, double_dqn=False, anneal_lr=False, eval_episodes=1, eval_max_frames=400)
 
 # ---- the comparisons as data --------------------------------------------------------------------
-# sides: a side this tool runs itself (`--side`) as (our script, its Args settings) or (the SB3 class, its settings;
-# env, n_envs, eval_episodes, action_noise: the std as a share of the action range; set: attributes set after);
-# "steps" in a setting stands for the run's env steps; a peer's own script (CleanRL's, given by its path in
-# a checkout, with the `cleanrl` flags; MinAtar's) and the devices comparison's sides are named in words.
+# sides: one this tool runs (`--side`): (our script, its Args settings) or (the SB3 class, its settings: env,
+# n_envs, eval_episodes, action_noise as a share of the action range, `set` attributes); "steps": the run's steps.
+# A peer's own script: its path in a CleanRL checkout (run with the `cleanrl` flags), or words (MinAtar's).
 # rate: how a run's env steps per second are taken: "loop" (the side's own training-loop figure),
 # "wall" or "cpu" (the whole child process); pairs: (ours, peer) whose rates are compared per repeat
 COMPARISONS = {
@@ -145,7 +144,6 @@ COMPARISONS = {
     "devices": dict(
         what="each script at suite cells' settings on the GPU against the CPU of the same machine, learning_starts cut to a "
              "quarter of the steps",
-        sides={"cpu": "algos/<algo>.py --device cpu", "cuda": "algos/<algo>.py --device cuda"},
         timing="child processes, one torch thread; CPU runs at once (a core each) beside the GPU runs one after another where "
                "the machine has the cores, else one at a time",
         figure="env steps per wall second while learning: between the first and last metrics.csv row past learning_starts",
@@ -161,7 +159,7 @@ class BadInput(Exception):
 
 
 # ---- the sides of ours and SB3: one run each, in a child process (`--side`), its figures printed as JSON ----
-def side_run(o, name: str, threads: int | None, tmp: str) -> dict:
+def side_run(o, name: str, threads: int | None) -> dict:
     """One run of a side given as (script or SB3 class, settings) in COMPARISONS, on the CPU: its env steps per
     second of training (ours: the summary's sps; SB3: around learn()), its evaluation where it has one, and for a
     comparison timed by CPU the CPU seconds of its training loop."""
@@ -177,16 +175,14 @@ def side_run(o, name: str, threads: int | None, tmp: str) -> dict:
         module = importlib.import_module(target)
         fields = {f.name for f in dataclasses.fields(module.Args)}
         run = {k: v for k, v in run.items() if k in fields and v is not None}
-        s = module.train(module.Args(**run, **settings, run_dir=tmp, progress=False))
+        with tempfile.TemporaryDirectory() as tmp:
+            s = module.train(module.Args(**run, **settings, run_dir=tmp, progress=False))
         r = {"sps": s["sps"], "eval": s["eval_return_mean"]}
     else:  # Stable-Baselines3's learn()
         import gymnasium as gym
         import numpy as np
         import stable_baselines3
-        from stable_baselines3.common.env_util import make_atari_env, make_vec_env
-        from stable_baselines3.common.evaluation import evaluate_policy
-        from stable_baselines3.common.noise import NormalActionNoise
-        from stable_baselines3.common.vec_env import VecFrameStack
+        from stable_baselines3.common import env_util, evaluation, noise, vec_env
 
         cls, env_id, n_envs = getattr(stable_baselines3, target), settings.pop("env"), settings.pop("n_envs", 1)
         episodes, later = settings.pop("eval_episodes", 0), settings.pop("set", {})
@@ -194,12 +190,12 @@ def side_run(o, name: str, threads: int | None, tmp: str) -> dict:
             import ale_py
 
             gym.register_envs(ale_py)  # gymnasium 1.x finds ALE's ids only once registered
-            env = VecFrameStack(make_atari_env(env_id, n_envs=1, seed=o.seed), n_stack=4)
+            env = vec_env.VecFrameStack(env_util.make_atari_env(env_id, n_envs=1, seed=o.seed), n_stack=4)
         else:
-            env = make_vec_env(env_id, n_envs=n_envs, seed=o.seed)
+            env = env_util.make_vec_env(env_id, n_envs=n_envs, seed=o.seed)
         if "action_noise" in settings:
             high = env.action_space.high
-            settings["action_noise"] = NormalActionNoise(np.zeros_like(high), settings["action_noise"] * high)
+            settings["action_noise"] = noise.NormalActionNoise(np.zeros_like(high), settings["action_noise"] * high)
         run = {k: v for k, v in run.items() if k in inspect.signature(cls).parameters and v is not None}
         model = cls(env=env, **run, **settings, verbose=0)
         for k, v in later.items():
@@ -208,7 +204,7 @@ def side_run(o, name: str, threads: int | None, tmp: str) -> dict:
         model.learn(total_timesteps=o.total_timesteps)
         r = {"sps": model.num_timesteps / (time.perf_counter() - wall)}
         if episodes:
-            r["eval"] = float(evaluate_policy(model, gym.make(env_id), n_eval_episodes=episodes, deterministic=True)[0])
+            r["eval"] = float(evaluation.evaluate_policy(model, gym.make(env_id), n_eval_episodes=episodes, deterministic=True)[0])
     if COMPARISONS[o.comparison]["rate"] == "cpu":
         r["loop_cpu_seconds"] = time.process_time() - start
     return r
@@ -268,7 +264,7 @@ def write(path: str | None, record: dict) -> None:
 def machine(**extra) -> dict:
     import torch
 
-    return {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__, **extra}
+    return {**machine_info(), "torch": torch.__version__, **extra}
 
 
 def curve(frames: list[int], returns: list[float], total: int, points: int = 100) -> list[list[float]]:
@@ -298,12 +294,12 @@ def command(o, side: str, threads: int | None, scratch: Path) -> list[str]:
                                                           output=str(scratch / "peer"), frames=o.total_timesteps)]
     if o.comparison == "minatar":
         env_id = "MinAtar/" + "".join(w.capitalize() for w in o.game.split("_")) + "-v0"
-        settings = dict(next(cell.settings for cell in load_suite("minatar_paper").cells if cell.env == env_id))
-        settings["exploration_fraction"] = min(1.0, 100_000 / o.total_timesteps)  # the peer's 100k steps of decay
+        cell = next(cell for cell in load_suite("minatar_paper").cells if cell.env == env_id)
         shutil.rmtree(scratch / "ours", ignore_errors=True)
-        return [sys.executable, str(ROOT / "algos" / "dqn.py"), "--env", env_id, "--seed", str(o.seed), "--total-timesteps",
-                str(o.total_timesteps), "--torch-threads", "1", "--eval-episodes", "1", "--no-progress", "--run-dir",
-                str(scratch / "ours"), *cli_flags(settings)]
+        flags = dict(cell.settings, exploration_fraction=min(1.0, 100_000 / o.total_timesteps),  # the peer's 100k steps of decay
+                     env=env_id, seed=o.seed, total_timesteps=o.total_timesteps, torch_threads=1, eval_episodes=1,
+                     progress=False, run_dir=scratch / "ours")
+        return [sys.executable, str(script_path("dqn")), *cli_flags(flags)]
     return [sys.executable, str(Path(__file__).resolve()), o.comparison, "--side", side, *steps,
             *([] if threads is None else [f"--side-threads={threads}"])]
 
@@ -369,8 +365,7 @@ def compare(o) -> int:
         raise BadInput(f"--cleanrl {o.cleanrl} is not a CleanRL checkout (no {missing[0]} in it)")
     if o.comparison == "minatar" and not Path(o.peer).is_file():
         raise BadInput(f"no peer at {o.peer}: give the path of MinAtar's examples/dqn.py with --peer")
-    dropped = {"sb3"} if o.no_sb3 else set()
-    dropped |= ({"naf"} if o.no_naf else set()) | (set() if o.cleanrl else cleanrl)
+    dropped = {s for s, off in (("sb3", o.no_sb3), ("naf", o.no_naf)) if off} | (set() if o.cleanrl else cleanrl)
     pairs = [(a, b) for a, b in c["pairs"] if not {a, b} & dropped]
     if not pairs:
         raise BadInput("nothing to compare: give --cleanrl, or leave out --no-sb3")
@@ -385,11 +380,9 @@ def compare(o) -> int:
             for k in range(o.repeats):
                 seed = o.seed + k if c.get("new_seeds") else o.seed
                 order = sides[k % len(sides):] + sides[:k % len(sides)]
-                if o.parallel:  # each child is timed by its own CPU time (os.wait4), so the threads do not mix them
-                    with concurrent.futures.ThreadPoolExecutor(len(order)) as pool:
-                        done = list(pool.map(lambda s: run_side(o, s, setting, seed, Path(tmp) / str(k)), order))
-                else:
-                    done = [run_side(o, s, setting, seed, Path(tmp) / str(k)) for s in order]
+                # --parallel: all at once, each child timed by its own CPU time (os.wait4); else one after another
+                with concurrent.futures.ThreadPoolExecutor(len(order) if o.parallel else 1) as pool:
+                    done = list(pool.map(lambda s: run_side(o, s, setting, seed, Path(tmp) / str(k)), order))
                 for r in done:
                     r["repeat"] = k
                     runs.append(r)
@@ -431,8 +424,8 @@ def profile_atari(o) -> dict:
     profiles = {}
     for name in ("ours", "sb3"):
         start = time.perf_counter()
-        with profile(activities=[ProfilerActivity.CPU]) as prof, tempfile.TemporaryDirectory() as tmp:
-            side_run(o, name, 1, tmp)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            side_run(o, name, 1)
         wall, events = time.perf_counter() - start, prof.key_averages()
         kernels = sum(e.self_cpu_time_total for e in events if e.key in KERNELS) / 1e6
         top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:8]
@@ -488,17 +481,18 @@ def find_cell(spec: str):
 
 
 def device_run(spec: str, cell, device: str, o, scratch: Path) -> dict:
-    settings, threads = dict(cell.settings), int(o.threads[0])
+    """The cell's script on `device`[:mode] (a flag: --compile, --cudagraphs) with its learning_starts cut to a
+    quarter of the steps: its rate while learning (sps_while_learning) and its summary's figures."""
+    threads, (where, _, mode) = int(o.threads[0]), device.partition(":")
+    run_dir = scratch / f"{spec.replace(':', '_').replace('/', '-')}_{device}"
+    flags = dict(cell.settings, env=cell.env, seed=1, total_timesteps=o.total_timesteps, device=where, torch_threads=threads,
+                 eval_episodes=1, eval_every=0, progress=False, run_dir=run_dir, **({mode: True} if mode else {}))
     defaults = {f.name: f.default for f in dataclasses.fields(importlib.import_module(cell.algo).Args)}
     after = 0
     if "learning_starts" in defaults:
-        settings["learning_starts"] = after = min(int(settings.get("learning_starts", defaults["learning_starts"])), o.total_timesteps // 4)
-    run_dir = scratch / f"{spec.replace(':', '_').replace('/', '-')}_{device}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = [sys.executable, str(ROOT / "algos" / f"{cell.algo}.py"), "--env", cell.env, "--seed", "1", "--total-timesteps", str(o.total_timesteps),
-           "--device", device.partition(":")[0], *(["--" + device.partition(":")[2]] if ":" in device else []), "--torch-threads", str(threads), "--eval-episodes", "1", "--eval-every", "0", "--no-progress",
-           "--run-dir", str(run_dir), *cli_flags(settings)]
-    done, _, wall = run_timed(cmd, str(ROOT), {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
+        flags["learning_starts"] = after = min(int(flags.get("learning_starts", defaults["learning_starts"])), o.total_timesteps // 4)
+    done, _, wall = run_timed([sys.executable, str(script_path(cell.algo)), *cli_flags(flags)], str(ROOT),
+                              {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
     if done.returncode != 0:
         return {"cell": spec, "device": device, "error": done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
     rate, rows = sps_while_learning(run_dir, after)
@@ -519,17 +513,13 @@ def compare_devices(o) -> int:
     cells = {spec: find_cell(spec) for spec in o.cells}  # a wrong name fails before any run
     cpu_runs = [(c, d) for c in o.cells for d in o.devices if d.startswith("cpu")]  # device[:compile|cudagraphs]
     parallel = (os.cpu_count() or 1) > len(cpu_runs) + 1  # a core for each CPU run and one for the GPU runs
-    scratch, results = Path(tempfile.mkdtemp(prefix="speed_devices_")), {}
-    try:
-        if parallel:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=len(cpu_runs) + 1) as pool:
-                cpu_jobs = {pool.submit(device_run, c, cells[c], d, o, scratch): (c, d) for c, d in cpu_runs}
-                chain = pool.submit(lambda: {(c, d): device_run(c, cells[c], d, o, scratch)
-                                             for c in o.cells for d in o.devices if not d.startswith("cpu")})
-                results.update({key: job.result() for job, key in cpu_jobs.items()})
-                results.update(chain.result())
-        else:
-            results = {(c, d): device_run(c, cells[c], d, o, scratch) for c in o.cells for d in o.devices}
+    scratch = Path(tempfile.mkdtemp(prefix="speed_devices_"))
+    try:  # the CPU runs, then the others one after another: all in one chain where the machine lacks the cores
+        with concurrent.futures.ThreadPoolExecutor(len(cpu_runs) + 1 if parallel else 1) as pool:
+            cpu_jobs = {(c, d): pool.submit(device_run, c, cells[c], d, o, scratch) for c, d in cpu_runs}
+            chain = pool.submit(lambda: {(c, d): device_run(c, cells[c], d, o, scratch)
+                                         for c in o.cells for d in o.devices if not d.startswith("cpu")})
+            results = {**{key: job.result() for key, job in cpu_jobs.items()}, **chain.result()}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     m = machine(gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, cpu_runs_in_parallel=parallel)
@@ -639,8 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         o.learning_starts = 0 if o.learning_starts is None else o.learning_starts
         o.cleanrl_python = o.cleanrl_python or "python3"
         if o.side:
-            with tempfile.TemporaryDirectory() as tmp:
-                print(json.dumps(side_run(o, o.side, o.side_threads, tmp)))
+            print(json.dumps(side_run(o, o.side, o.side_threads)))
             return 0
         try:
             return compare_devices(o) if o.comparison == "devices" else compare(o)
