@@ -56,9 +56,10 @@ ATARI_OURS = dict(env_id=ATARI, buffer_size="steps", batch_size=32, learning_rat
                   end_epsilon=0.01, exploration_fraction=0.1, double_dqn=False, anneal_lr=False, eval_episodes=1, eval_max_frames=400)
 
 # ---- the comparisons as data --------------------------------------------------------------------
-# sides: one this tool runs (`--side`): (our script, its Args settings) or (the SB3 class, its settings: env,
-# n_envs, eval_episodes, action_noise as a share of the action range, `set` attributes); "steps": the run's steps.
-# A peer's own script: its path in a CleanRL checkout (run with the `cleanrl` flags), or words (MinAtar's).
+# sides: one this tool runs (`--side`): (our script, its Args settings) or (the SB3 class, its settings:
+# env, n_envs, eval_episodes, action_noise as a share of the action range, `set`: attributes set after);
+# "steps": the run's steps. A peer's script: its path in a CleanRL checkout (run with the `cleanrl` flags),
+# or in words (MinAtar's).
 # rate: how a run's env steps per second are taken: "loop" (the side's own training-loop figure),
 # "wall" or "cpu" (the whole child process); pairs: (ours, peer) whose rates are compared per repeat
 COMPARISONS = {
@@ -158,11 +159,11 @@ class BadInput(Exception):
     """A wrong flag value: one line, exit 2."""
 
 
-# ---- the sides of ours and SB3: one run each, in a child process (`--side`), its figures printed as JSON ----
+# ---- the sides of ours and SB3: one run each, in a child process (`--side`), its figures printed as JSON
 def side_run(o, name: str, threads: int | None) -> dict:
-    """One run of a side given as (script or SB3 class, settings) in COMPARISONS, on the CPU: its env steps per
-    second of training (ours: the summary's sps; SB3: around learn()), its evaluation where it has one, and for a
-    comparison timed by CPU the CPU seconds of its training loop."""
+    """One run of a side given as (script or SB3 class, settings) in COMPARISONS, on the CPU: its env
+    steps per second of training (ours: the summary's sps; SB3: around learn()), its evaluation where it
+    has one, and for a comparison timed by CPU the CPU seconds of its training loop."""
     import torch
 
     target, settings = COMPARISONS[o.comparison]["sides"][name]
@@ -171,7 +172,7 @@ def side_run(o, name: str, threads: int | None) -> dict:
     if threads is not None:
         torch.set_num_threads(threads)
     start = time.process_time()
-    if target.islower():  # our script's train(); the run's values its Args lack (A2C: learning_starts) left out
+    if target.islower():  # our script's train(), without the run's values its Args lack (A2C's learning_starts)
         module = importlib.import_module(target)
         fields = {f.name for f in dataclasses.fields(module.Args)}
         run = {k: v for k, v in run.items() if k in fields and v is not None}
@@ -184,8 +185,8 @@ def side_run(o, name: str, threads: int | None) -> dict:
         import stable_baselines3
         from stable_baselines3.common import env_util, evaluation, noise, vec_env
 
-        cls, env_id, n_envs = getattr(stable_baselines3, target), settings.pop("env"), settings.pop("n_envs", 1)
-        episodes, later = settings.pop("eval_episodes", 0), settings.pop("set", {})
+        cls, env_id, episodes = getattr(stable_baselines3, target), settings.pop("env"), settings.pop("eval_episodes", 0)
+        n_envs, later = settings.pop("n_envs", 1), settings.pop("set", {})
         if env_id == ATARI:  # the DQN paper's preprocessing, four frames stacked
             import ale_py
 
@@ -194,8 +195,8 @@ def side_run(o, name: str, threads: int | None) -> dict:
         else:
             env = env_util.make_vec_env(env_id, n_envs=n_envs, seed=o.seed)
         if "action_noise" in settings:
-            high = env.action_space.high
-            settings["action_noise"] = noise.NormalActionNoise(np.zeros_like(high), settings["action_noise"] * high)
+            std = settings["action_noise"] * env.action_space.high
+            settings["action_noise"] = noise.NormalActionNoise(np.zeros_like(std), std)
         run = {k: v for k, v in run.items() if k in inspect.signature(cls).parameters and v is not None}
         model = cls(env=env, **run, **settings, verbose=0)
         for k, v in later.items():
@@ -285,7 +286,7 @@ def command(o, side: str, threads: int | None, scratch: Path) -> list[str]:
     """A run of `side` as a command line: a peer's own script, or this tool as one side (`--side`)."""
     steps = ["--seed", str(o.seed), "--total-timesteps", str(o.total_timesteps), "--learning-starts", str(o.learning_starts)]
     c = COMPARISONS[o.comparison]
-    if side.startswith("cleanrl"):  # timed by CPU: its training loop from its first env reset on (CLEANRL_LOOP)
+    if side.startswith("cleanrl"):  # timed by CPU: its loop from its first env reset on (CLEANRL_LOOP)
         loop = ["-c", CLEANRL_LOOP] if c["rate"] == "cpu" else []
         flags = [str(o.total_timesteps) if a == "steps" else a for a in c["cleanrl"]]
         return [o.cleanrl_python, *loop, str(Path(o.cleanrl).resolve() / c["sides"][side]), *flags, *steps]
@@ -296,9 +297,9 @@ def command(o, side: str, threads: int | None, scratch: Path) -> list[str]:
         env_id = "MinAtar/" + "".join(w.capitalize() for w in o.game.split("_")) + "-v0"
         cell = next(cell for cell in load_suite("minatar_paper").cells if cell.env == env_id)
         shutil.rmtree(scratch / "ours", ignore_errors=True)
-        flags = dict(cell.settings, exploration_fraction=min(1.0, 100_000 / o.total_timesteps),  # the peer's 100k steps of decay
-                     env=env_id, seed=o.seed, total_timesteps=o.total_timesteps, torch_threads=1, eval_episodes=1,
-                     progress=False, run_dir=scratch / "ours")
+        flags = dict(cell.settings, env=env_id, seed=o.seed, total_timesteps=o.total_timesteps, torch_threads=1,
+                     eval_episodes=1, progress=False, run_dir=scratch / "ours",
+                     exploration_fraction=min(1.0, 100_000 / o.total_timesteps))  # decay over the peer's 100k steps
         return [sys.executable, str(script_path("dqn")), *cli_flags(flags)]
     return [sys.executable, str(Path(__file__).resolve()), o.comparison, "--side", side, *steps,
             *([] if threads is None else [f"--side-threads={threads}"])]
@@ -380,7 +381,7 @@ def compare(o) -> int:
             for k in range(o.repeats):
                 seed = o.seed + k if c.get("new_seeds") else o.seed
                 order = sides[k % len(sides):] + sides[:k % len(sides)]
-                # --parallel: all at once, each child timed by its own CPU time (os.wait4); else one after another
+                # --parallel: at once, each child timed by its own CPU time (os.wait4); else one by one
                 with concurrent.futures.ThreadPoolExecutor(len(order) if o.parallel else 1) as pool:
                     done = list(pool.map(lambda s: run_side(o, s, setting, seed, Path(tmp) / str(k)), order))
                 for r in done:
@@ -481,12 +482,13 @@ def find_cell(spec: str):
 
 
 def device_run(spec: str, cell, device: str, o, scratch: Path) -> dict:
-    """The cell's script on `device`[:mode] (a flag: --compile, --cudagraphs) with its learning_starts cut to a
-    quarter of the steps: its rate while learning (sps_while_learning) and its summary's figures."""
+    """The cell's script on `device`[:mode] (a flag: --compile, --cudagraphs), its learning_starts cut to
+    a quarter of the steps: its rate while learning (sps_while_learning) and its summary's figures."""
     threads, (where, _, mode) = int(o.threads[0]), device.partition(":")
     run_dir = scratch / f"{spec.replace(':', '_').replace('/', '-')}_{device}"
-    flags = dict(cell.settings, env=cell.env, seed=1, total_timesteps=o.total_timesteps, device=where, torch_threads=threads,
-                 eval_episodes=1, eval_every=0, progress=False, run_dir=run_dir, **({mode: True} if mode else {}))
+    flags = dict(cell.settings, env=cell.env, seed=1, total_timesteps=o.total_timesteps, device=where,
+                 torch_threads=threads, eval_episodes=1, eval_every=0, progress=False, run_dir=run_dir)
+    flags.update({mode: True} if mode else {})
     defaults = {f.name: f.default for f in dataclasses.fields(importlib.import_module(cell.algo).Args)}
     after = 0
     if "learning_starts" in defaults:
