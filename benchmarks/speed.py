@@ -28,9 +28,9 @@ import concurrent.futures
 import csv
 import dataclasses
 import importlib
+import inspect
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -44,24 +44,33 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(BENCH), str(ROOT), str(ROOT / "algos")]
 from cli import cli_flags  # noqa: E402
+from job import machine_info  # noqa: E402
 from provenance import code_state  # noqa: E402
-from suite import load_suite, metrics_file  # noqa: E402
+from suite import load_suite, metrics_file, script_path  # noqa: E402
 
 RAW = "benchmarks/results/speed/"
 ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                   "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
-CLEANRL = {"cleanrl-torch": "cleanrl/ddpg_continuous_action.py", "cleanrl-jax": "cleanrl/ddpg_continuous_action_jax.py",
-           "cleanrl": "cleanrl/dqn_atari.py"}
 ATARI = "BreakoutNoFrameskip-v4"
+ATARI_OURS = dict(env_id=ATARI, buffer_size="steps", batch_size=32, learning_rate=1e-4, train_every=4, target_every=1_000,
+                  end_epsilon=0.01, exploration_fraction=0.1, double_dqn=False, anneal_lr=False, eval_episodes=1, eval_max_frames=400)
 
 # ---- the comparisons as data --------------------------------------------------------------------
+# sides: one this tool runs (`--side`): (our script, its Args settings) or (the SB3 class, its settings:
+# env, n_envs, eval_episodes, action_noise as a share of the action range, `set`: attributes set after);
+# "steps": the run's steps. A peer's script: its path in a CleanRL checkout (run with the `cleanrl` flags),
+# or in words (MinAtar's).
 # rate: how a run's env steps per second are taken: "loop" (the side's own training-loop figure),
 # "wall" or "cpu" (the whole child process); pairs: (ours, peer) whose rates are compared per repeat
 COMPARISONS = {
     "dqn": dict(
         what="DQN, CartPole-v1, CleanRL's DQN settings (lr 2.5e-4, buffer 10k, batch 128, learning from 10k, train every 10, "
              "target copy every 500, epsilon 1 -> 0.05 over half the run, [120, 84], MSE (SB3: Huber, grad norm 10))",
-        sides={"ours": "algos/dqn.py train()", "sb3": "stable_baselines3.DQN.learn()"},
+        sides={"ours": ("dqn", dict(buffer_size=10_000, double_dqn=False, anneal_lr=False)),  # CleanRL's (our defaults differ)
+               "sb3": ("DQN", dict(policy="MlpPolicy", env="CartPole-v1", eval_episodes=10, learning_rate=2.5e-4,
+                                   buffer_size=10_000, batch_size=128, tau=1.0, gamma=0.99, train_freq=10, gradient_steps=1,
+                                   target_update_interval=500, exploration_fraction=0.5, exploration_initial_eps=1.0,
+                                   exploration_final_eps=0.05, max_grad_norm=10, policy_kwargs=dict(net_arch=[120, 84])))},
         timing="each run a child process, sides alternating; `--threads` torch threads for both",
         figure="env steps/s of the training loop (ours: summary sps; SB3: learn()); ratio ours/sb3 per repeat",
         rate="loop", pairs=[("ours", "sb3")],
@@ -71,7 +80,13 @@ COMPARISONS = {
     "a2c": dict(
         what="A2C, CartPole-v1, 8 envs, n_steps 5, separate [64, 64] tanh actor and critic, RMSprop 7e-4 (alpha 0.99, eps 1e-5), "
              "gamma 0.99, full-rollout returns, value coef 0.5, no entropy, grad norm 0.5, CPU, 1 thread",
-        sides={"ours": "algos/a2c.py train()", "sb3": "stable_baselines3.A2C.learn()"},
+        sides={"ours": ("a2c", dict(env_id="CartPole-v1", num_envs=8, n_steps=5, eval_episodes=1, learning_rate=7e-4,
+                                    optimizer="rmsprop", rmsprop_alpha=0.99, optimizer_eps=1e-5, gamma=0.99, value_coef=0.5,
+                                    entropy_coef=0.0, clip_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh")),
+               "sb3": ("A2C", dict(policy="MlpPolicy", env="CartPole-v1", n_envs=8, learning_rate=7e-4, n_steps=5, gamma=0.99,
+                                   gae_lambda=1.0, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, rms_prop_eps=1e-5, use_rms_prop=True,
+                                   normalize_advantage=False,  # the policy's defaults: tanh, orthogonal initialisation
+                                   policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]))))},
         timing="each run a child process, sides alternating, one torch thread, another seed each repeat",
         figure="env steps/s (ours: summary sps, env reset to last update; SB3: learn()); ratio ours/sb3 per repeat, median",
         rate="loop", pairs=[("ours", "sb3")], new_seeds=True,
@@ -80,8 +95,15 @@ COMPARISONS = {
     "ddpg": dict(
         what="DDPG, Pendulum-v1, CleanRL's settings (uniform actions for 5k steps, batch 256, [256, 256], Adam 3e-4, tau 0.005, "
              "Gaussian noise 0.1, actor and targets every 2 critic updates; SB3: policy_delay 2); NAF timed beside, same schedule",
-        sides={"ours": "algos/ddpg.py", "naf": "algos/naf.py", "sb3": "stable_baselines3.DDPG",
-               "cleanrl-torch": CLEANRL["cleanrl-torch"], "cleanrl-jax": CLEANRL["cleanrl-jax"]},
+        sides={"ours": ("ddpg", dict(env_id="Pendulum-v1", batch_size=256, hidden_sizes=(256, 256), actor_learning_rate=3e-4,
+                                     critic_learning_rate=3e-4, target_rate=0.005, gamma=0.99, noise="gaussian", noise_std=0.1,
+                                     policy_every=2, buffer_size=1_000_000)),
+               "naf": ("naf", dict(env_id="Pendulum-v1", batch_size=256, hidden_sizes=(256, 256))),  # NAF's own defaults otherwise
+               "sb3": ("DDPG", dict(policy="MlpPolicy", env="Pendulum-v1", learning_rate=3e-4, buffer_size=1_000_000, batch_size=256,
+                                    tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1, policy_kwargs=dict(net_arch=[256, 256]),
+                                    action_noise=0.1, set=dict(policy_delay=2))),  # actor (and targets) every 2 critic updates
+               "cleanrl-torch": "cleanrl/ddpg_continuous_action.py", "cleanrl-jax": "cleanrl/ddpg_continuous_action_jax.py"},
+        cleanrl=["--env-id", "Pendulum-v1"],
         timing="each run a fresh process timed from start to exit (imports, JAX's compile, training, ours' final evaluation); "
                "`--threads` 1: pinned to one core (taskset), one thread everywhere; n: n threads; default: no setting at all",
         figure="wall seconds per run; ratio their wall / ours per repeat, median [min, max]",
@@ -94,8 +116,15 @@ COMPARISONS = {
         what=f"DQN, {ATARI}, the DQN paper's preprocessing and Nature net, CleanRL's Atari settings (Adam 1e-4, batch 32, "
              "train every 4, target every 1,000, epsilon 1 -> 0.01 over 10%), memory sized to the run; ours with SB3's loss "
              "(Huber, clip 10) against SB3, with CleanRL's (MSE, no clip) against CleanRL",
-        sides={"ours": "algos/dqn.py, Huber", "sb3": "stable_baselines3.DQN", "ours-mse": "algos/dqn.py, MSE",
-               "cleanrl": CLEANRL["cleanrl"]},
+        sides={"ours": ("dqn", dict(ATARI_OURS, loss="huber", clip_grad_norm=10.0)),
+               "sb3": ("DQN", dict(policy="CnnPolicy", env=ATARI, learning_rate=1e-4, buffer_size="steps", batch_size=32, tau=1.0,
+                                   gamma=0.99, train_freq=4, gradient_steps=1, target_update_interval=1_000, exploration_fraction=0.1,
+                                   exploration_initial_eps=1.0, exploration_final_eps=0.01, max_grad_norm=10,
+                                   optimize_memory_usage=False)),
+               "ours-mse": ("dqn", dict(ATARI_OURS, loss="mse", clip_grad_norm=None)), "cleanrl": "cleanrl/dqn_atari.py"},
+        cleanrl=["--env-id", ATARI, "--buffer-size", "steps", "--learning-rate", "1e-4", "--batch-size", "32", "--train-frequency",
+                 "4", "--target-network-frequency", "1000", "--start-e", "1", "--end-e", "0.01", "--exploration-fraction", "0.1",
+                 "--no-cuda"],
         timing="each run a fresh process; OMP/MKL threads and torch threads n per `--threads`; CPU time (user + system, "
                "os.wait4) of the whole process and of the training loop alone",
         figure="env steps per CPU second; ratio ours/peer per repeat (whole process); `--profile`: the conv net's kernels' share",
@@ -116,7 +145,6 @@ COMPARISONS = {
     "devices": dict(
         what="each script at suite cells' settings on the GPU against the CPU of the same machine, learning_starts cut to a "
              "quarter of the steps",
-        sides={"cpu": "algos/<algo>.py --device cpu", "cuda": "algos/<algo>.py --device cuda"},
         timing="child processes, one torch thread; CPU runs at once (a core each) beside the GPU runs one after another where "
                "the machine has the cores, else one at a time",
         figure="env steps per wall second while learning: between the first and last metrics.csv row past learning_starts",
@@ -131,122 +159,57 @@ class BadInput(Exception):
     """A wrong flag value: one line, exit 2."""
 
 
-# ---- the sides of ours and SB3: one run each, in a child process (`--side`), its figures printed as JSON ----
-def learn_seconds(model, steps: int) -> float:
-    start = time.perf_counter()
-    model.learn(total_timesteps=steps)
-    return time.perf_counter() - start
-
-
-def dqn_side(side: str, o, threads: int, tmp: str) -> dict:
-    import gymnasium as gym
+# ---- the sides of ours and SB3: one run each, in a child process (`--side`), its figures printed as JSON
+def side_run(o, name: str, threads: int | None) -> dict:
+    """One run of a side given as (script or SB3 class, settings) in COMPARISONS, on the CPU: its env
+    steps per second of training (ours: the summary's sps; SB3: around learn()), its evaluation where it
+    has one, and for a comparison timed by CPU the CPU seconds of its training loop."""
     import torch
 
-    if side == "ours":
-        import dqn
-
-        s = dqn.train(dqn.Args(seed=o.seed, total_timesteps=o.total_timesteps, torch_threads=threads, learning_starts=o.learning_starts,
-                               buffer_size=10_000, double_dqn=False, anneal_lr=False,  # CleanRL's (our defaults differ)
-                               run_dir=tmp, progress=False))
-        return {"sps": s["sps"], "eval": s["eval_return_mean"]}
-    from stable_baselines3 import DQN
-    from stable_baselines3.common.evaluation import evaluate_policy
-
-    torch.set_num_threads(threads)
-    model = DQN("MlpPolicy", gym.make("CartPole-v1"), learning_rate=2.5e-4, buffer_size=10_000, learning_starts=o.learning_starts,
-                batch_size=128, tau=1.0, gamma=0.99, train_freq=10, gradient_steps=1, target_update_interval=500,
-                exploration_fraction=0.5, exploration_initial_eps=1.0, exploration_final_eps=0.05, max_grad_norm=10,
-                policy_kwargs=dict(net_arch=[120, 84]), seed=o.seed, device="cpu", verbose=0)
-    sps = o.total_timesteps / learn_seconds(model, o.total_timesteps)
-    return {"sps": sps, "eval": float(evaluate_policy(model, gym.make("CartPole-v1"), n_eval_episodes=10, deterministic=True)[0])}
-
-
-def a2c_side(side: str, o, threads: int, tmp: str) -> dict:
-    import torch
-
-    if side == "ours":
-        from a2c import Args, train
-
-        return {"sps": train(Args(env_id="CartPole-v1", seed=o.seed, total_timesteps=o.total_timesteps, num_envs=8, n_steps=5,
-                                  device="cpu", torch_threads=1, run_dir=tmp, progress=False, eval_episodes=1, learning_rate=7e-4,
-                                  optimizer="rmsprop", rmsprop_alpha=0.99, optimizer_eps=1e-5, gamma=0.99, value_coef=0.5,
-                                  entropy_coef=0.0, clip_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh"))["sps"]}
-    from stable_baselines3 import A2C
-    from stable_baselines3.common.env_util import make_vec_env
-
-    torch.set_num_threads(1)
-    envs = make_vec_env("CartPole-v1", n_envs=8, seed=o.seed)
-    model = A2C("MlpPolicy", envs, learning_rate=7e-4, n_steps=5, gamma=0.99, gae_lambda=1.0, ent_coef=0.0, vf_coef=0.5,
-                max_grad_norm=0.5, rms_prop_eps=1e-5, use_rms_prop=True, normalize_advantage=False, device="cpu", seed=o.seed, verbose=0,
-                policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=torch.nn.Tanh, ortho_init=True))
-    seconds = learn_seconds(model, o.total_timesteps)
-    return {"sps": model.num_timesteps / seconds}
-
-
-def ddpg_side(side: str, o, threads: int | None, tmp: str) -> dict:
-    if side in ("ours", "naf"):
-        import ddpg
-        import naf
-
-        common = dict(env_id="Pendulum-v1", seed=o.seed, total_timesteps=o.total_timesteps, learning_starts=o.learning_starts,
-                      batch_size=256, hidden_sizes=(256, 256), device="cpu", run_dir=tmp, progress=False)
-        if threads is not None:
-            common["torch_threads"] = threads
-        summary = (ddpg.train(ddpg.Args(**common, actor_learning_rate=3e-4, critic_learning_rate=3e-4, target_rate=0.005, gamma=0.99,
-                                        noise="gaussian", noise_std=0.1, policy_every=2, buffer_size=1_000_000))
-                   if side == "ours" else naf.train(naf.Args(**common)))  # NAF's own defaults for everything else
-        return {"sps": summary["sps"], "eval": summary["eval_return_mean"]}
-    import gymnasium as gym
-    import numpy as np
-    import torch
-    from stable_baselines3 import DDPG
-    from stable_baselines3.common.noise import NormalActionNoise
-
+    target, settings = COMPARISONS[o.comparison]["sides"][name]
+    settings = {k: o.total_timesteps if v == "steps" else v for k, v in settings.items()}
+    run = dict(seed=o.seed, total_timesteps=o.total_timesteps, learning_starts=o.learning_starts, torch_threads=threads, device="cpu")
     if threads is not None:
         torch.set_num_threads(threads)
-    env = gym.make("Pendulum-v1")
-    high = env.action_space.high
-    model = DDPG("MlpPolicy", env, learning_rate=3e-4, buffer_size=1_000_000, learning_starts=o.learning_starts, batch_size=256,
-                 tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1, policy_kwargs=dict(net_arch=[256, 256]),
-                 action_noise=NormalActionNoise(np.zeros_like(high), 0.1 * high), seed=o.seed, device="cpu", verbose=0)
-    model.policy_delay = 2  # actor (and targets) every 2 critic updates, as CleanRL's DDPG
-    return {"sps": o.total_timesteps / learn_seconds(model, o.total_timesteps)}
-
-
-def atari_side(side: str, o, threads: int, tmp: str) -> dict:
-    """Ours (`ours`: SB3's Huber loss and clipping; `ours-mse`: CleanRL's) or SB3: the CPU seconds of its training loop."""
-    import torch
-
     start = time.process_time()
-    if side.startswith("ours"):
-        import dqn
+    if target.islower():  # our script's train(), without the run's values its Args lack (A2C's learning_starts)
+        module = importlib.import_module(target)
+        fields = {f.name for f in dataclasses.fields(module.Args)}
+        run = {k: v for k, v in run.items() if k in fields and v is not None}
+        with tempfile.TemporaryDirectory() as tmp:
+            s = module.train(module.Args(**run, **settings, run_dir=tmp, progress=False))
+        r = {"sps": s["sps"], "eval": s["eval_return_mean"]}
+    else:  # Stable-Baselines3's learn()
+        import gymnasium as gym
+        import numpy as np
+        import stable_baselines3
+        from stable_baselines3.common import env_util, evaluation, noise, vec_env
 
-        huber = side == "ours"
-        s = dqn.train(dqn.Args(
-            env_id=ATARI, seed=o.seed, total_timesteps=o.total_timesteps, torch_threads=threads, learning_starts=o.learning_starts,
-            buffer_size=o.total_timesteps, batch_size=32, learning_rate=1e-4, train_every=4, target_every=1_000, end_epsilon=0.01,
-            exploration_fraction=0.1, loss="huber" if huber else "mse", clip_grad_norm=10.0 if huber else None, double_dqn=False,
-            anneal_lr=False, eval_episodes=1, eval_max_frames=400, run_dir=tmp, progress=False))
-        return {"loop_cpu_seconds": time.process_time() - start, "sps": s["sps"]}  # sps: training only, wall time
-    import ale_py
-    import gymnasium as gym
-    from stable_baselines3 import DQN
-    from stable_baselines3.common.env_util import make_atari_env
-    from stable_baselines3.common.vec_env import VecFrameStack
+        cls, env_id, episodes = getattr(stable_baselines3, target), settings.pop("env"), settings.pop("eval_episodes", 0)
+        n_envs, later = settings.pop("n_envs", 1), settings.pop("set", {})
+        if env_id == ATARI:  # the DQN paper's preprocessing, four frames stacked
+            import ale_py
 
-    gym.register_envs(ale_py)  # gymnasium 1.x finds ALE's ids only once registered
-    torch.set_num_threads(threads)
-    env = VecFrameStack(make_atari_env(ATARI, n_envs=1, seed=o.seed), n_stack=4)
-    model = DQN("CnnPolicy", env, learning_rate=1e-4, buffer_size=o.total_timesteps, learning_starts=o.learning_starts, batch_size=32,
-                tau=1.0, gamma=0.99, train_freq=4, gradient_steps=1, target_update_interval=1_000, exploration_fraction=0.1,
-                exploration_initial_eps=1.0, exploration_final_eps=0.01, max_grad_norm=10, optimize_memory_usage=False, seed=o.seed,
-                device="cpu", verbose=0)
-    start = time.process_time()
-    wall = learn_seconds(model, o.total_timesteps)
-    return {"loop_cpu_seconds": time.process_time() - start, "sps": o.total_timesteps / wall}
+            gym.register_envs(ale_py)  # gymnasium 1.x finds ALE's ids only once registered
+            env = vec_env.VecFrameStack(env_util.make_atari_env(env_id, n_envs=1, seed=o.seed), n_stack=4)
+        else:
+            env = env_util.make_vec_env(env_id, n_envs=n_envs, seed=o.seed)
+        if "action_noise" in settings:
+            std = settings["action_noise"] * env.action_space.high
+            settings["action_noise"] = noise.NormalActionNoise(np.zeros_like(std), std)
+        run = {k: v for k, v in run.items() if k in inspect.signature(cls).parameters and v is not None}
+        model = cls(env=env, **run, **settings, verbose=0)
+        for k, v in later.items():
+            setattr(model, k, v)
+        start, wall = time.process_time(), time.perf_counter()
+        model.learn(total_timesteps=o.total_timesteps)
+        r = {"sps": model.num_timesteps / (time.perf_counter() - wall)}
+        if episodes:
+            r["eval"] = float(evaluation.evaluate_policy(model, gym.make(env_id), n_eval_episodes=episodes, deterministic=True)[0])
+    if COMPARISONS[o.comparison]["rate"] == "cpu":
+        r["loop_cpu_seconds"] = time.process_time() - start
+    return r
 
-
-SIDES = {"dqn": dqn_side, "a2c": a2c_side, "ddpg": ddpg_side, "dqn-atari": atari_side}
 
 # CleanRL's Atari script, unmodified, in its own Python: the first vector-env reset marks the start of its loop
 CLEANRL_LOOP = """
@@ -302,7 +265,7 @@ def write(path: str | None, record: dict) -> None:
 def machine(**extra) -> dict:
     import torch
 
-    return {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__, **extra}
+    return {**machine_info(), "torch": torch.__version__, **extra}
 
 
 def curve(frames: list[int], returns: list[float], total: int, points: int = 100) -> list[list[float]]:
@@ -322,24 +285,22 @@ def curve(frames: list[int], returns: list[float], total: int, points: int = 100
 def command(o, side: str, threads: int | None, scratch: Path) -> list[str]:
     """A run of `side` as a command line: a peer's own script, or this tool as one side (`--side`)."""
     steps = ["--seed", str(o.seed), "--total-timesteps", str(o.total_timesteps), "--learning-starts", str(o.learning_starts)]
-    if side in CLEANRL:
-        script = str(Path(o.cleanrl).resolve() / CLEANRL[side])
-        if o.comparison == "ddpg":
-            return [o.cleanrl_python, script, "--env-id", "Pendulum-v1", *steps]
-        return [o.cleanrl_python, "-c", CLEANRL_LOOP, script, "--env-id", ATARI, *steps, "--buffer-size", str(o.total_timesteps),
-                "--learning-rate", "1e-4", "--batch-size", "32", "--train-frequency", "4", "--target-network-frequency", "1000",
-                "--start-e", "1", "--end-e", "0.01", "--exploration-fraction", "0.1", "--no-cuda"]
+    c = COMPARISONS[o.comparison]
+    if side.startswith("cleanrl"):  # timed by CPU: its loop from its first env reset on (CLEANRL_LOOP)
+        loop = ["-c", CLEANRL_LOOP] if c["rate"] == "cpu" else []
+        flags = [str(o.total_timesteps) if a == "steps" else a for a in c["cleanrl"]]
+        return [o.cleanrl_python, *loop, str(Path(o.cleanrl).resolve() / c["sides"][side]), *flags, *steps]
     if o.comparison == "minatar" and side == "peer":
         return [sys.executable, "-c", MINATAR_PEER.format(folder=str(Path(o.peer).resolve().parent), game=o.game,
                                                           output=str(scratch / "peer"), frames=o.total_timesteps)]
     if o.comparison == "minatar":
         env_id = "MinAtar/" + "".join(w.capitalize() for w in o.game.split("_")) + "-v0"
-        settings = dict(next(c.settings for c in load_suite("minatar_paper").cells if c.env == env_id))
-        settings["exploration_fraction"] = min(1.0, 100_000 / o.total_timesteps)  # the peer's 100k steps of decay
+        cell = next(cell for cell in load_suite("minatar_paper").cells if cell.env == env_id)
         shutil.rmtree(scratch / "ours", ignore_errors=True)
-        return [sys.executable, str(ROOT / "algos" / "dqn.py"), "--env", env_id, "--seed", str(o.seed), "--total-timesteps",
-                str(o.total_timesteps), "--torch-threads", "1", "--eval-episodes", "1", "--no-progress", "--run-dir",
-                str(scratch / "ours"), *cli_flags(settings)]
+        flags = dict(cell.settings, env=env_id, seed=o.seed, total_timesteps=o.total_timesteps, torch_threads=1,
+                     eval_episodes=1, progress=False, run_dir=scratch / "ours",
+                     exploration_fraction=min(1.0, 100_000 / o.total_timesteps))  # decay over the peer's 100k steps
+        return [sys.executable, str(script_path("dqn")), *cli_flags(flags)]
     return [sys.executable, str(Path(__file__).resolve()), o.comparison, "--side", side, *steps,
             *([] if threads is None else [f"--side-threads={threads}"])]
 
@@ -361,7 +322,7 @@ def run_side(o, side: str, setting: str, seed: int, scratch: Path) -> dict:
     c, threads = COMPARISONS[o.comparison], None if setting == "default" else int(setting)
     env = dict(ONE_THREAD_ENV if setting == "1" else {} if setting == "default" else
                {"OMP_NUM_THREADS": setting, "MKL_NUM_THREADS": setting})
-    if side in CLEANRL:
+    if side.startswith("cleanrl"):
         env["PYTHONPATH"] = str(Path(o.cleanrl).resolve())
     o = argparse.Namespace(**{**vars(o), "seed": seed})
     pin = ["taskset", "-c", "0"] if c.get("pin") and setting == "1" else []
@@ -399,13 +360,13 @@ def compare(o) -> int:
             raise BadInput(f"--threads takes positive numbers (ddpg: or 'default'), got {s!r}")
     if c.get("pin") and "1" in o.threads and shutil.which("taskset") is None:
         raise BadInput("the 1-thread setting pins processes with taskset, which is not installed")
-    missing = [v for k, v in CLEANRL.items() if o.cleanrl and k in c["sides"] and not (Path(o.cleanrl) / v).is_file()]
+    cleanrl = {k for k in c["sides"] if k.startswith("cleanrl")}
+    missing = [c["sides"][k] for k in cleanrl if o.cleanrl and not (Path(o.cleanrl) / c["sides"][k]).is_file()]
     if missing:
         raise BadInput(f"--cleanrl {o.cleanrl} is not a CleanRL checkout (no {missing[0]} in it)")
     if o.comparison == "minatar" and not Path(o.peer).is_file():
         raise BadInput(f"no peer at {o.peer}: give the path of MinAtar's examples/dqn.py with --peer")
-    dropped = {"sb3"} if o.no_sb3 else set()
-    dropped |= ({"naf"} if o.no_naf else set()) | (set() if o.cleanrl else set(CLEANRL))
+    dropped = {s for s, off in (("sb3", o.no_sb3), ("naf", o.no_naf)) if off} | (set() if o.cleanrl else cleanrl)
     pairs = [(a, b) for a, b in c["pairs"] if not {a, b} & dropped]
     if not pairs:
         raise BadInput("nothing to compare: give --cleanrl, or leave out --no-sb3")
@@ -420,11 +381,9 @@ def compare(o) -> int:
             for k in range(o.repeats):
                 seed = o.seed + k if c.get("new_seeds") else o.seed
                 order = sides[k % len(sides):] + sides[:k % len(sides)]
-                if o.parallel:  # each child is timed by its own CPU time (os.wait4), so the threads do not mix them
-                    with concurrent.futures.ThreadPoolExecutor(len(order)) as pool:
-                        done = list(pool.map(lambda s: run_side(o, s, setting, seed, Path(tmp) / str(k)), order))
-                else:
-                    done = [run_side(o, s, setting, seed, Path(tmp) / str(k)) for s in order]
+                # --parallel: at once, each child timed by its own CPU time (os.wait4); else one by one
+                with concurrent.futures.ThreadPoolExecutor(len(order) if o.parallel else 1) as pool:
+                    done = list(pool.map(lambda s: run_side(o, s, setting, seed, Path(tmp) / str(k)), order))
                 for r in done:
                     r["repeat"] = k
                     runs.append(r)
@@ -466,8 +425,8 @@ def profile_atari(o) -> dict:
     profiles = {}
     for name in ("ours", "sb3"):
         start = time.perf_counter()
-        with profile(activities=[ProfilerActivity.CPU]) as prof, tempfile.TemporaryDirectory() as tmp:
-            atari_side(name, o, 1, tmp)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            side_run(o, name, 1)
         wall, events = time.perf_counter() - start, prof.key_averages()
         kernels = sum(e.self_cpu_time_total for e in events if e.key in KERNELS) / 1e6
         top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:8]
@@ -523,17 +482,19 @@ def find_cell(spec: str):
 
 
 def device_run(spec: str, cell, device: str, o, scratch: Path) -> dict:
-    settings, threads = dict(cell.settings), int(o.threads[0])
+    """The cell's script on `device`[:mode] (a flag: --compile, --cudagraphs), its learning_starts cut to
+    a quarter of the steps: its rate while learning (sps_while_learning) and its summary's figures."""
+    threads, (where, _, mode) = int(o.threads[0]), device.partition(":")
+    run_dir = scratch / f"{spec.replace(':', '_').replace('/', '-')}_{device}"
+    flags = dict(cell.settings, env=cell.env, seed=1, total_timesteps=o.total_timesteps, device=where,
+                 torch_threads=threads, eval_episodes=1, eval_every=0, progress=False, run_dir=run_dir)
+    flags.update({mode: True} if mode else {})
     defaults = {f.name: f.default for f in dataclasses.fields(importlib.import_module(cell.algo).Args)}
     after = 0
     if "learning_starts" in defaults:
-        settings["learning_starts"] = after = min(int(settings.get("learning_starts", defaults["learning_starts"])), o.total_timesteps // 4)
-    run_dir = scratch / f"{spec.replace(':', '_').replace('/', '-')}_{device}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = [sys.executable, str(ROOT / "algos" / f"{cell.algo}.py"), "--env", cell.env, "--seed", "1", "--total-timesteps", str(o.total_timesteps),
-           "--device", device.partition(":")[0], *(["--" + device.partition(":")[2]] if ":" in device else []), "--torch-threads", str(threads), "--eval-episodes", "1", "--eval-every", "0", "--no-progress",
-           "--run-dir", str(run_dir), *cli_flags(settings)]
-    done, _, wall = run_timed(cmd, str(ROOT), {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
+        flags["learning_starts"] = after = min(int(flags.get("learning_starts", defaults["learning_starts"])), o.total_timesteps // 4)
+    done, _, wall = run_timed([sys.executable, str(script_path(cell.algo)), *cli_flags(flags)], str(ROOT),
+                              {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
     if done.returncode != 0:
         return {"cell": spec, "device": device, "error": done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
     rate, rows = sps_while_learning(run_dir, after)
@@ -554,17 +515,13 @@ def compare_devices(o) -> int:
     cells = {spec: find_cell(spec) for spec in o.cells}  # a wrong name fails before any run
     cpu_runs = [(c, d) for c in o.cells for d in o.devices if d.startswith("cpu")]  # device[:compile|cudagraphs]
     parallel = (os.cpu_count() or 1) > len(cpu_runs) + 1  # a core for each CPU run and one for the GPU runs
-    scratch, results = Path(tempfile.mkdtemp(prefix="speed_devices_")), {}
-    try:
-        if parallel:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=len(cpu_runs) + 1) as pool:
-                cpu_jobs = {pool.submit(device_run, c, cells[c], d, o, scratch): (c, d) for c, d in cpu_runs}
-                chain = pool.submit(lambda: {(c, d): device_run(c, cells[c], d, o, scratch)
-                                             for c in o.cells for d in o.devices if not d.startswith("cpu")})
-                results.update({key: job.result() for job, key in cpu_jobs.items()})
-                results.update(chain.result())
-        else:
-            results = {(c, d): device_run(c, cells[c], d, o, scratch) for c in o.cells for d in o.devices}
+    scratch = Path(tempfile.mkdtemp(prefix="speed_devices_"))
+    try:  # the CPU runs, then the others one after another: all in one chain where the machine lacks the cores
+        with concurrent.futures.ThreadPoolExecutor(len(cpu_runs) + 1 if parallel else 1) as pool:
+            cpu_jobs = {(c, d): pool.submit(device_run, c, cells[c], d, o, scratch) for c, d in cpu_runs}
+            chain = pool.submit(lambda: {(c, d): device_run(c, cells[c], d, o, scratch)
+                                         for c in o.cells for d in o.devices if not d.startswith("cpu")})
+            results = {**{key: job.result() for key, job in cpu_jobs.items()}, **chain.result()}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     m = machine(gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, cpu_runs_in_parallel=parallel)
@@ -674,8 +631,7 @@ def main(argv: list[str] | None = None) -> int:
         o.learning_starts = 0 if o.learning_starts is None else o.learning_starts
         o.cleanrl_python = o.cleanrl_python or "python3"
         if o.side:
-            with tempfile.TemporaryDirectory() as tmp:
-                print(json.dumps(SIDES[o.comparison](o.side, o, o.side_threads, tmp)))
+            print(json.dumps(side_run(o, o.side, o.side_threads)))
             return 0
         try:
             return compare_devices(o) if o.comparison == "devices" else compare(o)
