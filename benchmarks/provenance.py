@@ -11,6 +11,8 @@ never from the working tree, so a report depends only on the commits.
 from __future__ import annotations
 
 import ast
+import functools
+import itertools
 import json
 import subprocess
 from dataclasses import dataclass
@@ -77,11 +79,8 @@ def imported_modules(source: str, package: str | None) -> list[str]:
             base = ".".join(parts + ([node.module] if node.module else []))
             names.append(base)
             names += [f"{base}.{alias.name}" for alias in node.names if alias.name != "*"]
-    out = []
-    for name in names:
-        parts = name.split(".")
-        out += [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
-    return list(dict.fromkeys(n for n in out if n))
+    prefixes = (p for name in names for p in itertools.accumulate(name.split("."), lambda a, b: f"{a}.{b}"))
+    return list(dict.fromkeys(p for p in prefixes if p))
 
 
 def deciding_paths(script: str, files: dict[str, str], read) -> list[str]:
@@ -117,10 +116,8 @@ class Checker:
 
     def __init__(self, root: Path = ROOT, equivalence_file: Path | None = EQUIVALENCE_FILE, head: str = "HEAD"):
         self.root = Path(root)
-        self._trees: dict[str, dict[str, str] | None] = {}
-        self._blobs: dict[str, str] = {}
-        self._resolved: dict[str, str | None] = {}
-        self._deciding: dict[tuple[str, str], dict[str, str]] = {}
+        for name in ("resolve", "tree", "read", "deciding"):  # each git lookup once per checker
+            setattr(self, name, functools.cache(getattr(self, name)))
         self.error = None
         try:
             self.head = git(["rev-parse", "--verify", f"{head}^{{commit}}"], self.root).stdout.strip()
@@ -131,28 +128,20 @@ class Checker:
         self.records = load_records(equivalence_file) if equivalence_file else []
 
     def resolve(self, commit: str) -> str | None:
-        if commit not in self._resolved:
-            r = git(["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], self.root, check=False)
-            self._resolved[commit] = r.stdout.strip() if r.returncode == 0 else None
-        return self._resolved[commit]
+        r = git(["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], self.root, check=False)
+        return r.stdout.strip() if r.returncode == 0 else None
 
     def tree(self, commit: str) -> dict[str, str]:
-        if commit not in self._trees:
-            entries = [e.split("\t", 1) for e in git(["ls-tree", "-r", "-z", commit], self.root).stdout.split("\0") if e]
-            self._trees[commit] = {path: meta.split()[2] for meta, path in entries if meta.split()[1] == "blob"}
-        return self._trees[commit]
+        entries = [e.split("\t", 1) for e in git(["ls-tree", "-r", "-z", commit], self.root).stdout.split("\0") if e]
+        return {path: meta.split()[2] for meta, path in entries if meta.split()[1] == "blob"}
 
     def read(self, blob: str) -> str:
-        if blob not in self._blobs:
-            self._blobs[blob] = git(["cat-file", "blob", blob], self.root).stdout
-        return self._blobs[blob]
+        return git(["cat-file", "blob", blob], self.root).stdout
 
     def deciding(self, commit: str, algo: str) -> dict[str, str]:
         """path -> blob of the files that decide a run of `algo` at `commit`."""
-        if (commit, algo) not in self._deciding:
-            files = self.tree(commit)
-            self._deciding[commit, algo] = {p: files[p] for p in deciding_paths(f"algos/{algo}.py", files, self.read)}
-        return self._deciding[commit, algo]
+        files = self.tree(commit)
+        return {p: files[p] for p in deciding_paths(f"algos/{algo}.py", files, self.read)}
 
     def today(self, algo: str) -> dict[str, str]:
         return self.deciding(self.head, algo) if self.head else {}

@@ -34,11 +34,12 @@ def fmt_eval(xs: list[float]) -> str:
     return text
 
 
-def fmt_ms(xs: list[float], digits: int = 1) -> str:
+def fmt_ms(xs: list[float], fmt=lambda x: f"{x:.1f}") -> str:
+    """mean ± std of `xs` (one value: itself; none: -), each number written by `fmt`."""
     if not xs:
         return "-"
     m, s = mean_std(xs)
-    return f"{m:.{digits}f} ± {s:.{digits}f}" if len(xs) > 1 else f"{m:.{digits}f}"
+    return f"{fmt(m)} ± {fmt(s)}" if len(xs) > 1 else fmt(m)
 
 
 def train_last(run_dir: Path, n: int) -> float | None:
@@ -177,9 +178,10 @@ def machine_section(all_runs: list[dict]) -> list[str]:
     return lines + [""]
 
 
-def ref_label(r: dict) -> str:
+def ref_label(r: dict, detail: str = "") -> str:
+    """A reference's result: mean ± std (convention, `detail`, by default its steps)."""
     std = f" ± {r['std']:g}" if "std" in r else ""
-    return f"{r['mean']:g}{std} ({r['convention']}, {fmt_steps(r['steps'])})"
+    return f"{r['mean']:g}{std} ({r['convention']}, {detail or fmt_steps(r['steps'])})"
 
 
 def short_commit(state: dict | None) -> str:
@@ -224,14 +226,13 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
                      "threshold", "references", "verdict"]), "|---" * 11 + "|"]
     ref_ids: list[str] = []
     details, failures, all_runs, drawn = [], [], [], []
-    counts = {"PASS": 0, "FAIL": 0, "partial": 0, "stale": 0, "n/a": 0}
+    counts = {k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")}
     measured_seconds, measured_by_cell = 0.0, {}
     est_missing: list[tuple[Cell, int]] = []
     for j in judged:
         cell, runs = j.cell, j.runs
         all_runs += list(runs.values())
         summaries = [r["summary"] for r in j.shown.values()]
-        counts[j.verdict] += 1
         ref_ids += [rid for rid in cell.references if rid in refs and rid not in ref_ids]
         cell_refs = [f"{ref_label(refs[rid])} [{ref_ids.index(rid) + 1}]" if rid in refs else f"unknown reference {rid}"
                      for rid in cell.references]
@@ -259,7 +260,7 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
         stale_ok = len([r for r in runs.values() if r["status"] == "ok" and r.get("stale")])
         table.append(md_row([
             cell.algo, cell.env, fmt_steps(cell.steps), f"{len(j.current_ok)}/{len(cell.seeds)}" + (f" (+{stale_ok} stale)" if stale_ok else ""),
-            eval_txt, train_txt, fmt_ms([s["sps"] for s in summaries], 0).split(" ±")[0],
+            eval_txt, train_txt, fmt_ms([s["sps"] for s in summaries], lambda x: f"{x:.0f}").split(" ±")[0],
             fmt_seconds(statistics.fmean(s["wall_seconds"] for s in summaries)) if summaries else "-",
             "-" if cell.threshold is None else f"{cell.threshold:g} ({cell.pass_rule})", "<br>".join(cell_refs) or "-", verdict_txt]))
         for seed, r in sorted(runs.items()):
@@ -290,12 +291,8 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
     lines += [*table, ""]
 
     # time: measured, and an estimate for what is left from the same algorithm's measured speed
-    left, unknown = 0.0, []
-    for cell, n in est_missing:
-        if id(cell) in measured_by_cell:
-            left += n * measured_by_cell[id(cell)]
-        else:
-            unknown.append(f"{cell.algo} {cell.env}")
+    left = sum(n * measured_by_cell[id(cell)] for cell, n in est_missing if id(cell) in measured_by_cell)
+    unknown = [f"{cell.algo} {cell.env}" for cell, _ in est_missing if id(cell) not in measured_by_cell]
     lines += ["## Time", "",
               f"- Measured: {fmt_seconds(measured_seconds)} of run time over the finished runs (sum of wall times, "
               "one run at a time per worker)."]
@@ -309,31 +306,25 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
     lines += ["## References", ""]
     for i, rid in enumerate(ref_ids, 1):
         r = refs[rid]
-        std = f" ± {r['std']:g}" if "std" in r else ""
-        lines.append(f"{i}. `{rid}`: {r['algo']} {r['env']}, {r['steps']:,} steps: {r['mean']:g}{std} "
-                     f"({r['convention']}, {r['seeds']} seed{'s' if r['seeds'] > 1 else ''}, {'tuned' if r['tuned'] else 'untuned'}). "
+        detail = f"{r['seeds']} seed{'s' if r['seeds'] > 1 else ''}, {'tuned' if r['tuned'] else 'untuned'}"
+        lines.append(f"{i}. `{rid}`: {r['algo']} {r['env']}, {r['steps']:,} steps: {ref_label(r, detail)}. "
                      f"{r['source']}, <{r['url']}>. Env: {r['env_note']}.")
     lines += ["", "All references with their conventions: `benchmarks/references.toml`.", ""]
 
     if drawn:
         lines += ["## Learning curves", "",
                   "Mean over seeds with a ±1 std band, of the runs the table's figures come from; training returns are "
-                  "averaged per 1% of the run; greedy evaluations every 5% of the run; the threshold is dashed, references dotted.", ""]
-        for cell, png in drawn:
-            lines.append(f"![{cell.algo} {cell.env}]({png.relative_to(out_dir).as_posix()})")
-        lines.append("")
+                  "averaged per 1% of the run; greedy evaluations every 5% of the run; the threshold is dashed, references dotted.", "",
+                  *(f"![{cell.algo} {cell.env}]({png.relative_to(out_dir).as_posix()})" for cell, png in drawn), ""]
 
-    lines += ["## Failures", ""]
-    if failures:
-        for cell, seed, r in failures:
-            rel = r["dir"].relative_to(out_dir).as_posix()
-            lines.append(f"- `{cell.algo}` `{cell.env}` seed {seed}: **{r['status']}**"
-                         + (" (stale)" if r.get("stale") else "") + f": {r.get('error')} (log: [{rel}/log.txt]({rel}/log.txt))")
-            tb = r.get("traceback") or "\n".join(r.get("log_tail") or [])
-            if tb:
-                lines += ["", "  ```", *("  " + x for x in tb.strip().splitlines()[-8:]), "  ```"]
-    else:
-        lines.append("No run crashed.")
+    lines += ["## Failures", "", *([] if failures else ["No run crashed."])]
+    for cell, seed, r in failures:
+        rel = r["dir"].relative_to(out_dir).as_posix()
+        lines.append(f"- `{cell.algo}` `{cell.env}` seed {seed}: **{r['status']}**"
+                     + (" (stale)" if r.get("stale") else "") + f": {r.get('error')} (log: [{rel}/log.txt]({rel}/log.txt))")
+        tb = r.get("traceback") or "\n".join(r.get("log_tail") or [])
+        if tb:
+            lines += ["", "  ```", *("  " + x for x in tb.strip().splitlines()[-8:]), "  ```"]
     lines.append("")
 
     lines += ["## Runs", "", "| algo | env | seed | status | eval | train (last 10) | steps/s | wall s | code | error | folder |",
@@ -403,16 +394,12 @@ def readme_table(suite_name: str, results_dir: Path = RESULTS_DIR, suites_file: 
         summaries = [] if j.shown_stale else [j.shown[s]["summary"] for s in sorted(j.shown)]
         evals = [s["eval_return_mean"] for s in summaries]
         trains = [s["train_return_last10"] for s in summaries if s.get("train_return_last10") is not None]
-        if evals:
-            m, sd = mean_std(evals)
-            ev = (f"{fmt_num(m)} ± {fmt_num(sd)} ({', '.join(fmt_num(x) for x in evals)})" if len(evals) > 1 else fmt_num(m))
-            if cell.threshold is not None:
-                ev += f"; {sum(x >= cell.threshold for x in evals)}/{len(evals)} ≥ {cell.threshold:g}"
-            if not j.shown_stale and len(j.current_ok) < len([r for r in j.runs.values() if r["status"] == "ok"]):
-                ev += "; current seeds only"
-        else:
-            ev = "-"
-        tr = f"{fmt_num(mean_std(trains)[0])} ± {fmt_num(mean_std(trains)[1])}" if len(trains) > 1 else fmt_num(trains[0]) if trains else "-"
+        ev = fmt_ms(evals, fmt_num) + (f" ({', '.join(fmt_num(x) for x in evals)})" if len(evals) > 1 else "")
+        if evals and cell.threshold is not None:
+            ev += f"; {sum(x >= cell.threshold for x in evals)}/{len(evals)} ≥ {cell.threshold:g}"
+        if evals and not j.shown_stale and len(j.current_ok) < len([r for r in j.runs.values() if r["status"] == "ok"]):
+            ev += "; current seeds only"
+        tr = fmt_ms(trains, fmt_num)
         r = refs.get(cell.references[0]) if cell.references else None
         ref = f"{r['source'].split(' (')[0].split(',')[0]} {ref_label(r)}" if r else "-"
         minutes = [s["wall_seconds"] / 60 for s in summaries]

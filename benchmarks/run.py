@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli import OneLineParser, add_slurm_flags, flags_error  # noqa: E402
-from job import Job, fmt_time, print_end, stop_on_signals  # noqa: E402
+from job import Job, end_processes, fmt_time, print_end, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
 from suite import RESULTS_DIR, ROOT, SUITES_FILE, load_suite, read_result, script_path  # noqa: E402
 
@@ -168,12 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                 for job in list(running):
                     timed_out = a.timeout and job.proc.poll() is None and time.time() - job.started > a.timeout
                     if timed_out:
-                        job.proc.send_signal(signal.SIGTERM)
-                        try:
-                            job.proc.wait(30)
-                        except subprocess.TimeoutExpired:
-                            job.proc.kill()
-                            job.proc.wait()
+                        end_processes([job.proc], signal.SIGTERM, 30)
                     if job.proc.poll() is None:
                         continue
                     running.remove(job)
@@ -190,15 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             print("\ninterrupted: stopping the running runs (next time they resume from a checkpoint where they wrote one, "
                   "else start over)", flush=True)
             started = [job for job in running if job.proc is not None]
+            end_processes([job.proc for job in started], signal.SIGTERM, 30)
             for job in started:
-                job.proc.send_signal(signal.SIGTERM)
-            deadline = time.time() + 30
-            for job in started:
-                try:
-                    job.proc.wait(max(0.0, deadline - time.time()))
-                except subprocess.TimeoutExpired:
-                    job.proc.kill()
-                    job.proc.wait()
                 job.log.close()
             return 130
 

@@ -94,17 +94,13 @@ def cell_runs(cell: Cell, runs_dir: Path) -> dict[int, dict]:
 
 def other_runs(cell: Cell, runs_dir: Path) -> tuple[int, int]:
     """(runs with other settings, smoke tries) in the cell's folders: never counted."""
-    older = smoke = 0
+    smoke = []  # for each run folder of other settings: whether it is a smoke try
     for d in runs_dir.glob(f"{cell.slug}__s*__*"):
-        if d.name.endswith(cell.digest):
-            continue
-        spec = read_result(d) or {}
-        spec = spec.get("spec") or (json.loads((d / "spec.json").read_text()) if (d / "spec.json").exists() else {})
-        if spec.get("comparable", True) is False:
-            smoke += 1
-        else:
-            older += 1
-    return older, smoke
+        if not d.name.endswith(cell.digest):
+            spec = (read_result(d) or {}).get("spec")
+            spec = spec or (json.loads((d / "spec.json").read_text()) if (d / "spec.json").exists() else {})
+            smoke.append(spec.get("comparable", True) is False)
+    return len(smoke) - sum(smoke), sum(smoke)
 
 
 def mark_stale(cell: Cell, runs: dict[int, dict], checker: Checker) -> None:

@@ -125,12 +125,9 @@ def script_path(algo: str) -> Path:
 
 
 def read_result(run_dir: Path) -> dict | None:
-    path = run_dir / "result.json"
-    if not path.exists():
-        return None
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
+        return json.loads((run_dir / "result.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
