@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import importlib.metadata
 import json
 import os
@@ -82,8 +81,7 @@ def child(spec_path: str) -> int:
     try:
         sys.path[:0] = [str(ROOT), str(ROOT / "algos")]
         module = importlib.import_module(spec["algo"])  # algos/<algo>.py
-        summary = module.train(build_args(module, spec))
-        result["summary"] = summary
+        summary = result["summary"] = module.train(build_args(module, spec))
         if summary.get("completed") and summary.get("eval_return_mean") is None:  # the verdict rests on this number
             result["error"] = "its final evaluation failed: summary.json has no eval_return_mean"
         elif summary.get("completed"):
@@ -100,8 +98,7 @@ def child(spec_path: str) -> int:
         traceback.print_exc()
     for sig in (signal.SIGTERM, signal.SIGUSR1):  # train() is over: the result is written whatever comes now
         signal.signal(sig, signal.SIG_IGN)
-    result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    result["process_seconds"] = round(time.perf_counter() - start, 2)
+    result.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S"), process_seconds=round(time.perf_counter() - start, 2))
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
     print(f"[run] {spec['algo']} {spec['env']} seed {spec['seed']}: {result['status']}"

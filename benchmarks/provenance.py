@@ -77,8 +77,7 @@ def imported_modules(source: str, package: str | None) -> list[str]:
                 continue
             parts = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
             base = ".".join(parts + ([node.module] if node.module else []))
-            names.append(base)
-            names += [f"{base}.{alias.name}" for alias in node.names if alias.name != "*"]
+            names += [base, *(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")]
     prefixes = (p for name in names for p in itertools.accumulate(name.split("."), lambda a, b: f"{a}.{b}"))
     return list(dict.fromkeys(p for p in prefixes if p))
 
@@ -108,7 +107,6 @@ def deciding_paths(script: str, files: dict[str, str], read) -> list[str]:
 class Freshness:
     current: bool
     why: str  # for a stale run: its commit and what changed since (or "dirty tree"); for a current one, "" or the equivalence check
-    commit: str | None = None
 
 
 class Checker:
@@ -118,7 +116,6 @@ class Checker:
         self.root = Path(root)
         for name in ("resolve", "tree", "read", "deciding"):  # each git lookup once per checker
             setattr(self, name, functools.cache(getattr(self, name)))
-        self.error = None
         try:
             self.head = git(["rev-parse", "--verify", f"{head}^{{commit}}"], self.root).stdout.strip()
             shallow = git(["rev-parse", "--is-shallow-repository"], self.root).stdout.strip() == "true"
@@ -150,28 +147,28 @@ class Checker:
         """Whether a run with recorded code `state` (recorded_state) of cell `cell_key` = (algo, env, hash) counts today."""
         commit = state.get("commit")
         if self.head is None:
-            return Freshness(False, f"cannot check its code: {self.error}", commit)
+            return Freshness(False, f"cannot check its code: {self.error}")
         if not commit:
             return Freshness(False, "its commit was not recorded")
         full = self.resolve(commit)
         short = commit[:7]
         if full is None:
-            return Freshness(False, f"commit {short} is not in this repository" + (f" ({self.error})" if self.error else ""), commit)
+            return Freshness(False, f"commit {short} is not in this repository" + (f" ({self.error})" if self.error else ""))
         old, new = self.deciding(full, algo), self.today(algo)
         if state.get("dirty"):
             dirty = state.get("dirty_files")
             touched = None if dirty is None else sorted(set(dirty) & (set(old) | set(new)))
             if touched is None or touched:
                 what = "uncommitted changes" if touched is None else f"uncommitted changes to {', '.join(touched)}"
-                return Freshness(False, f"commit {short} with a dirty tree ({what})", commit)
+                return Freshness(False, f"commit {short} with a dirty tree ({what})")
         if old == new:
-            return Freshness(True, "", commit)
+            return Freshness(True, "")
         via = self.equivalent(old, new, cell_key)
         if via:
             return Freshness(True, "current by equivalence check " + "; then ".join(
-                f"of {r['old']['commit'][:7]} with {r['new']['commit'][:7]}, {r['steps']:,} steps" for r in via), commit)
+                f"of {r['old']['commit'][:7]} with {r['new']['commit'][:7]}, {r['steps']:,} steps" for r in via))
         changed = sorted(p for p in set(old) | set(new) if old.get(p) != new.get(p))
-        return Freshness(False, f"commit {short}: {', '.join(changed)} changed since", commit)
+        return Freshness(False, f"commit {short}: {', '.join(changed)} changed since")
 
     def equivalent(self, old: dict[str, str], new: dict[str, str], cell_key: tuple[str, str, str]) -> list[dict] | None:
         """The chain of this cell's equivalence records (old files -> new files, same metrics) from `old` to `new`; None if none."""

@@ -105,10 +105,8 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
             idx = np.clip(np.searchsorted(grid, steps, side="left"), 0, len(grid) - 1)
             sums, counts = np.bincount(idx, rets, len(grid)), np.bincount(idx, minlength=len(grid))
             y = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-            last = np.nan
-            for i in range(idx.max() + 1):  # not past the last episode: a stopped run ends there
-                last = y[i] if not np.isnan(y[i]) else last
-                y[i] = last
+            n = idx.max() + 1  # not past the last episode: a stopped run ends there
+            y[:n] = y[np.maximum.accumulate(np.where(np.isnan(y[:n]), 0, np.arange(n)))]
             train_series.append(y)
         if evals:
             es, ev = np.array(evals).T
@@ -227,8 +225,7 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
     ref_ids: list[str] = []
     details, failures, all_runs, drawn = [], [], [], []
     counts = {k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")}
-    measured_seconds, measured_by_cell = 0.0, {}
-    est_missing: list[tuple[Cell, int]] = []
+    measured_seconds, est_missing = 0.0, []  # est_missing: (cell, seeds without a current run, mean wall of its runs or None)
     for j in judged:
         cell, runs = j.cell, j.runs
         all_runs += list(runs.values())
@@ -238,11 +235,9 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
                      for rid in cell.references]
         walls = [r["summary"]["wall_seconds"] for r in runs.values() if r["status"] == "ok"]
         measured_seconds += sum(walls)
-        if walls:
-            measured_by_cell[id(cell)] = statistics.fmean(walls)
         missing_seeds = len([s for s in cell.seeds if s not in j.current_ok])
         if missing_seeds:
-            est_missing.append((cell, missing_seeds))
+            est_missing.append((cell, missing_seeds, statistics.fmean(walls) if walls else None))
         v, reason = j.verdict, j.reason
         verdict_txt = f"**{v}**" + (f": {reason.removeprefix('partial: ')}" if v == "partial" else f": {reason}" if reason else "")
         if cell.note and v == "FAIL":
@@ -291,13 +286,13 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
     lines += [*table, ""]
 
     # time: measured, and an estimate for what is left from the same algorithm's measured speed
-    left = sum(n * measured_by_cell[id(cell)] for cell, n in est_missing if id(cell) in measured_by_cell)
-    unknown = [f"{cell.algo} {cell.env}" for cell, _ in est_missing if id(cell) not in measured_by_cell]
+    left = sum(n * wall for _, n, wall in est_missing if wall is not None)
+    unknown = [f"{cell.algo} {cell.env}" for cell, _, wall in est_missing if wall is None]
     lines += ["## Time", "",
               f"- Measured: {fmt_seconds(measured_seconds)} of run time over the finished runs (sum of wall times, "
               "one run at a time per worker)."]
     if est_missing:
-        lines.append(f"- Without a current finished run: {sum(n for _, n in est_missing)} seed(s) of the listed cells"
+        lines.append(f"- Without a current finished run: {sum(n for _, n, _ in est_missing)} seed(s) of the listed cells"
                      + (f"; from the wall time of the cell's finished runs, about {fmt_seconds(left)} to run them"
                         if left else "")
                      + (f"; no seed of the cell finished yet for: {', '.join(unknown)}" if unknown else "") + ".")

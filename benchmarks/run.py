@@ -79,7 +79,6 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # an unknown suite or a malformed cell: suite.py's message
         print(f"run: error: {e}", file=sys.stderr)
         return 2
-    results = Path(a.results_dir)
     if not suite.runnable:
         print(f"suite {suite.name} is declared but not runnable here: {suite.not_runnable_reason}")
         return 1
@@ -99,13 +98,12 @@ def main(argv: list[str] | None = None) -> int:
 
     todo, done_ok, known_failed, missing = [], [], [], []
     for cell, seed in selected:
-        job = Job(suite.name, cell, seed, results)
-        if not script_path(cell.algo).exists():
-            missing.append(job)
-            continue
+        job = Job(suite.name, cell, seed, Path(a.results_dir))
         prev = read_result(job.dir)
         status = prev["status"] if prev else None
-        if status == "ok" and not a.force:
+        if not script_path(cell.algo).exists():
+            missing.append(job)
+        elif status == "ok" and not a.force:
             done_ok.append(job)
         elif status == "failed" and not (a.retry_failed or a.force):
             known_failed.append((job, prev))
@@ -141,17 +139,15 @@ def main(argv: list[str] | None = None) -> int:
 
     pending, running, finished = list(todo), [], []
     start, last_status = time.time(), 0.0
-    total = len(todo)
 
     def status_line() -> str:
         parts = []
         for job in running:
             frac = job.progress()
             left = job.eta(frac)
-            eta = f" ETA {fmt_time(left)}" if left is not None else ""
-            parts.append(f"{job.label} {100 * frac:.0f}%{eta}")
+            parts.append(f"{job.label} {100 * frac:.0f}%" + (f" ETA {fmt_time(left)}" if left is not None else ""))
         ok = sum(r["status"] == "ok" for _, r in finished)
-        return (f"[{time.strftime('%H:%M:%S')} +{fmt_time(time.time() - start)}] {len(finished)}/{total} finished "
+        return (f"[{time.strftime('%H:%M:%S')} +{fmt_time(time.time() - start)}] {len(finished)}/{len(todo)} finished "
                 f"({ok} ok, {len(finished) - ok} not ok), {len(pending)} waiting; running: {'; '.join(parts) or '-'}")
 
     with stop_on_signals():  # SIGTERM too: the runs are stopped (with a checkpoint), not left going

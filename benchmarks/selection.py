@@ -149,15 +149,12 @@ def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
             if m < t and not missing and enough:
                 failures.append(f"below threshold: mean {m:.1f} < {t:g}" + ci_caution(list(evals.values()), t))
             so_far = f"; mean so far {m:.1f} ({'≥' if m >= t else '<'} {t:g})"
-    stale_note = ""
-    if stale:
-        by_why: dict[str, list[int]] = {}
-        for s, r in sorted(stale.items()):
-            by_why.setdefault(r["stale"], []).append(s)
-        stale_note = f"{len(stale)} run{'s' if len(stale) > 1 else ''} on other code: " + "; ".join(
-            f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {why}" for why, seeds in by_why.items())
-    done = len([s for s in cell.seeds if s in ok])
-    partial = f"partial: {done} of {len(cell.seeds)} seeds"
+    by_why: dict[str, list[int]] = {}  # the stale runs' seeds by why they are stale
+    for s, r in sorted(stale.items()):
+        by_why.setdefault(r["stale"], []).append(s)
+    stale_note = f"{len(stale)} run{'s' if len(stale) > 1 else ''} on other code: " + "; ".join(
+        f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {why}" for why, seeds in by_why.items())
+    partial = f"partial: {len([s for s in cell.seeds if s in ok])} of {len(cell.seeds)} seeds"
     not_run = [str(s) for s in missing if s not in runs and s not in stale]
     unfinished = [f"seed {s} {runs[s]['status']}" for s in missing if s in runs]  # running, interrupted or killed
     if not_run:

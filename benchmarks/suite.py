@@ -53,15 +53,11 @@ class Cell:
 
     @property
     def slug(self) -> str:
-        """`name` as one file name: ALE/Breakout-v5 -> ALE-Breakout-v5 (a '/' would make a subfolder)."""
+        """`algo__env` as one file name: ALE/Breakout-v5 -> ALE-Breakout-v5 (a '/' would make a subfolder)."""
         return f"{self.algo}__{self.env.replace('/', '-')}"
 
     def run_name(self, seed: int) -> str:
         return f"{self.slug}__s{seed}__{self.digest}"
-
-    @property
-    def name(self) -> str:
-        return f"{self.algo}__{self.env}"
 
 
 @dataclass
