@@ -98,7 +98,8 @@ def child(spec_path: str) -> int:
         traceback.print_exc()
     for sig in (signal.SIGTERM, signal.SIGUSR1):  # train() is over: the result is written whatever comes now
         signal.signal(sig, signal.SIG_IGN)
-    result.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S"), process_seconds=round(time.perf_counter() - start, 2))
+    result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    result["process_seconds"] = round(time.perf_counter() - start, 2)
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
     print(f"[run] {spec['algo']} {spec['env']} seed {spec['seed']}: {result['status']}"
@@ -230,8 +231,8 @@ def stop_on_signals():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
-def end_processes(procs: list[subprocess.Popen], sig: int, grace: float, kill_wait: float | None = None) -> None:
-    """Send `sig` to each process still going, then kill each one not ended `grace` s later."""
+def end_processes(procs: list, sig: int, grace: float, kill_wait: float | None = None) -> None:
+    """Send `sig` to each process (Popen) still going, then kill each one not ended `grace` s later."""
     procs = [p for p in procs if p.poll() is None]
     for p in procs:
         p.send_signal(sig)

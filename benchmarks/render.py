@@ -57,12 +57,6 @@ def fmt_seconds(s: float) -> str:
     return "-" if s != s else f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min" if s >= 120 else f"{s:.0f} s"
 
 
-def script_command(cell: Cell, seed: int) -> str:
-    """The same run as the runner's, as one command line of the script (tyro flags)."""
-    return " ".join([f"python algos/{cell.algo}.py --env {cell.env} --seed {seed} --total-timesteps {cell.steps}",
-                     *([f"--eval-every {cell.eval_every}"] if cell.eval_every else []), *cli_flags(cell.settings)])
-
-
 def read_curves(path: Path) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
     """(eval points, training episode returns) from a metrics.csv, as (global_step, value) lists."""
     with open(path, newline="") as f:
@@ -88,15 +82,6 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
     grid = np.linspace(0, cell.steps, 101)
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
 
-    def band(series: list[np.ndarray], color: str, label: str) -> None:
-        arr = np.array(series)  # [seeds, grid]
-        with warnings.catch_warnings():  # grid points before a seed's first episode are all-NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean, std = np.nanmean(arr, 0), np.nanstd(arr, 0)
-        ax.plot(grid, mean, color=color, label=f"{label} (mean of {len(series)} seed{'s' if len(series) > 1 else ''})")
-        if len(series) > 1:
-            ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
-
     train_series, eval_series = [], []
     for evals, train in curves:
         if len(train) >= 2:
@@ -113,10 +98,17 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
             y = np.interp(grid, es, ev, left=np.nan)
             y[grid < es[0]] = np.nan
             eval_series.append(y)
-    if train_series:
-        band(train_series, "tab:blue", "training episodes")
-    if eval_series:
-        band(eval_series, "tab:orange", "greedy eval")
+    for series, color, label in ((train_series, "tab:blue", "training episodes"),
+                                 (eval_series, "tab:orange", "greedy eval")):
+        if not series:
+            continue
+        arr = np.array(series)  # [seeds, grid]: mean and a ±1 std band
+        with warnings.catch_warnings():  # grid points before a seed's first episode are all-NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean, std = np.nanmean(arr, 0), np.nanstd(arr, 0)
+        ax.plot(grid, mean, color=color, label=f"{label} (mean of {len(series)} seed{'s' if len(series) > 1 else ''})")
+        if len(series) > 1:
+            ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
     if cell.threshold is not None:
         ax.axhline(cell.threshold, color="black", linestyle="--", linewidth=1, label=f"threshold {cell.threshold:g}")
     for ref, color in zip(refs, ["tab:green", "tab:red", "tab:purple", "tab:brown"]):
@@ -337,10 +329,13 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
 
 
 def settings_line(cell: Cell) -> str:
+    """The cell's settings, their sources and its first seed's run as one command line of the script."""
+    command = " ".join([f"python algos/{cell.algo}.py --env {cell.env} --seed {cell.seeds[0]} --total-timesteps {cell.steps}",
+                        *([f"--eval-every {cell.eval_every}"] if cell.eval_every else []), *cli_flags(cell.settings)])
     return (f"- `{cell.algo}` `{cell.env}` (hash `{cell.digest}`), settings from {cell.settings_source or '-'}; "
             f"threshold from {cell.threshold_source or '-'}"
             + (f"; every seed must reach it, as in {cell.pass_rule_source}" if cell.pass_rule == "all" else "")
-            + f". One seed by hand:\n  `{script_command(cell, cell.seeds[0])}`")
+            + f". One seed by hand:\n  `{command}`")
 
 
 # ---- the README's result tables -------------------------------------------------------------------

@@ -130,62 +130,62 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as e:
             print(f"run: error: --backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt", file=sys.stderr)
             return 2
-        start = time.time()
-        with stop_on_signals():
-            finished = cluster.run_jobs(suite.name, todo, a)
-        if finished is None:
-            return 130
-        return closing(suite.name, a, finished, done_ok, known_failed, missing, start)
+    start = time.time()
+    with stop_on_signals():  # SIGTERM too: the runs are stopped (with a checkpoint), not left going
+        ran = cluster.run_jobs(suite.name, todo, a) if a.backend == "slurm" else run_local(todo, a, start)
+    return 130 if ran is None else closing(suite.name, a, ran, done_ok, known_failed, missing, start)
 
+
+def run_local(todo: list[Job], a: argparse.Namespace, start: float) -> list[tuple[Job, dict]] | None:
+    """Run the runs as processes here, `--workers` at a time; (job, result) per run, None if interrupted."""
     pending, running, finished = list(todo), [], []
-    start, last_status = time.time(), 0.0
+    last_status = 0.0
 
     def status_line() -> str:
         parts = []
         for job in running:
             frac = job.progress()
             left = job.eta(frac)
-            parts.append(f"{job.label} {100 * frac:.0f}%" + (f" ETA {fmt_time(left)}" if left is not None else ""))
+            eta = f" ETA {fmt_time(left)}" if left is not None else ""
+            parts.append(f"{job.label} {100 * frac:.0f}%{eta}")
         ok = sum(r["status"] == "ok" for _, r in finished)
         return (f"[{time.strftime('%H:%M:%S')} +{fmt_time(time.time() - start)}] {len(finished)}/{len(todo)} finished "
                 f"({ok} ok, {len(finished) - ok} not ok), {len(pending)} waiting; running: {'; '.join(parts) or '-'}")
 
-    with stop_on_signals():  # SIGTERM too: the runs are stopped (with a checkpoint), not left going
-        try:
-            while pending or running:
-                while pending and len(running) < a.workers:
-                    job = pending.pop(0)
-                    running.append(job)  # before its process exists: a stop that comes while it starts still stops it
-                    job.start(code_state(), a.checkpoint_every, job.fresh)  # per run: the code may change while a long sweep runs
-                    print(f"[{time.strftime('%H:%M:%S')}] {'resume' if job.resumed_from else 'start '} {job.label} "
-                          f"({job.cell.steps:,} steps) -> {job.dir}", flush=True)
-                time.sleep(0.2)
-                for job in list(running):
-                    timed_out = a.timeout and job.proc.poll() is None and time.time() - job.started > a.timeout
-                    if timed_out:
-                        end_processes([job.proc], signal.SIGTERM, 30)
-                    if job.proc.poll() is None:
-                        continue
-                    running.remove(job)
-                    result = job.finish()
-                    if timed_out:
-                        result.update(status="failed", error=f"timed out after {a.timeout:.0f} s (--timeout)")
-                        (job.dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
-                    finished.append((job, result))
-                    print_end(job, result)
-                if time.time() - last_status > a.status_every and running:
-                    print(status_line(), flush=True)
-                    last_status = time.time()
-        except KeyboardInterrupt:
-            print("\ninterrupted: stopping the running runs (next time they resume from a checkpoint where they wrote one, "
-                  "else start over)", flush=True)
-            started = [job for job in running if job.proc is not None]
-            end_processes([job.proc for job in started], signal.SIGTERM, 30)
-            for job in started:
-                job.log.close()
-            return 130
-
-    return closing(suite.name, a, finished, done_ok, known_failed, missing, start)
+    try:
+        while pending or running:
+            while pending and len(running) < a.workers:
+                job = pending.pop(0)
+                running.append(job)  # before its process exists: a stop that comes while it starts still stops it
+                job.start(code_state(), a.checkpoint_every, job.fresh)  # per run: the code may change while a long sweep runs
+                print(f"[{time.strftime('%H:%M:%S')}] {'resume' if job.resumed_from else 'start '} {job.label} "
+                      f"({job.cell.steps:,} steps) -> {job.dir}", flush=True)
+            time.sleep(0.2)
+            for job in list(running):
+                timed_out = a.timeout and job.proc.poll() is None and time.time() - job.started > a.timeout
+                if timed_out:
+                    end_processes([job.proc], signal.SIGTERM, 30)
+                if job.proc.poll() is None:
+                    continue
+                running.remove(job)
+                result = job.finish()
+                if timed_out:
+                    result.update(status="failed", error=f"timed out after {a.timeout:.0f} s (--timeout)")
+                    (job.dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
+                finished.append((job, result))
+                print_end(job, result)
+            if time.time() - last_status > a.status_every and running:
+                print(status_line(), flush=True)
+                last_status = time.time()
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopping the running runs (next time they resume from a checkpoint where they wrote one, "
+              "else start over)", flush=True)
+        started = [job for job in running if job.proc is not None]
+        end_processes([job.proc for job in started], signal.SIGTERM, 30)
+        for job in started:
+            job.log.close()
+        return None
+    return finished
 
 
 def closing(suite: str, a: argparse.Namespace, finished, done_ok, known_failed, missing, start: float) -> int:
