@@ -32,10 +32,8 @@ from suite import ROOT, Cell, metrics_file, read_result  # noqa: E402
 # --- the child: one run ---------------------------------------------------------------------------
 def machine_info() -> dict:
     cpu = platform.processor() or ""
-    try:
+    with contextlib.suppress(OSError):
         cpu = next((x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")), cpu)
-    except OSError:
-        pass
     versions = {"python": platform.python_version()}
     for pkg in ("torch", "gymnasium", "numpy", "mujoco", "Box2D"):
         try:

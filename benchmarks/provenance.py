@@ -95,10 +95,7 @@ def deciding_paths(script: str, files: dict[str, str], read) -> list[str]:
         package = path.rpartition("/")[0].replace("/", ".") or None  # what a relative import is relative to
         for module in imported_modules(read(files[path]), package):
             stem = module.replace(".", "/")
-            for root in roots:
-                for candidate in (f"{root}{stem}.py", f"{root}{stem}/__init__.py"):
-                    if candidate in files:
-                        todo.append(candidate)
+            todo += [c for r in roots for c in (f"{r}{stem}.py", f"{r}{stem}/__init__.py") if c in files]
     return sorted(found)
 
 
@@ -174,18 +171,15 @@ class Checker:
         """The chain of this cell's equivalence records (old files -> new files, same metrics) from `old` to `new`; None if none."""
         records = [r for r in self.records if (r["algo"], r["env"], r["hash"]) == cell_key]
         start, goal = frozenset(old.items()), frozenset(new.items())
-        paths = {start: []}
-        todo = [start]
-        while todo:
-            at = todo.pop(0)
+        paths, todo = {start: []}, [start]  # files reached -> the records from `old` to them
+        for at in todo:  # breadth first: todo grows while it is walked
             if at == goal:
                 return paths[at]
             for r in records:
-                if frozenset(r["old"]["files"].items()) == at:
-                    nxt = frozenset(r["new"]["files"].items())
-                    if nxt not in paths:
-                        paths[nxt] = paths[at] + [r]
-                        todo.append(nxt)
+                nxt = frozenset(r["new"]["files"].items())
+                if frozenset(r["old"]["files"].items()) == at and nxt not in paths:
+                    paths[nxt] = paths[at] + [r]
+                    todo.append(nxt)
         return None
 
 

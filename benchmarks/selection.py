@@ -77,30 +77,24 @@ def ci_caution(xs: list[float], threshold: float) -> str:
 VERDICT_SEEDS = 5  # a cell's verdict (PASS, or FAIL by its mean) needs this many finished current seeds
 
 
-def cell_runs(cell: Cell, runs_dir: Path) -> dict[int, dict]:
-    """seed -> result.json (with the run folder added) for the cell's current settings hash; a run
-    whose final evaluation failed (an older runner called it ok) is failed."""
-    out = {}
-    for d in sorted(runs_dir.glob(f"{cell.slug}__s*__{cell.digest}")):
+def cell_runs(cell: Cell, runs_dir: Path) -> tuple[dict[int, dict], int, int]:
+    """seed -> result.json (with the run folder added) for the cell's current settings hash, a run whose final
+    evaluation failed (an older runner called it ok) failed; and the folders of the cell's other runs, never
+    counted: (runs with other settings, smoke tries)."""
+    runs, smoke = {}, []  # smoke: for each run of other settings, whether it is a smoke try
+    for d in sorted(runs_dir.glob(f"{cell.slug}__s*__*")):
         r = read_result(d)
+        if not d.name.endswith(cell.digest):
+            spec = (r or {}).get("spec") or (json.loads((d / "spec.json").read_text()) if (d / "spec.json").exists() else {})
+            smoke.append(spec.get("comparable", True) is False)
+            continue
         if r is None:
             r = {"status": "incomplete", "error": "no result.json: the run is still going, or was killed"}
         elif r["status"] == "ok" and (r.get("summary") or {}).get("eval_return_mean") is None:
             r = {**r, "status": "failed", "error": "its final evaluation failed: the summary has no eval_return_mean"}
         r["dir"] = d
-        out[int(d.name.split("__")[2][1:])] = r
-    return out
-
-
-def other_runs(cell: Cell, runs_dir: Path) -> tuple[int, int]:
-    """(runs with other settings, smoke tries) in the cell's folders: never counted."""
-    smoke = []  # for each run folder of other settings: whether it is a smoke try
-    for d in runs_dir.glob(f"{cell.slug}__s*__*"):
-        if not d.name.endswith(cell.digest):
-            spec = (read_result(d) or {}).get("spec")
-            spec = spec or (json.loads((d / "spec.json").read_text()) if (d / "spec.json").exists() else {})
-            smoke.append(spec.get("comparable", True) is False)
-    return len(smoke) - sum(smoke), sum(smoke)
+        runs[int(d.name.split("__")[2][1:])] = r
+    return runs, len(smoke) - sum(smoke), sum(smoke)
 
 
 def mark_stale(cell: Cell, runs: dict[int, dict], checker: Checker) -> None:
@@ -201,11 +195,9 @@ def judge_suite(suite: Suite, runs_dir: Path, checker: Checker, algos=None, envs
     listed, left_out = [], []
     selecting = bool(algos or envs)
     for cell in suite.cells:
-        selected = (not algos or cell.algo in algos) and (not envs or cell.env in envs)
-        if selecting and not selected:
+        if not ((not algos or cell.algo in algos) and (not envs or cell.env in envs)):  # not selected
             continue
-        runs = cell_runs(cell, runs_dir) if runs_dir.exists() else {}
-        older, smoke = other_runs(cell, runs_dir) if runs_dir.exists() else (0, 0)
+        runs, older, smoke = cell_runs(cell, runs_dir) if runs_dir.exists() else ({}, 0, 0)
         if not selecting and not runs and not older:
             left_out.append(cell)
             continue
