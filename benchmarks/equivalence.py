@@ -110,8 +110,7 @@ def check(suite: str, algo: str, env: str, old: str, steps: int | None, record_f
     checker = Checker(root, equivalence_file=None)
     if checker.head is None:
         raise BadInput(checker.error)
-    old_commit = checker.resolve(old)
-    if old_commit is None:
+    if (old_commit := checker.resolve(old)) is None:
         raise BadInput(f"--old {old}: not a commit of this repository")
     old_files, new_files = checker.deciding(old_commit, algo), checker.deciding(checker.head, algo)
     if old_files == new_files:

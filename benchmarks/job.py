@@ -36,10 +36,9 @@ def machine_info() -> dict:
         cpu = next((x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")), cpu)
     versions = {"python": platform.python_version()}
     for pkg in ("torch", "gymnasium", "numpy", "mujoco", "Box2D"):
-        try:
+        versions[pkg] = None
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[pkg] = importlib.metadata.version(pkg.lower())
-        except importlib.metadata.PackageNotFoundError:
-            versions[pkg] = None
     return {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
             "load_average": [round(x, 2) for x in os.getloadavg()], "versions": versions}
 
@@ -49,8 +48,7 @@ def build_args(module, spec: dict):
     one torch thread (workers share the cores) unless the cell's settings name `torch_threads`."""
     fields = {f.name: f for f in dataclasses.fields(module.Args)}
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["settings"].items()}
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
+    if unknown := sorted(set(values) - set(fields)):
         raise ValueError(f"unknown setting(s) {unknown} for {spec['algo']}.Args")
     values.update(env_id=spec["env"], seed=spec["seed"], total_timesteps=spec["steps"], run_dir=spec["run_dir"], progress=True,
                   checkpoint_every=spec.get("checkpoint_every", 0), resume=spec.get("resume"))
@@ -63,7 +61,6 @@ def build_args(module, spec: dict):
 
 def child(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
-    run_dir = Path(spec["run_dir"])
     result = {"status": "failed", "spec": spec, "summary": None, "error": None, "traceback": None,
               "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine_info(), "commit": spec.get("commit"),
               "dirty": spec.get("dirty"), "dirty_files": spec.get("dirty_files"), "earlier_code": spec.get("earlier_code", []),
@@ -99,7 +96,7 @@ def child(spec_path: str) -> int:
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     result["process_seconds"] = round(time.perf_counter() - start, 2)
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
+    (Path(spec["run_dir"]) / "result.json").write_text(json.dumps(result, indent=2, default=str))
     print(f"[run] {spec['algo']} {spec['env']} seed {spec['seed']}: {result['status']}"
           + (f" ({result['error']})" if result["error"] else ""), flush=True)
     return {"ok": 0, "interrupted": 130, "preempted": 75}.get(result["status"], 1)

@@ -7,7 +7,6 @@ import json
 import re
 import statistics
 import warnings
-
 from pathlib import Path
 
 import numpy as np
@@ -183,7 +182,6 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
                 selection: str = "") -> tuple[str, dict, int]:
     """REPORT.md's text, the verdict counts and the number of plots drawn."""
     out_dir = results_dir / suite.name
-    runs_dir = out_dir / "runs"
     lines = []  # the title and the date go on top at the end: the date is the last run's, so that the same runs give the same report
     if not suite.runnable:
         lines += [f"**Declared, not runnable here:** {suite.not_runnable_reason}", ""]
@@ -324,7 +322,7 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
     when = f"runs finished {finished[0][:10]} to {finished[-1][:10]}" if finished else "no finished runs yet"
     lines[0:0] = [f"# Benchmark report: `{suite.name}`", "",
                   (f"{suite.description}. " if suite.description else "") + f"Written by "
-                  f"`python benchmarks/report.py --suite {suite.name}{selection}` from `{runs_dir.name}/` ({when}).", ""]
+                  f"`python benchmarks/report.py --suite {suite.name}{selection}` from `runs/` ({when}).", ""]
     return "\n".join(lines), counts, len(drawn)
 
 

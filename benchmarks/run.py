@@ -35,12 +35,9 @@ SMOKE_DIR = ROOT / "runs" / "smoke"  # --total-timesteps without --results-dir: 
 
 def report_command(suite: str, a: argparse.Namespace) -> str:
     """The report command for this sweep, with the runner's --results-dir and --suites-file where not the defaults."""
-    command = f"python benchmarks/report.py --suite {suite}"
-    if Path(a.suites_file).resolve() != SUITES_FILE.resolve():
-        command += f" --suites-file {a.suites_file}"
-    if Path(a.results_dir).resolve() != RESULTS_DIR.resolve():
-        command += f" --results-dir {a.results_dir}"
-    return command
+    flags = {"--suites-file": (a.suites_file, SUITES_FILE), "--results-dir": (a.results_dir, RESULTS_DIR)}
+    return f"python benchmarks/report.py --suite {suite}" + "".join(
+        f" {k} {v}" for k, (v, default) in flags.items() if Path(v).resolve() != default.resolve())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -202,8 +202,7 @@ def judge_suite(suite: Suite, runs_dir: Path, checker: Checker, algos=None, envs
             left_out.append(cell)
             continue
         mark_stale(cell, runs, checker)
-        v, reason = verdict(cell, runs)
         current = {s: r for s, r in runs.items() if r["status"] == "ok" and not r.get("stale")}
         stale_ok = {s: r for s, r in runs.items() if r["status"] == "ok" and r.get("stale")}
-        listed.append(Judged(cell, runs, v, reason, current or stale_ok, not current and bool(stale_ok), older, smoke))
+        listed.append(Judged(cell, runs, *verdict(cell, runs), current or stale_ok, not current and bool(stale_ok), older, smoke))
     return listed, left_out

@@ -84,7 +84,7 @@ def load_suite(name: str, path: Path | str = SUITES_FILE) -> Suite:
 def _build(name: str, raw: dict) -> Suite:
     s = raw[name]
     cells = []
-    if include := s.get("include"):  # another suite's cells, unchanged (same settings, so the same run hashes)
+    if include := s.get("include"):  # another suite's cells, unchanged (same settings: the same run hashes)
         other = _build(include["suite"], raw)
         envs, algos = include.get("envs"), include.get("algos")
         cells += [c for c in other.cells if (envs is None or c.env in envs) and (algos is None or c.algo in algos)]
