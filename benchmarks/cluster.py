@@ -19,9 +19,8 @@ import submitit
 
 from job import Job, end_processes, print_end  # the same Job as the local backend
 from provenance import code_state
-from suite import Cell, read_result
+from suite import BENCH, Cell, read_result
 
-BENCH = Path(__file__).resolve().parent
 FINAL = ("ok", "failed", "killed")  # a killed run resumes next time, when the command is run again
 
 

@@ -147,9 +147,8 @@ class Checker:
             return Freshness(False, f"cannot check its code: {self.error}")
         if not commit:
             return Freshness(False, "its commit was not recorded")
-        full = self.resolve(commit)
         short = commit[:7]
-        if full is None:
+        if (full := self.resolve(commit)) is None:
             return Freshness(False, f"commit {short} is not in this repository" + (f" ({self.error})" if self.error else ""))
         old, new = self.deciding(full, algo), self.today(algo)
         if state.get("dirty"):
@@ -160,8 +159,7 @@ class Checker:
                 return Freshness(False, f"commit {short} with a dirty tree ({what})")
         if old == new:
             return Freshness(True, "")
-        via = self.equivalent(old, new, cell_key)
-        if via:
+        if via := self.equivalent(old, new, cell_key):
             return Freshness(True, "current by equivalence check " + "; then ".join(
                 f"of {r['old']['commit'][:7]} with {r['new']['commit'][:7]}, {r['steps']:,} steps" for r in via))
         changed = sorted(p for p in set(old) | set(new) if old.get(p) != new.get(p))

@@ -44,8 +44,7 @@ def fmt_ms(xs: list[float], fmt=lambda x: f"{x:.1f}") -> str:
 def train_last(run_dir: Path, n: int) -> float | None:
     """The mean of a run's last `n` training-episode returns, from its metrics.csv (MinAtar's figure
     plots that moving average with n = 100); None without episodes."""
-    m = metrics_file(run_dir)
-    if m is None:
+    if (m := metrics_file(run_dir)) is None:
         return None
     with open(m) as f:
         returns = [float(row["episodic_return"]) for row in csv.DictReader(f) if row.get("episodic_return")]
@@ -212,8 +211,7 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
 
     table = [md_row(["algo", "env", "steps", "seeds ok", "eval: mean [95% CI]", "train (last 10)", "steps/s", "wall/run",
                      "threshold", "references", "verdict"]), "|---" * 11 + "|"]
-    ref_ids: list[str] = []
-    details, failures, all_runs, drawn = [], [], [], []
+    ref_ids, details, failures, all_runs, drawn = [], [], [], [], []
     counts = {k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")}
     measured_seconds, est_missing = 0.0, []  # est_missing: (cell, seeds without a current run, mean wall of its runs or None)
     for j in judged:
@@ -286,9 +284,8 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
                      + (f"; from the wall time of the cell's finished runs, about {fmt_seconds(left)} to run them"
                         if left else "")
                      + (f"; no seed of the cell finished yet for: {', '.join(unknown)}" if unknown else "") + ".")
-    lines.append("")
 
-    lines += ["## References", ""]
+    lines += ["", "## References", ""]
     for i, rid in enumerate(ref_ids, 1):
         r = refs[rid]
         detail = f"{r['seeds']} seed{'s' if r['seeds'] > 1 else ''}, {'tuned' if r['tuned'] else 'untuned'}"
@@ -310,9 +307,8 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
         tb = r.get("traceback") or "\n".join(r.get("log_tail") or [])
         if tb:
             lines += ["", "  ```", *("  " + x for x in tb.strip().splitlines()[-8:]), "  ```"]
-    lines.append("")
 
-    lines += ["## Runs", "", "| algo | env | seed | status | eval | train (last 10) | steps/s | wall s | code | error | folder |",
+    lines += ["", "## Runs", "", "| algo | env | seed | status | eval | train (last 10) | steps/s | wall s | code | error | folder |",
               "|---|---|---|---|---|---|---|---|---|---|---|", *details, "",
               "## Settings of each cell", "", *(settings_line(j.cell) for j in judged), ""]
     lines += speed_section(results_dir / "speed")

@@ -9,6 +9,7 @@ well they pin it down (its generator seeded: the same runs give the same report)
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -31,9 +32,7 @@ BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
 
 
-def mean(x) -> float | np.ndarray:
-    """Mean along the last axis: of one sample [n], or of each bootstrap resample [R, n]."""
-    return np.mean(np.asarray(x, dtype=float), axis=-1)
+mean = functools.partial(np.mean, axis=-1)  # along the last axis: of one sample [n], or of each resample [R, n]
 
 
 def iqm(x) -> float | np.ndarray:
@@ -193,12 +192,11 @@ def judge_suite(suite: Suite, runs_dir: Path, checker: Checker, algos=None, envs
     """The cells to list (those with runs, and those selected with `algos` / `envs`) judged; and the
     cells left out (no run, not selected)."""
     listed, left_out = [], []
-    selecting = bool(algos or envs)
     for cell in suite.cells:
         if not ((not algos or cell.algo in algos) and (not envs or cell.env in envs)):  # not selected
             continue
         runs, older, smoke = cell_runs(cell, runs_dir) if runs_dir.exists() else ({}, 0, 0)
-        if not selecting and not runs and not older:
+        if not (algos or envs) and not runs and not older:
             left_out.append(cell)
             continue
         mark_stale(cell, runs, checker)
