@@ -35,9 +35,8 @@ def flags_error(a: argparse.Namespace, **least) -> str | None:
     for name, low in {**least, "time_limit": 1, "cpus_per_task": 1}.items():
         if getattr(a, name) is not None and getattr(a, name) < low:
             return f"--{name.replace('_', '-')} must be >= {low}, got {getattr(a, name)}"
-    if any("=" not in x for x in a.slurm_option):
-        return f"--slurm-option takes KEY=VALUE, got {next(x for x in a.slurm_option if '=' not in x)!r}"
-    return None
+    bad = [x for x in a.slurm_option if "=" not in x]
+    return f"--slurm-option takes KEY=VALUE, got {bad[0]!r}" if bad else None
 
 
 def cli_flags(settings: dict) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -18,11 +17,10 @@ from pathlib import Path
 
 import submitit
 
-from job import Job, print_end  # the same Job as the local backend
+from job import Job, end_processes, print_end  # the same Job as the local backend
 from provenance import code_state
-from suite import Cell, read_result
+from suite import BENCH, Cell, read_result
 
-BENCH = Path(__file__).resolve().parent
 FINAL = ("ok", "failed", "killed")  # a killed run resumes next time, when the command is run again
 
 
@@ -38,18 +36,6 @@ def make_executor(a, folder: Path, name: str, parallel: int) -> submitit.AutoExe
             params["slurm_additional_parameters"] = dict(x.split("=", 1) for x in a.slurm_option)
     executor.update_parameters(**params)
     return executor
-
-
-def stop(proc: subprocess.Popen, grace: float = 60.0) -> None:
-    """Ask a run for a checkpoint and a stop (SIGUSR1, exit 75); kill it if it has not stopped after `grace` s."""
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGUSR1)
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
 
 
 class CellTask(submitit.helpers.Checkpointable):
@@ -70,15 +56,15 @@ class CellTask(submitit.helpers.Checkpointable):
         try:
             while job.proc.poll() is None:  # polled, not wait(): checkpoint() waits on the same process from a signal handler
                 time.sleep(0.5)
-        finally:
-            stop(job.proc)  # the task is being ended (cancelled, or checkpoint() ran): the run checkpoints first
+        finally:  # the task is being ended (cancelled, or checkpoint() ran): the run checkpoints first (SIGUSR1)
+            end_processes([job.proc], signal.SIGUSR1, 60, 10)
         return job.finish()
 
     def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on SIGUSR2 (time limit or preemption): stop the run at a checkpoint, requeue to resume it."""
         job = self._job
         if job is not None and job.proc is not None:
-            stop(job.proc)
+            end_processes([job.proc], signal.SIGUSR1, 60, 10)
             job.finish()
         print(f"[cluster] {self.cell.algo} {self.cell.env} s{self.seed}: stopped at a checkpoint, requeued", flush=True)
         return submitit.helpers.DelayedSubmission(
@@ -146,9 +132,7 @@ def run_jobs(suite: str, todo: list[Job], a) -> list[tuple[Job, dict]] | None:
     submitted: dict[int, object] = {}
     pending = list(range(len(todo)))
     if a.submitit_cluster == "slurm":  # one array, `--workers` tasks at a time
-        for i, sj in zip(pending, executor.submit_array(tasks)):
-            submitted[i] = sj
-        pending = []
+        submitted, pending = dict(enumerate(executor.submit_array(tasks))), []
         print(f"submitted {len(tasks)} runs as SLURM array job {submitted[0].job_id.split('_')[0]} ({a.workers} at a time, "
               f"{a.time_limit} min per task, requeued to resume where a run outlives it); submitit files: {folder}", flush=True)
     finished, done = [], set()

@@ -110,8 +110,7 @@ def check(suite: str, algo: str, env: str, old: str, steps: int | None, record_f
     checker = Checker(root, equivalence_file=None)
     if checker.head is None:
         raise BadInput(checker.error)
-    old_commit = checker.resolve(old)
-    if old_commit is None:
+    if (old_commit := checker.resolve(old)) is None:
         raise BadInput(f"--old {old}: not a commit of this repository")
     old_files, new_files = checker.deciding(old_commit, algo), checker.deciding(checker.head, algo)
     if old_files == new_files:
@@ -152,8 +151,7 @@ def check(suite: str, algo: str, env: str, old: str, steps: int | None, record_f
               "old": {"commit": old_commit, "files": old_files}, "new": {"commit": checker.head, "files": new_files},
               "rows": len(new_rows), "date": time.strftime("%Y-%m-%d"),
               "machine": {k: machine[k] for k in ("platform", "cpu", "cpu_count", "versions")}}
-    records = load_records(record_file)
-    records.append(record)
+    records = [*load_records(record_file), record]
     Path(record_file).write_text(json.dumps({"records": records}, indent=1) + "\n")
     print(f"IDENTICAL: {len(new_rows)} metrics rows and the final evaluation; recorded in {record_file}")
     return 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import importlib.metadata
 import json
 import os
@@ -33,16 +32,13 @@ from suite import ROOT, Cell, metrics_file, read_result  # noqa: E402
 # --- the child: one run ---------------------------------------------------------------------------
 def machine_info() -> dict:
     cpu = platform.processor() or ""
-    try:
+    with contextlib.suppress(OSError):
         cpu = next((x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")), cpu)
-    except OSError:
-        pass
     versions = {"python": platform.python_version()}
     for pkg in ("torch", "gymnasium", "numpy", "mujoco", "Box2D"):
-        try:
+        versions[pkg] = None
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[pkg] = importlib.metadata.version(pkg.lower())
-        except importlib.metadata.PackageNotFoundError:
-            versions[pkg] = None
     return {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
             "load_average": [round(x, 2) for x in os.getloadavg()], "versions": versions}
 
@@ -51,13 +47,9 @@ def build_args(module, spec: dict):
     """The script's Args from the cell: unknown setting names are an error, lists become tuples. Each run gets
     one torch thread (workers share the cores) unless the cell's settings name `torch_threads`."""
     fields = {f.name: f for f in dataclasses.fields(module.Args)}
-    values = dict(spec["settings"])
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["settings"].items()}
+    if unknown := sorted(set(values) - set(fields)):
         raise ValueError(f"unknown setting(s) {unknown} for {spec['algo']}.Args")
-    for k, v in values.items():
-        if isinstance(v, list):
-            values[k] = tuple(v)
     values.update(env_id=spec["env"], seed=spec["seed"], total_timesteps=spec["steps"], run_dir=spec["run_dir"], progress=True,
                   checkpoint_every=spec.get("checkpoint_every", 0), resume=spec.get("resume"))
     if "eval_every" in fields:
@@ -69,7 +61,6 @@ def build_args(module, spec: dict):
 
 def child(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
-    run_dir = Path(spec["run_dir"])
     result = {"status": "failed", "spec": spec, "summary": None, "error": None, "traceback": None,
               "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine_info(), "commit": spec.get("commit"),
               "dirty": spec.get("dirty"), "dirty_files": spec.get("dirty_files"), "earlier_code": spec.get("earlier_code", []),
@@ -79,14 +70,13 @@ def child(spec_path: str) -> int:
     # until train() takes over SIGTERM and SIGUSR1 (checkpoint, then stop), they stop the run here;
     # SIGUSR2 is submitit's signal to the task that started this process (SLURM may send it to every
     # process of the job): that task answers it by sending SIGUSR1 here
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGUSR1, stop)
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(sig, stop)
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     try:
         sys.path[:0] = [str(ROOT), str(ROOT / "algos")]
         module = importlib.import_module(spec["algo"])  # algos/<algo>.py
-        summary = module.train(build_args(module, spec))
-        result["summary"] = summary
+        summary = result["summary"] = module.train(build_args(module, spec))
         if summary.get("completed") and summary.get("eval_return_mean") is None:  # the verdict rests on this number
             result["error"] = "its final evaluation failed: summary.json has no eval_return_mean"
         elif summary.get("completed"):
@@ -106,7 +96,7 @@ def child(spec_path: str) -> int:
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     result["process_seconds"] = round(time.perf_counter() - start, 2)
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
+    (Path(spec["run_dir"]) / "result.json").write_text(json.dumps(result, indent=2, default=str))
     print(f"[run] {spec['algo']} {spec['env']} seed {spec['seed']}: {result['status']}"
           + (f" ({result['error']})" if result["error"] else ""), flush=True)
     return {"ok": 0, "interrupted": 130, "preempted": 75}.get(result["status"], 1)
@@ -175,13 +165,10 @@ class Job:
             with open(path, "rb") as f:
                 f.seek(max(0, path.stat().st_size - 4096))
                 lines = f.read().decode(errors="ignore").splitlines()
-            for line in reversed(lines[1:] if len(lines) > 1 else []):
-                head = line.split(",", 1)[0]
-                if head.isdigit():
-                    return min(1.0, int(head) / self.cell.steps)
         except OSError:
-            pass
-        return 0.0
+            return 0.0
+        heads = [line.split(",", 1)[0] for line in lines[1:]]  # the first line may be cut, or the header
+        return next((min(1.0, int(h) / self.cell.steps) for h in reversed(heads) if h.isdigit()), 0.0)
 
     def eta(self, frac: float) -> float | None:
         """Seconds left at `frac` done, at this attempt's speed so far; None until it has done 2% more. A resumed
@@ -196,8 +183,7 @@ class Job:
 
     def finish(self) -> dict:
         self.log.close()
-        result = read_result(self.dir)
-        if result is None:
+        if (result := read_result(self.dir)) is None:
             result = self.died(f"process exited with code {self.proc.returncode} and wrote no result")
         return result
 
@@ -238,6 +224,20 @@ def stop_on_signals():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
+def end_processes(procs: list, sig: int, grace: float, kill_wait: float | None = None) -> None:
+    """Send `sig` to each process (Popen) still going, then kill each one not ended `grace` s later."""
+    procs = [p for p in procs if p.poll() is None]
+    for p in procs:
+        p.send_signal(sig)
+    deadline = time.time() + grace
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(kill_wait)
 
 
 def fmt_time(seconds: float) -> str:

@@ -11,6 +11,8 @@ never from the working tree, so a report depends only on the commits.
 from __future__ import annotations
 
 import ast
+import functools
+import itertools
 import json
 import subprocess
 from dataclasses import dataclass
@@ -75,13 +77,9 @@ def imported_modules(source: str, package: str | None) -> list[str]:
                 continue
             parts = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
             base = ".".join(parts + ([node.module] if node.module else []))
-            names.append(base)
-            names += [f"{base}.{alias.name}" for alias in node.names if alias.name != "*"]
-    out = []
-    for name in names:
-        parts = name.split(".")
-        out += [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
-    return list(dict.fromkeys(n for n in out if n))
+            names += [base, *(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")]
+    prefixes = (p for name in names for p in itertools.accumulate(name.split("."), lambda a, b: f"{a}.{b}"))
+    return list(dict.fromkeys(p for p in prefixes if p))
 
 
 def deciding_paths(script: str, files: dict[str, str], read) -> list[str]:
@@ -97,10 +95,7 @@ def deciding_paths(script: str, files: dict[str, str], read) -> list[str]:
         package = path.rpartition("/")[0].replace("/", ".") or None  # what a relative import is relative to
         for module in imported_modules(read(files[path]), package):
             stem = module.replace(".", "/")
-            for root in roots:
-                for candidate in (f"{root}{stem}.py", f"{root}{stem}/__init__.py"):
-                    if candidate in files:
-                        todo.append(candidate)
+            todo += [c for r in roots for c in (f"{r}{stem}.py", f"{r}{stem}/__init__.py") if c in files]
     return sorted(found)
 
 
@@ -109,7 +104,6 @@ def deciding_paths(script: str, files: dict[str, str], read) -> list[str]:
 class Freshness:
     current: bool
     why: str  # for a stale run: its commit and what changed since (or "dirty tree"); for a current one, "" or the equivalence check
-    commit: str | None = None
 
 
 class Checker:
@@ -117,11 +111,8 @@ class Checker:
 
     def __init__(self, root: Path = ROOT, equivalence_file: Path | None = EQUIVALENCE_FILE, head: str = "HEAD"):
         self.root = Path(root)
-        self._trees: dict[str, dict[str, str] | None] = {}
-        self._blobs: dict[str, str] = {}
-        self._resolved: dict[str, str | None] = {}
-        self._deciding: dict[tuple[str, str], dict[str, str]] = {}
-        self.error = None
+        for name in ("resolve", "tree", "read", "deciding"):  # each git lookup once per checker
+            setattr(self, name, functools.cache(getattr(self, name)))
         try:
             self.head = git(["rev-parse", "--verify", f"{head}^{{commit}}"], self.root).stdout.strip()
             shallow = git(["rev-parse", "--is-shallow-repository"], self.root).stdout.strip() == "true"
@@ -131,28 +122,20 @@ class Checker:
         self.records = load_records(equivalence_file) if equivalence_file else []
 
     def resolve(self, commit: str) -> str | None:
-        if commit not in self._resolved:
-            r = git(["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], self.root, check=False)
-            self._resolved[commit] = r.stdout.strip() if r.returncode == 0 else None
-        return self._resolved[commit]
+        r = git(["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], self.root, check=False)
+        return r.stdout.strip() if r.returncode == 0 else None
 
     def tree(self, commit: str) -> dict[str, str]:
-        if commit not in self._trees:
-            entries = [e.split("\t", 1) for e in git(["ls-tree", "-r", "-z", commit], self.root).stdout.split("\0") if e]
-            self._trees[commit] = {path: meta.split()[2] for meta, path in entries if meta.split()[1] == "blob"}
-        return self._trees[commit]
+        entries = [e.split("\t", 1) for e in git(["ls-tree", "-r", "-z", commit], self.root).stdout.split("\0") if e]
+        return {path: meta.split()[2] for meta, path in entries if meta.split()[1] == "blob"}
 
     def read(self, blob: str) -> str:
-        if blob not in self._blobs:
-            self._blobs[blob] = git(["cat-file", "blob", blob], self.root).stdout
-        return self._blobs[blob]
+        return git(["cat-file", "blob", blob], self.root).stdout
 
     def deciding(self, commit: str, algo: str) -> dict[str, str]:
         """path -> blob of the files that decide a run of `algo` at `commit`."""
-        if (commit, algo) not in self._deciding:
-            files = self.tree(commit)
-            self._deciding[commit, algo] = {p: files[p] for p in deciding_paths(f"algos/{algo}.py", files, self.read)}
-        return self._deciding[commit, algo]
+        files = self.tree(commit)
+        return {p: files[p] for p in deciding_paths(f"algos/{algo}.py", files, self.read)}
 
     def today(self, algo: str) -> dict[str, str]:
         return self.deciding(self.head, algo) if self.head else {}
@@ -161,45 +144,40 @@ class Checker:
         """Whether a run with recorded code `state` (recorded_state) of cell `cell_key` = (algo, env, hash) counts today."""
         commit = state.get("commit")
         if self.head is None:
-            return Freshness(False, f"cannot check its code: {self.error}", commit)
+            return Freshness(False, f"cannot check its code: {self.error}")
         if not commit:
             return Freshness(False, "its commit was not recorded")
-        full = self.resolve(commit)
         short = commit[:7]
-        if full is None:
-            return Freshness(False, f"commit {short} is not in this repository" + (f" ({self.error})" if self.error else ""), commit)
+        if (full := self.resolve(commit)) is None:
+            return Freshness(False, f"commit {short} is not in this repository" + (f" ({self.error})" if self.error else ""))
         old, new = self.deciding(full, algo), self.today(algo)
         if state.get("dirty"):
             dirty = state.get("dirty_files")
             touched = None if dirty is None else sorted(set(dirty) & (set(old) | set(new)))
             if touched is None or touched:
                 what = "uncommitted changes" if touched is None else f"uncommitted changes to {', '.join(touched)}"
-                return Freshness(False, f"commit {short} with a dirty tree ({what})", commit)
+                return Freshness(False, f"commit {short} with a dirty tree ({what})")
         if old == new:
-            return Freshness(True, "", commit)
-        via = self.equivalent(old, new, cell_key)
-        if via:
+            return Freshness(True, "")
+        if via := self.equivalent(old, new, cell_key):
             return Freshness(True, "current by equivalence check " + "; then ".join(
-                f"of {r['old']['commit'][:7]} with {r['new']['commit'][:7]}, {r['steps']:,} steps" for r in via), commit)
+                f"of {r['old']['commit'][:7]} with {r['new']['commit'][:7]}, {r['steps']:,} steps" for r in via))
         changed = sorted(p for p in set(old) | set(new) if old.get(p) != new.get(p))
-        return Freshness(False, f"commit {short}: {', '.join(changed)} changed since", commit)
+        return Freshness(False, f"commit {short}: {', '.join(changed)} changed since")
 
     def equivalent(self, old: dict[str, str], new: dict[str, str], cell_key: tuple[str, str, str]) -> list[dict] | None:
         """The chain of this cell's equivalence records (old files -> new files, same metrics) from `old` to `new`; None if none."""
         records = [r for r in self.records if (r["algo"], r["env"], r["hash"]) == cell_key]
         start, goal = frozenset(old.items()), frozenset(new.items())
-        paths = {start: []}
-        todo = [start]
-        while todo:
-            at = todo.pop(0)
+        paths, todo = {start: []}, [start]  # files reached -> the records from `old` to them
+        for at in todo:  # breadth first: todo grows while it is walked
             if at == goal:
                 return paths[at]
             for r in records:
-                if frozenset(r["old"]["files"].items()) == at:
-                    nxt = frozenset(r["new"]["files"].items())
-                    if nxt not in paths:
-                        paths[nxt] = paths[at] + [r]
-                        todo.append(nxt)
+                nxt = frozenset(r["new"]["files"].items())
+                if frozenset(r["old"]["files"].items()) == at and nxt not in paths:
+                    paths[nxt] = paths[at] + [r]
+                    todo.append(nxt)
         return None
 
 

@@ -7,7 +7,6 @@ import json
 import re
 import statistics
 import warnings
-
 from pathlib import Path
 
 import numpy as np
@@ -34,18 +33,18 @@ def fmt_eval(xs: list[float]) -> str:
     return text
 
 
-def fmt_ms(xs: list[float], digits: int = 1) -> str:
+def fmt_ms(xs: list[float], fmt=lambda x: f"{x:.1f}") -> str:
+    """mean ± std of `xs` (one value: itself; none: -), each number written by `fmt`."""
     if not xs:
         return "-"
     m, s = mean_std(xs)
-    return f"{m:.{digits}f} ± {s:.{digits}f}" if len(xs) > 1 else f"{m:.{digits}f}"
+    return f"{fmt(m)} ± {fmt(s)}" if len(xs) > 1 else fmt(m)
 
 
 def train_last(run_dir: Path, n: int) -> float | None:
     """The mean of a run's last `n` training-episode returns, from its metrics.csv (MinAtar's figure
     plots that moving average with n = 100); None without episodes."""
-    m = metrics_file(run_dir)
-    if m is None:
+    if (m := metrics_file(run_dir)) is None:
         return None
     with open(m) as f:
         returns = [float(row["episodic_return"]) for row in csv.DictReader(f) if row.get("episodic_return")]
@@ -54,12 +53,6 @@ def train_last(run_dir: Path, n: int) -> float | None:
 
 def fmt_seconds(s: float) -> str:
     return "-" if s != s else f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min" if s >= 120 else f"{s:.0f} s"
-
-
-def script_command(cell: Cell, seed: int) -> str:
-    """The same run as the runner's, as one command line of the script (tyro flags)."""
-    return " ".join([f"python algos/{cell.algo}.py --env {cell.env} --seed {seed} --total-timesteps {cell.steps}",
-                     *([f"--eval-every {cell.eval_every}"] if cell.eval_every else []), *cli_flags(cell.settings)])
 
 
 def read_curves(path: Path) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
@@ -87,15 +80,6 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
     grid = np.linspace(0, cell.steps, 101)
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
 
-    def band(series: list[np.ndarray], color: str, label: str) -> None:
-        arr = np.array(series)  # [seeds, grid]
-        with warnings.catch_warnings():  # grid points before a seed's first episode are all-NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean, std = np.nanmean(arr, 0), np.nanstd(arr, 0)
-        ax.plot(grid, mean, color=color, label=f"{label} (mean of {len(series)} seed{'s' if len(series) > 1 else ''})")
-        if len(series) > 1:
-            ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
-
     train_series, eval_series = [], []
     for evals, train in curves:
         if len(train) >= 2:
@@ -104,20 +88,25 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
             idx = np.clip(np.searchsorted(grid, steps, side="left"), 0, len(grid) - 1)
             sums, counts = np.bincount(idx, rets, len(grid)), np.bincount(idx, minlength=len(grid))
             y = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-            last = np.nan
-            for i in range(idx.max() + 1):  # not past the last episode: a stopped run ends there
-                last = y[i] if not np.isnan(y[i]) else last
-                y[i] = last
+            n = idx.max() + 1  # not past the last episode: a stopped run ends there
+            y[:n] = y[np.maximum.accumulate(np.where(np.isnan(y[:n]), 0, np.arange(n)))]
             train_series.append(y)
         if evals:
             es, ev = np.array(evals).T
             y = np.interp(grid, es, ev, left=np.nan)
             y[grid < es[0]] = np.nan
             eval_series.append(y)
-    if train_series:
-        band(train_series, "tab:blue", "training episodes")
-    if eval_series:
-        band(eval_series, "tab:orange", "greedy eval")
+    for series, color, label in ((train_series, "tab:blue", "training episodes"),
+                                 (eval_series, "tab:orange", "greedy eval")):
+        if not series:
+            continue
+        arr = np.array(series)  # [seeds, grid]: mean and a ±1 std band
+        with warnings.catch_warnings():  # grid points before a seed's first episode are all-NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean, std = np.nanmean(arr, 0), np.nanstd(arr, 0)
+        ax.plot(grid, mean, color=color, label=f"{label} (mean of {len(series)} seed{'s' if len(series) > 1 else ''})")
+        if len(series) > 1:
+            ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
     if cell.threshold is not None:
         ax.axhline(cell.threshold, color="black", linestyle="--", linewidth=1, label=f"threshold {cell.threshold:g}")
     for ref, color in zip(refs, ["tab:green", "tab:red", "tab:purple", "tab:brown"]):
@@ -177,9 +166,10 @@ def machine_section(all_runs: list[dict]) -> list[str]:
     return lines + [""]
 
 
-def ref_label(r: dict) -> str:
+def ref_label(r: dict, detail: str = "") -> str:
+    """A reference's result: mean ± std (convention, `detail`, by default its steps)."""
     std = f" ± {r['std']:g}" if "std" in r else ""
-    return f"{r['mean']:g}{std} ({r['convention']}, {fmt_steps(r['steps'])})"
+    return f"{r['mean']:g}{std} ({r['convention']}, {detail or fmt_steps(r['steps'])})"
 
 
 def short_commit(state: dict | None) -> str:
@@ -191,7 +181,6 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
                 selection: str = "") -> tuple[str, dict, int]:
     """REPORT.md's text, the verdict counts and the number of plots drawn."""
     out_dir = results_dir / suite.name
-    runs_dir = out_dir / "runs"
     lines = []  # the title and the date go on top at the end: the date is the last run's, so that the same runs give the same report
     if not suite.runnable:
         lines += [f"**Declared, not runnable here:** {suite.not_runnable_reason}", ""]
@@ -222,26 +211,21 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
 
     table = [md_row(["algo", "env", "steps", "seeds ok", "eval: mean [95% CI]", "train (last 10)", "steps/s", "wall/run",
                      "threshold", "references", "verdict"]), "|---" * 11 + "|"]
-    ref_ids: list[str] = []
-    details, failures, all_runs, drawn = [], [], [], []
-    counts = {"PASS": 0, "FAIL": 0, "partial": 0, "stale": 0, "n/a": 0}
-    measured_seconds, measured_by_cell = 0.0, {}
-    est_missing: list[tuple[Cell, int]] = []
+    ref_ids, details, failures, all_runs, drawn = [], [], [], [], []
+    counts = {k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")}
+    measured_seconds, est_missing = 0.0, []  # est_missing: (cell, seeds without a current run, mean wall of its runs or None)
     for j in judged:
         cell, runs = j.cell, j.runs
         all_runs += list(runs.values())
         summaries = [r["summary"] for r in j.shown.values()]
-        counts[j.verdict] += 1
         ref_ids += [rid for rid in cell.references if rid in refs and rid not in ref_ids]
         cell_refs = [f"{ref_label(refs[rid])} [{ref_ids.index(rid) + 1}]" if rid in refs else f"unknown reference {rid}"
                      for rid in cell.references]
         walls = [r["summary"]["wall_seconds"] for r in runs.values() if r["status"] == "ok"]
         measured_seconds += sum(walls)
-        if walls:
-            measured_by_cell[id(cell)] = statistics.fmean(walls)
         missing_seeds = len([s for s in cell.seeds if s not in j.current_ok])
         if missing_seeds:
-            est_missing.append((cell, missing_seeds))
+            est_missing.append((cell, missing_seeds, statistics.fmean(walls) if walls else None))
         v, reason = j.verdict, j.reason
         verdict_txt = f"**{v}**" + (f": {reason.removeprefix('partial: ')}" if v == "partial" else f": {reason}" if reason else "")
         if cell.note and v == "FAIL":
@@ -259,7 +243,7 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
         stale_ok = len([r for r in runs.values() if r["status"] == "ok" and r.get("stale")])
         table.append(md_row([
             cell.algo, cell.env, fmt_steps(cell.steps), f"{len(j.current_ok)}/{len(cell.seeds)}" + (f" (+{stale_ok} stale)" if stale_ok else ""),
-            eval_txt, train_txt, fmt_ms([s["sps"] for s in summaries], 0).split(" ±")[0],
+            eval_txt, train_txt, fmt_ms([s["sps"] for s in summaries], lambda x: f"{x:.0f}").split(" ±")[0],
             fmt_seconds(statistics.fmean(s["wall_seconds"] for s in summaries)) if summaries else "-",
             "-" if cell.threshold is None else f"{cell.threshold:g} ({cell.pass_rule})", "<br>".join(cell_refs) or "-", verdict_txt]))
         for seed, r in sorted(runs.items()):
@@ -290,53 +274,41 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
     lines += [*table, ""]
 
     # time: measured, and an estimate for what is left from the same algorithm's measured speed
-    left, unknown = 0.0, []
-    for cell, n in est_missing:
-        if id(cell) in measured_by_cell:
-            left += n * measured_by_cell[id(cell)]
-        else:
-            unknown.append(f"{cell.algo} {cell.env}")
+    left = sum(n * wall for _, n, wall in est_missing if wall is not None)
+    unknown = [f"{cell.algo} {cell.env}" for cell, _, wall in est_missing if wall is None]
     lines += ["## Time", "",
               f"- Measured: {fmt_seconds(measured_seconds)} of run time over the finished runs (sum of wall times, "
               "one run at a time per worker)."]
     if est_missing:
-        lines.append(f"- Without a current finished run: {sum(n for _, n in est_missing)} seed(s) of the listed cells"
+        lines.append(f"- Without a current finished run: {sum(n for _, n, _ in est_missing)} seed(s) of the listed cells"
                      + (f"; from the wall time of the cell's finished runs, about {fmt_seconds(left)} to run them"
                         if left else "")
                      + (f"; no seed of the cell finished yet for: {', '.join(unknown)}" if unknown else "") + ".")
-    lines.append("")
 
-    lines += ["## References", ""]
+    lines += ["", "## References", ""]
     for i, rid in enumerate(ref_ids, 1):
         r = refs[rid]
-        std = f" ± {r['std']:g}" if "std" in r else ""
-        lines.append(f"{i}. `{rid}`: {r['algo']} {r['env']}, {r['steps']:,} steps: {r['mean']:g}{std} "
-                     f"({r['convention']}, {r['seeds']} seed{'s' if r['seeds'] > 1 else ''}, {'tuned' if r['tuned'] else 'untuned'}). "
+        detail = f"{r['seeds']} seed{'s' if r['seeds'] > 1 else ''}, {'tuned' if r['tuned'] else 'untuned'}"
+        lines.append(f"{i}. `{rid}`: {r['algo']} {r['env']}, {r['steps']:,} steps: {ref_label(r, detail)}. "
                      f"{r['source']}, <{r['url']}>. Env: {r['env_note']}.")
     lines += ["", "All references with their conventions: `benchmarks/references.toml`.", ""]
 
     if drawn:
         lines += ["## Learning curves", "",
                   "Mean over seeds with a ±1 std band, of the runs the table's figures come from; training returns are "
-                  "averaged per 1% of the run; greedy evaluations every 5% of the run; the threshold is dashed, references dotted.", ""]
-        for cell, png in drawn:
-            lines.append(f"![{cell.algo} {cell.env}]({png.relative_to(out_dir).as_posix()})")
-        lines.append("")
+                  "averaged per 1% of the run; greedy evaluations every 5% of the run; the threshold is dashed, references dotted.", "",
+                  *(f"![{cell.algo} {cell.env}]({png.relative_to(out_dir).as_posix()})" for cell, png in drawn), ""]
 
-    lines += ["## Failures", ""]
-    if failures:
-        for cell, seed, r in failures:
-            rel = r["dir"].relative_to(out_dir).as_posix()
-            lines.append(f"- `{cell.algo}` `{cell.env}` seed {seed}: **{r['status']}**"
-                         + (" (stale)" if r.get("stale") else "") + f": {r.get('error')} (log: [{rel}/log.txt]({rel}/log.txt))")
-            tb = r.get("traceback") or "\n".join(r.get("log_tail") or [])
-            if tb:
-                lines += ["", "  ```", *("  " + x for x in tb.strip().splitlines()[-8:]), "  ```"]
-    else:
-        lines.append("No run crashed.")
-    lines.append("")
+    lines += ["## Failures", "", *([] if failures else ["No run crashed."])]
+    for cell, seed, r in failures:
+        rel = r["dir"].relative_to(out_dir).as_posix()
+        lines.append(f"- `{cell.algo}` `{cell.env}` seed {seed}: **{r['status']}**"
+                     + (" (stale)" if r.get("stale") else "") + f": {r.get('error')} (log: [{rel}/log.txt]({rel}/log.txt))")
+        tb = r.get("traceback") or "\n".join(r.get("log_tail") or [])
+        if tb:
+            lines += ["", "  ```", *("  " + x for x in tb.strip().splitlines()[-8:]), "  ```"]
 
-    lines += ["## Runs", "", "| algo | env | seed | status | eval | train (last 10) | steps/s | wall s | code | error | folder |",
+    lines += ["", "## Runs", "", "| algo | env | seed | status | eval | train (last 10) | steps/s | wall s | code | error | folder |",
               "|---|---|---|---|---|---|---|---|---|---|---|", *details, "",
               "## Settings of each cell", "", *(settings_line(j.cell) for j in judged), ""]
     lines += speed_section(results_dir / "speed")
@@ -346,15 +318,18 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
     when = f"runs finished {finished[0][:10]} to {finished[-1][:10]}" if finished else "no finished runs yet"
     lines[0:0] = [f"# Benchmark report: `{suite.name}`", "",
                   (f"{suite.description}. " if suite.description else "") + f"Written by "
-                  f"`python benchmarks/report.py --suite {suite.name}{selection}` from `{runs_dir.name}/` ({when}).", ""]
+                  f"`python benchmarks/report.py --suite {suite.name}{selection}` from `runs/` ({when}).", ""]
     return "\n".join(lines), counts, len(drawn)
 
 
 def settings_line(cell: Cell) -> str:
+    """The cell's settings, their sources and its first seed's run as one command line of the script."""
+    command = " ".join([f"python algos/{cell.algo}.py --env {cell.env} --seed {cell.seeds[0]} --total-timesteps {cell.steps}",
+                        *([f"--eval-every {cell.eval_every}"] if cell.eval_every else []), *cli_flags(cell.settings)])
     return (f"- `{cell.algo}` `{cell.env}` (hash `{cell.digest}`), settings from {cell.settings_source or '-'}; "
             f"threshold from {cell.threshold_source or '-'}"
             + (f"; every seed must reach it, as in {cell.pass_rule_source}" if cell.pass_rule == "all" else "")
-            + f". One seed by hand:\n  `{script_command(cell, cell.seeds[0])}`")
+            + f". One seed by hand:\n  `{command}`")
 
 
 # ---- the README's result tables -------------------------------------------------------------------
@@ -403,16 +378,12 @@ def readme_table(suite_name: str, results_dir: Path = RESULTS_DIR, suites_file: 
         summaries = [] if j.shown_stale else [j.shown[s]["summary"] for s in sorted(j.shown)]
         evals = [s["eval_return_mean"] for s in summaries]
         trains = [s["train_return_last10"] for s in summaries if s.get("train_return_last10") is not None]
-        if evals:
-            m, sd = mean_std(evals)
-            ev = (f"{fmt_num(m)} ± {fmt_num(sd)} ({', '.join(fmt_num(x) for x in evals)})" if len(evals) > 1 else fmt_num(m))
-            if cell.threshold is not None:
-                ev += f"; {sum(x >= cell.threshold for x in evals)}/{len(evals)} ≥ {cell.threshold:g}"
-            if not j.shown_stale and len(j.current_ok) < len([r for r in j.runs.values() if r["status"] == "ok"]):
-                ev += "; current seeds only"
-        else:
-            ev = "-"
-        tr = f"{fmt_num(mean_std(trains)[0])} ± {fmt_num(mean_std(trains)[1])}" if len(trains) > 1 else fmt_num(trains[0]) if trains else "-"
+        ev = fmt_ms(evals, fmt_num) + (f" ({', '.join(fmt_num(x) for x in evals)})" if len(evals) > 1 else "")
+        if evals and cell.threshold is not None:
+            ev += f"; {sum(x >= cell.threshold for x in evals)}/{len(evals)} ≥ {cell.threshold:g}"
+        if evals and not j.shown_stale and len(j.current_ok) < len([r for r in j.runs.values() if r["status"] == "ok"]):
+            ev += "; current seeds only"
+        tr = fmt_ms(trains, fmt_num)
         r = refs.get(cell.references[0]) if cell.references else None
         ref = f"{r['source'].split(' (')[0].split(',')[0]} {ref_label(r)}" if r else "-"
         minutes = [s["wall_seconds"] / 60 for s in summaries]

@@ -18,14 +18,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# also the parts' names most used from here (tests, notebooks): report.verdict, report.bootstrap_ci, ...
 from provenance import CODE_DIRS, Checker, code_state  # noqa: E402
-from render import MARKER, README, readme_text, report_text  # noqa: E402
-from selection import judge_suite  # noqa: E402
+from render import MARKER, README, fmt_eval, readme_text, report_text, train_last  # noqa: E402,F401
+from selection import BOOTSTRAP_SEED, Judged, bootstrap_ci, iqm, judge_suite, verdict  # noqa: E402,F401
 from suite import RESULTS_DIR, SUITES_FILE, load_references, load_suite  # noqa: E402
-
-# the parts' names most used from here (tests, notebooks): report.verdict, report.bootstrap_ci, ...
-from render import fmt_eval, train_last  # noqa: E402,F401
-from selection import BOOTSTRAP_SEED, Judged, bootstrap_ci, iqm, verdict  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,11 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     checker = Checker()
     if checker.head is None:
         print(f"report: {checker.error}: every run shows as stale", file=sys.stderr)
-    else:
-        dirty = code_state()
-        if dirty.get("dirty"):
-            print(f"report: uncommitted changes under {', '.join(CODE_DIRS)} ({len(dirty['dirty_files'])} files): runs are "
-                  "judged against the last commit's files, not these", file=sys.stderr)
+    elif (dirty := code_state()).get("dirty"):
+        print(f"report: uncommitted changes under {', '.join(CODE_DIRS)} ({len(dirty['dirty_files'])} files): runs are "
+              "judged against the last commit's files, not these", file=sys.stderr)
     judged, left_out = judge_suite(suite, out_dir / "runs", checker, a.algos, a.envs)
     selection = "".join(f" --{k} {' '.join(v)}" for k, v in (("algos", a.algos), ("envs", a.envs)) if v)
     text, counts, plots = report_text(suite, results_dir, judged, left_out, load_references(), not a.no_plots, selection)

@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli import OneLineParser, add_slurm_flags, flags_error  # noqa: E402
-from job import Job, fmt_time, print_end, stop_on_signals  # noqa: E402
+from job import Job, end_processes, fmt_time, print_end, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
 from suite import RESULTS_DIR, ROOT, SUITES_FILE, load_suite, read_result, script_path  # noqa: E402
 
@@ -36,12 +35,9 @@ SMOKE_DIR = ROOT / "runs" / "smoke"  # --total-timesteps without --results-dir: 
 
 def report_command(suite: str, a: argparse.Namespace) -> str:
     """The report command for this sweep, with the runner's --results-dir and --suites-file where not the defaults."""
-    command = f"python benchmarks/report.py --suite {suite}"
-    if Path(a.suites_file).resolve() != SUITES_FILE.resolve():
-        command += f" --suites-file {a.suites_file}"
-    if Path(a.results_dir).resolve() != RESULTS_DIR.resolve():
-        command += f" --results-dir {a.results_dir}"
-    return command
+    flags = {"--suites-file": (a.suites_file, SUITES_FILE), "--results-dir": (a.results_dir, RESULTS_DIR)}
+    return f"python benchmarks/report.py --suite {suite}" + "".join(
+        f" {k} {v}" for k, (v, default) in flags.items() if Path(v).resolve() != default.resolve())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +76,6 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # an unknown suite or a malformed cell: suite.py's message
         print(f"run: error: {e}", file=sys.stderr)
         return 2
-    results = Path(a.results_dir)
     if not suite.runnable:
         print(f"suite {suite.name} is declared but not runnable here: {suite.not_runnable_reason}")
         return 1
@@ -100,13 +95,12 @@ def main(argv: list[str] | None = None) -> int:
 
     todo, done_ok, known_failed, missing = [], [], [], []
     for cell, seed in selected:
-        job = Job(suite.name, cell, seed, results)
-        if not script_path(cell.algo).exists():
-            missing.append(job)
-            continue
+        job = Job(suite.name, cell, seed, Path(a.results_dir))
         prev = read_result(job.dir)
         status = prev["status"] if prev else None
-        if status == "ok" and not a.force:
+        if not script_path(cell.algo).exists():
+            missing.append(job)
+        elif status == "ok" and not a.force:
             done_ok.append(job)
         elif status == "failed" and not (a.retry_failed or a.force):
             known_failed.append((job, prev))
@@ -133,16 +127,16 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as e:
             print(f"run: error: --backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt", file=sys.stderr)
             return 2
-        start = time.time()
-        with stop_on_signals():
-            finished = cluster.run_jobs(suite.name, todo, a)
-        if finished is None:
-            return 130
-        return closing(suite.name, a, finished, done_ok, known_failed, missing, start)
+    start = time.time()
+    with stop_on_signals():  # SIGTERM too: the runs are stopped (with a checkpoint), not left going
+        ran = cluster.run_jobs(suite.name, todo, a) if a.backend == "slurm" else run_local(todo, a, start)
+    return 130 if ran is None else closing(suite.name, a, ran, done_ok, known_failed, missing, start)
 
+
+def run_local(todo: list[Job], a: argparse.Namespace, start: float) -> list[tuple[Job, dict]] | None:
+    """Run the runs as processes here, `--workers` at a time; (job, result) per run, None if interrupted."""
     pending, running, finished = list(todo), [], []
-    start, last_status = time.time(), 0.0
-    total = len(todo)
+    last_status = 0.0
 
     def status_line() -> str:
         parts = []
@@ -152,57 +146,43 @@ def main(argv: list[str] | None = None) -> int:
             eta = f" ETA {fmt_time(left)}" if left is not None else ""
             parts.append(f"{job.label} {100 * frac:.0f}%{eta}")
         ok = sum(r["status"] == "ok" for _, r in finished)
-        return (f"[{time.strftime('%H:%M:%S')} +{fmt_time(time.time() - start)}] {len(finished)}/{total} finished "
+        return (f"[{time.strftime('%H:%M:%S')} +{fmt_time(time.time() - start)}] {len(finished)}/{len(todo)} finished "
                 f"({ok} ok, {len(finished) - ok} not ok), {len(pending)} waiting; running: {'; '.join(parts) or '-'}")
 
-    with stop_on_signals():  # SIGTERM too: the runs are stopped (with a checkpoint), not left going
-        try:
-            while pending or running:
-                while pending and len(running) < a.workers:
-                    job = pending.pop(0)
-                    running.append(job)  # before its process exists: a stop that comes while it starts still stops it
-                    job.start(code_state(), a.checkpoint_every, job.fresh)  # per run: the code may change while a long sweep runs
-                    print(f"[{time.strftime('%H:%M:%S')}] {'resume' if job.resumed_from else 'start '} {job.label} "
-                          f"({job.cell.steps:,} steps) -> {job.dir}", flush=True)
-                time.sleep(0.2)
-                for job in list(running):
-                    timed_out = a.timeout and job.proc.poll() is None and time.time() - job.started > a.timeout
-                    if timed_out:
-                        job.proc.send_signal(signal.SIGTERM)
-                        try:
-                            job.proc.wait(30)
-                        except subprocess.TimeoutExpired:
-                            job.proc.kill()
-                            job.proc.wait()
-                    if job.proc.poll() is None:
-                        continue
-                    running.remove(job)
-                    result = job.finish()
-                    if timed_out:
-                        result.update(status="failed", error=f"timed out after {a.timeout:.0f} s (--timeout)")
-                        (job.dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
-                    finished.append((job, result))
-                    print_end(job, result)
-                if time.time() - last_status > a.status_every and running:
-                    print(status_line(), flush=True)
-                    last_status = time.time()
-        except KeyboardInterrupt:
-            print("\ninterrupted: stopping the running runs (next time they resume from a checkpoint where they wrote one, "
-                  "else start over)", flush=True)
-            started = [job for job in running if job.proc is not None]
-            for job in started:
-                job.proc.send_signal(signal.SIGTERM)
-            deadline = time.time() + 30
-            for job in started:
-                try:
-                    job.proc.wait(max(0.0, deadline - time.time()))
-                except subprocess.TimeoutExpired:
-                    job.proc.kill()
-                    job.proc.wait()
-                job.log.close()
-            return 130
-
-    return closing(suite.name, a, finished, done_ok, known_failed, missing, start)
+    try:
+        while pending or running:
+            while pending and len(running) < a.workers:
+                job = pending.pop(0)
+                running.append(job)  # before its process exists: a stop that comes while it starts still stops it
+                job.start(code_state(), a.checkpoint_every, job.fresh)  # per run: the code may change while a long sweep runs
+                print(f"[{time.strftime('%H:%M:%S')}] {'resume' if job.resumed_from else 'start '} {job.label} "
+                      f"({job.cell.steps:,} steps) -> {job.dir}", flush=True)
+            time.sleep(0.2)
+            for job in list(running):
+                timed_out = a.timeout and job.proc.poll() is None and time.time() - job.started > a.timeout
+                if timed_out:
+                    end_processes([job.proc], signal.SIGTERM, 30)
+                if job.proc.poll() is None:
+                    continue
+                running.remove(job)
+                result = job.finish()
+                if timed_out:
+                    result.update(status="failed", error=f"timed out after {a.timeout:.0f} s (--timeout)")
+                    (job.dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
+                finished.append((job, result))
+                print_end(job, result)
+            if time.time() - last_status > a.status_every and running:
+                print(status_line(), flush=True)
+                last_status = time.time()
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopping the running runs (next time they resume from a checkpoint where they wrote one, "
+              "else start over)", flush=True)
+        started = [job for job in running if job.proc is not None]
+        end_processes([job.proc for job in started], signal.SIGTERM, 30)
+        for job in started:
+            job.log.close()
+        return None
+    return finished
 
 
 def closing(suite: str, a: argparse.Namespace, finished, done_ok, known_failed, missing, start: float) -> int:

@@ -9,6 +9,7 @@ well they pin it down (its generator seeded: the same runs give the same report)
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -31,9 +32,7 @@ BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
 
 
-def mean(x) -> float | np.ndarray:
-    """Mean along the last axis: of one sample [n], or of each bootstrap resample [R, n]."""
-    return np.mean(np.asarray(x, dtype=float), axis=-1)
+mean = functools.partial(np.mean, axis=-1)  # along the last axis: of one sample [n], or of each resample [R, n]
 
 
 def iqm(x) -> float | np.ndarray:
@@ -77,34 +76,24 @@ def ci_caution(xs: list[float], threshold: float) -> str:
 VERDICT_SEEDS = 5  # a cell's verdict (PASS, or FAIL by its mean) needs this many finished current seeds
 
 
-def cell_runs(cell: Cell, runs_dir: Path) -> dict[int, dict]:
-    """seed -> result.json (with the run folder added) for the cell's current settings hash; a run
-    whose final evaluation failed (an older runner called it ok) is failed."""
-    out = {}
-    for d in sorted(runs_dir.glob(f"{cell.slug}__s*__{cell.digest}")):
+def cell_runs(cell: Cell, runs_dir: Path) -> tuple[dict[int, dict], int, int]:
+    """seed -> result.json (with the run folder added) for the cell's current settings hash, a run whose final
+    evaluation failed (an older runner called it ok) failed; and the folders of the cell's other runs, never
+    counted: (runs with other settings, smoke tries)."""
+    runs, smoke = {}, []  # smoke: for each run of other settings, whether it is a smoke try
+    for d in sorted(runs_dir.glob(f"{cell.slug}__s*__*")):
         r = read_result(d)
+        if not d.name.endswith(cell.digest):
+            spec = (r or {}).get("spec") or (json.loads((d / "spec.json").read_text()) if (d / "spec.json").exists() else {})
+            smoke.append(spec.get("comparable", True) is False)
+            continue
         if r is None:
             r = {"status": "incomplete", "error": "no result.json: the run is still going, or was killed"}
         elif r["status"] == "ok" and (r.get("summary") or {}).get("eval_return_mean") is None:
             r = {**r, "status": "failed", "error": "its final evaluation failed: the summary has no eval_return_mean"}
         r["dir"] = d
-        out[int(d.name.split("__")[2][1:])] = r
-    return out
-
-
-def other_runs(cell: Cell, runs_dir: Path) -> tuple[int, int]:
-    """(runs with other settings, smoke tries) in the cell's folders: never counted."""
-    older = smoke = 0
-    for d in runs_dir.glob(f"{cell.slug}__s*__*"):
-        if d.name.endswith(cell.digest):
-            continue
-        spec = read_result(d) or {}
-        spec = spec.get("spec") or (json.loads((d / "spec.json").read_text()) if (d / "spec.json").exists() else {})
-        if spec.get("comparable", True) is False:
-            smoke += 1
-        else:
-            older += 1
-    return older, smoke
+        runs[int(d.name.split("__")[2][1:])] = r
+    return runs, len(smoke) - sum(smoke), sum(smoke)
 
 
 def mark_stale(cell: Cell, runs: dict[int, dict], checker: Checker) -> None:
@@ -153,15 +142,12 @@ def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
             if m < t and not missing and enough:
                 failures.append(f"below threshold: mean {m:.1f} < {t:g}" + ci_caution(list(evals.values()), t))
             so_far = f"; mean so far {m:.1f} ({'≥' if m >= t else '<'} {t:g})"
-    stale_note = ""
-    if stale:
-        by_why: dict[str, list[int]] = {}
-        for s, r in sorted(stale.items()):
-            by_why.setdefault(r["stale"], []).append(s)
-        stale_note = f"{len(stale)} run{'s' if len(stale) > 1 else ''} on other code: " + "; ".join(
-            f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {why}" for why, seeds in by_why.items())
-    done = len([s for s in cell.seeds if s in ok])
-    partial = f"partial: {done} of {len(cell.seeds)} seeds"
+    by_why: dict[str, list[int]] = {}  # the stale runs' seeds by why they are stale
+    for s, r in sorted(stale.items()):
+        by_why.setdefault(r["stale"], []).append(s)
+    stale_note = f"{len(stale)} run{'s' if len(stale) > 1 else ''} on other code: " + "; ".join(
+        f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {why}" for why, seeds in by_why.items())
+    partial = f"partial: {len([s for s in cell.seeds if s in ok])} of {len(cell.seeds)} seeds"
     not_run = [str(s) for s in missing if s not in runs and s not in stale]
     unfinished = [f"seed {s} {runs[s]['status']}" for s in missing if s in runs]  # running, interrupted or killed
     if not_run:
@@ -206,19 +192,15 @@ def judge_suite(suite: Suite, runs_dir: Path, checker: Checker, algos=None, envs
     """The cells to list (those with runs, and those selected with `algos` / `envs`) judged; and the
     cells left out (no run, not selected)."""
     listed, left_out = [], []
-    selecting = bool(algos or envs)
     for cell in suite.cells:
-        selected = (not algos or cell.algo in algos) and (not envs or cell.env in envs)
-        if selecting and not selected:
+        if not ((not algos or cell.algo in algos) and (not envs or cell.env in envs)):  # not selected
             continue
-        runs = cell_runs(cell, runs_dir) if runs_dir.exists() else {}
-        older, smoke = other_runs(cell, runs_dir) if runs_dir.exists() else (0, 0)
-        if not selecting and not runs and not older:
+        runs, older, smoke = cell_runs(cell, runs_dir) if runs_dir.exists() else ({}, 0, 0)
+        if not (algos or envs) and not runs and not older:
             left_out.append(cell)
             continue
         mark_stale(cell, runs, checker)
-        v, reason = verdict(cell, runs)
         current = {s: r for s, r in runs.items() if r["status"] == "ok" and not r.get("stale")}
         stale_ok = {s: r for s, r in runs.items() if r["status"] == "ok" and r.get("stale")}
-        listed.append(Judged(cell, runs, v, reason, current or stale_ok, not current and bool(stale_ok), older, smoke))
+        listed.append(Judged(cell, runs, *verdict(cell, runs), current or stale_ok, not current and bool(stale_ok), older, smoke))
     return listed, left_out

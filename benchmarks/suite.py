@@ -53,15 +53,11 @@ class Cell:
 
     @property
     def slug(self) -> str:
-        """`name` as one file name: ALE/Breakout-v5 -> ALE-Breakout-v5 (a '/' would make a subfolder)."""
+        """`algo__env` as one file name: ALE/Breakout-v5 -> ALE-Breakout-v5 (a '/' would make a subfolder)."""
         return f"{self.algo}__{self.env.replace('/', '-')}"
 
     def run_name(self, seed: int) -> str:
         return f"{self.slug}__s{seed}__{self.digest}"
-
-    @property
-    def name(self) -> str:
-        return f"{self.algo}__{self.env}"
 
 
 @dataclass
@@ -88,8 +84,7 @@ def load_suite(name: str, path: Path | str = SUITES_FILE) -> Suite:
 def _build(name: str, raw: dict) -> Suite:
     s = raw[name]
     cells = []
-    include = s.get("include")
-    if include:  # cells of another suite, unchanged (same settings, so the same run hashes)
+    if include := s.get("include"):  # another suite's cells, unchanged (same settings: the same run hashes)
         other = _build(include["suite"], raw)
         envs, algos = include.get("envs"), include.get("algos")
         cells += [c for c in other.cells if (envs is None or c.env in envs) and (algos is None or c.algo in algos)]
@@ -125,12 +120,9 @@ def script_path(algo: str) -> Path:
 
 
 def read_result(run_dir: Path) -> dict | None:
-    path = run_dir / "result.json"
-    if not path.exists():
-        return None
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
+        return json.loads((run_dir / "result.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
