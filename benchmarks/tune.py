@@ -22,9 +22,7 @@ import csv
 import dataclasses
 import gc
 import importlib
-import io
 import json
-import math
 import multiprocessing
 import shlex
 import statistics
@@ -118,15 +116,10 @@ def sample(trial, space: dict) -> dict:
 
 
 def toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return f"{v:_}" if abs(v) >= 10_000 else str(v)
-    if isinstance(v, float):
-        return repr(v)
+    """A value as TOML writes it: JSON's, but for lists of any value and large ints (10_000)."""
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    return json.dumps(v)
+        return "[" + ", ".join(map(toml_value, v)) + "]"
+    return f"{v:_}" if type(v) is int and abs(v) >= 10_000 else json.dumps(v)
 
 
 def settings_line(settings: dict) -> str:
@@ -139,18 +132,12 @@ def eval_rows(job: Job) -> list[tuple[int, float]]:
     path = metrics_file(job.dir)
     text = path.read_text(errors="ignore") if path else ""
     text = text[:text.rfind("\n") + 1]
-    return [(int(r["global_step"]), float(r["eval_return"])) for r in csv.DictReader(io.StringIO(text)) if r.get("eval_return")]
+    return [(int(r["global_step"]), float(r["eval_return"])) for r in csv.DictReader(text.splitlines()) if r.get("eval_return")]
 
 
 def points(cell: Cell) -> int:
     """Evaluations per seed before the final one: one each time the run passes a multiple of eval_every."""
     return cell.steps // cell.eval_every if cell.eval_every else 0
-
-
-def point(cell: Cell, step: int) -> int:
-    """The evaluation's index in its run (points(cell): the final one): the pruner compares trials there, never at
-    the env step, which differs between trials whose rollouts differ in size."""
-    return min(step // cell.eval_every, points(cell)) if cell.eval_every else 0
 
 
 def objective(trial, config: dict, state: dict) -> float:
@@ -183,7 +170,9 @@ def run_trial(trial, config: dict, state: dict) -> float:
                 ended = job.proc.poll() is not None
                 rows = eval_rows(job)
                 for step, value in rows[seen:]:
-                    k = point(cell, step)
+                    # the evaluation's index in its run (points(cell): the final one): the pruner compares trials
+                    # there, never at the env step, which differs between trials whose rollouts differ in size
+                    k = min(step // cell.eval_every, points(cell)) if cell.eval_every else 0
                     at_point.setdefault(k, []).append(value)
                     trial.report(statistics.fmean(at_point[k]), i * per_seed + k)
                     last = i == len(seeds) - 1 and step >= cell.steps  # the last seed's final evaluation: the objective itself
@@ -304,7 +293,7 @@ def _work_process(config: dict, worker: int) -> None:  # a local worker process
 
 # --- the table ----------------------------------------------------------------------------------
 def fmt(x, digits: int = 1) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+    return "-" if x is None or x != x else f"{x:.{digits}f}"  # x != x: NaN
 
 
 def study_markdown(study, config: dict) -> tuple[str, str | None]:
@@ -404,8 +393,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
 
     if len(set(a.seeds)) != len(a.seeds):
         raise BadInput(f"--seeds has repeats: {a.seeds}")
-    error = flags_error(a, trials=1, workers=1, total_timesteps=1)
-    if error:
+    if error := flags_error(a, trials=1, workers=1, total_timesteps=1):
         raise BadInput(error)
     try:
         suites = load_suites(a.suites_file)
@@ -471,13 +459,12 @@ def run_workers(a: argparse.Namespace, config: dict, todo: int) -> int | None:
                 proc.start()
             for proc in procs:
                 proc.join()
-        except KeyboardInterrupt:  # Ctrl-C reaches the workers too, SIGTERM only this process: pass it on
+        finally:  # stopped: Ctrl-C reaches the workers too, SIGTERM only this process: pass it on (ended ones ignore it)
             started = [proc for proc in procs if proc.pid is not None]
             for proc in started:
                 proc.terminate()
             for proc in started:
                 proc.join()
-            raise
     return None
 
 
@@ -503,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tune: error: {e}", file=sys.stderr)
         return 2
 
-    command = "python benchmarks/tune.py " + " ".join(shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
+    command = "python benchmarks/tune.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     study.set_user_attr("commands", [*study.user_attrs.get("commands", []), command])
     study.set_user_attr("dates", sorted({*study.user_attrs.get("dates", []), time.strftime("%Y-%m-%d")}))
     stopped = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
