@@ -24,6 +24,7 @@ from a checkout given by path, in their own Python where they need one. CleanRL 
 from __future__ import annotations
 
 import argparse
+import bisect
 import concurrent.futures
 import csv
 import dataclasses
@@ -46,6 +47,7 @@ sys.path[:0] = [str(BENCH), str(ROOT), str(ROOT / "algos")]
 from cli import cli_flags  # noqa: E402
 from job import machine_info  # noqa: E402
 from provenance import code_state  # noqa: E402
+from render import read_curves  # noqa: E402
 from suite import load_suite, metrics_file, script_path  # noqa: E402
 
 RAW = "benchmarks/results/speed/"
@@ -75,8 +77,8 @@ COMPARISONS = {
         figure="env steps/s of the training loop (ours: summary sps; SB3: learn()); ratio ours/sb3 per repeat",
         rate="loop", pairs=[("ours", "sb3")],
         defaults=dict(total_timesteps=500_000, learning_starts=10_000, repeats=1, threads=["1"], out="benchmarks/results/speed_dqn.json"),
-        full=["--total-timesteps", "500000", "--out", "{dir}/speed_dqn_raw.json"],
-        quick=["--total-timesteps", "3000", "--learning-starts", "1000", "--out", "{dir}/speed_dqn_raw.json"]),
+        full="--total-timesteps 500000 --out {raw}".split(),
+        quick="--total-timesteps 3000 --learning-starts 1000 --out {raw}".split()),
     "a2c": dict(
         what="A2C, CartPole-v1, 8 envs, n_steps 5, separate [64, 64] tanh actor and critic, RMSprop 7e-4 (alpha 0.99, eps 1e-5), "
              "gamma 0.99, full-rollout returns, value coef 0.5, no entropy, grad norm 0.5, CPU, 1 thread",
@@ -91,7 +93,7 @@ COMPARISONS = {
         figure="env steps/s (ours: summary sps, env reset to last update; SB3: learn()); ratio ours/sb3 per repeat, median",
         rate="loop", pairs=[("ours", "sb3")], new_seeds=True,
         defaults=dict(total_timesteps=100_000, repeats=2, threads=["1"]),
-        full=["--total-timesteps", "100000", "--repeats", "2"], quick=["--total-timesteps", "2000", "--repeats", "1"]),
+        full="--total-timesteps 100000 --repeats 2".split(), quick="--total-timesteps 2000 --repeats 1".split()),
     "ddpg": dict(
         what="DDPG, Pendulum-v1, CleanRL's settings (uniform actions for 5k steps, batch 256, [256, 256], Adam 3e-4, tau 0.005, "
              "Gaussian noise 0.1, actor and targets every 2 critic updates; SB3: policy_delay 2); NAF timed beside, same schedule",
@@ -109,9 +111,8 @@ COMPARISONS = {
         figure="wall seconds per run; ratio their wall / ours per repeat, median [min, max]",
         rate="wall", pairs=[("ours", "sb3"), ("ours", "cleanrl-torch"), ("ours", "cleanrl-jax")], new_seeds=True, pin=True,
         defaults=dict(total_timesteps=20_000, learning_starts=5_000, repeats=3, threads=["1", "2", "default"]),
-        full=["--repeats", "2", "--threads", "1", "default", "--out", "{dir}/speed_ddpg_raw.json"],
-        quick=["--repeats", "1", "--threads", "1", "--total-timesteps", "600", "--learning-starts", "300",
-               "--out", "{dir}/speed_ddpg_raw.json"]),
+        full="--repeats 2 --threads 1 default --out {raw}".split(),
+        quick="--repeats 1 --threads 1 --total-timesteps 600 --learning-starts 300 --out {raw}".split()),
     "dqn-atari": dict(
         what=f"DQN, {ATARI}, the DQN paper's preprocessing and Nature net, CleanRL's Atari settings (Adam 1e-4, batch 32, "
              "train every 4, target every 1,000, epsilon 1 -> 0.01 over 10%), memory sized to the run; ours with SB3's loss "
@@ -122,17 +123,15 @@ COMPARISONS = {
                                    exploration_initial_eps=1.0, exploration_final_eps=0.01, max_grad_norm=10,
                                    optimize_memory_usage=False)),
                "ours-mse": ("dqn", dict(ATARI_OURS, loss="mse", clip_grad_norm=None)), "cleanrl": "cleanrl/dqn_atari.py"},
-        cleanrl=["--env-id", ATARI, "--buffer-size", "steps", "--learning-rate", "1e-4", "--batch-size", "32", "--train-frequency",
-                 "4", "--target-network-frequency", "1000", "--start-e", "1", "--end-e", "0.01", "--exploration-fraction", "0.1",
-                 "--no-cuda"],
+        cleanrl=f"--env-id {ATARI} --buffer-size steps --learning-rate 1e-4 --batch-size 32 --train-frequency 4 "
+                "--target-network-frequency 1000 --start-e 1 --end-e 0.01 --exploration-fraction 0.1 --no-cuda".split(),
         timing="each run a fresh process; OMP/MKL threads and torch threads n per `--threads`; CPU time (user + system, "
                "os.wait4) of the whole process and of the training loop alone",
         figure="env steps per CPU second; ratio ours/peer per repeat (whole process); `--profile`: the conv net's kernels' share",
         rate="cpu", pairs=[("ours", "sb3"), ("ours-mse", "cleanrl")],
         defaults=dict(total_timesteps=12_000, learning_starts=2_000, repeats=2, threads=["1", "2"], out=RAW + "speed_dqn_atari_raw.json"),
-        full=["--total-timesteps", "12000", "--repeats", "2", "--threads", "1", "2", "--profile", "--out", "{dir}/speed_dqn_atari_raw.json"],
-        quick=["--total-timesteps", "400", "--learning-starts", "200", "--repeats", "1", "--threads", "1",
-               "--out", "{dir}/speed_dqn_atari_raw.json"]),
+        full="--total-timesteps 12000 --repeats 2 --threads 1 2 --profile --out {raw}".split(),
+        quick="--total-timesteps 400 --learning-starts 200 --repeats 1 --threads 1 --out {raw}".split()),
     "minatar": dict(
         what="DQN, MinAtar, the minatar_paper suite's settings, which are MinAtar's examples/dqn.py's (-v0 ids, sticky 0.1, "
              "batch 32, 100k memory, learning from 5,000 every step, target every 1,000, epsilon 1 -> 0.1 over 100k steps, "
@@ -238,10 +237,10 @@ dqn.main()
 
 
 # ---- timing a child process -------------------------------------------------------------------------
-def run_timed(cmd: list[str], cwd: str, env: dict, label: str | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run `cmd` to completion; (the finished process, CPU seconds, wall seconds). With a label, a failure exits
-    with its stderr's tail. The CPU time is this child's own (os.wait4's resource usage of that process), so two
-    children timed at once from two threads each get their own; CPU time is what a busy machine disturbs least."""
+def run_timed(cmd: list[str], cwd: str, env: dict) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run `cmd` to completion; (the finished process, CPU seconds, wall seconds). The CPU time is this child's own
+    (os.wait4's resource usage of that process), so two children timed at once from two threads each get their own;
+    CPU time is what a busy machine disturbs least."""
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err, text=True)
@@ -251,8 +250,6 @@ def run_timed(cmd: list[str], cwd: str, env: dict, label: str | None = None) -> 
         out.seek(0)
         err.seek(0)
         done = subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
-    if done.returncode != 0 and label:
-        raise SystemExit(f"{label} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return done, usage.ru_utime + usage.ru_stime, wall
 
 
@@ -271,14 +268,8 @@ def machine(**extra) -> dict:
 def curve(frames: list[int], returns: list[float], total: int, points: int = 100) -> list[list[float]]:
     """The MinAtar figure's convention as a curve: at every `total / points` frames, the mean of the last 100
     training episodes finished by then; [[frame, mean], ...], from the first point with an episode."""
-    out, k = [], 0
-    for i in range(1, points + 1):
-        at = total * i // points
-        while k < len(frames) and frames[k] <= at:
-            k += 1
-        if k:
-            out.append([at, round(sum(returns[max(0, k - 100):k]) / min(k, 100), 3)])
-    return out
+    ends = [(at, bisect.bisect_right(frames, at)) for at in (total * i // points for i in range(1, points + 1))]
+    return [[at, round(sum(returns[max(0, k - 100):k]) / min(k, 100), 3)] for at, k in ends if k]
 
 
 # ---- the comparison: each side's runs, alternating, and the ratios -----------------------------------
@@ -308,9 +299,8 @@ def command(o, side: str, threads: int | None, scratch: Path) -> list[str]:
 def minatar_returns(side: str, scratch: Path) -> tuple[list[float], list[int]]:
     """A MinAtar run's training returns and the frames they ended at: ours from metrics.csv, the peer's from its file."""
     if side == "ours":
-        with open(metrics_file(scratch / "ours")) as f:
-            rows = [r for r in csv.DictReader(f) if r["episodic_return"]]
-        return [float(r["episodic_return"]) for r in rows], [int(r["global_step"]) for r in rows]
+        episodes = read_curves(metrics_file(scratch / "ours"))[1]
+        return [x for _, x in episodes], [step for step, _ in episodes]
     import torch
 
     data = torch.load(str(scratch / "peer") + "_data_and_weights", weights_only=False)
@@ -439,12 +429,10 @@ def profile_atari(o) -> dict:
 
 def plot_curves(o, runs: list[dict]) -> None:
     """minatar --plot: both sides' last-100 training return against frames, each repeat a line."""
-    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing to close
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     for name, color, label in (("ours", "tab:blue", "ours (algos/dqn.py)"), ("peer", "tab:orange", "MinAtar's dqn.py")):
         for i, r in enumerate(r for r in runs if r["side"] == name and r.get("curve")):
             ax.plot(*zip(*r["curve"]), color=color, alpha=0.8, label=label if i == 0 else None)
@@ -453,7 +441,6 @@ def plot_curves(o, runs: list[dict]) -> None:
     fig.tight_layout()
     Path(o.plot).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(o.plot, dpi=100)
-    plt.close(fig)
 
 
 # ---- devices: each cell on the CPU and on the GPU -----------------------------------------------------
@@ -569,7 +556,8 @@ def parse(output: str) -> tuple[list[str], list[float]]:
 def run_one(name: str, quick: bool, out_dir: Path, timeout: float, cleanrl: list[str] | None = None) -> dict:
     c = COMPARISONS[name]
     shown = out_dir.relative_to(ROOT) if out_dir.is_relative_to(ROOT) else out_dir
-    argv = [name, *(a.format(dir=shown) for a in (c["quick"] if quick else c["full"]))] + (cleanrl if cleanrl and name == "ddpg" else [])
+    raw = f"{shown}/speed_{name.replace('-', '_')}_raw.json"  # `{raw}` in the flags: the raw JSON beside the record
+    argv = [name, *(a.format(raw=raw) for a in (c["quick"] if quick else c["full"]))] + (cleanrl if cleanrl and name == "ddpg" else [])
     command = " ".join(["python", "benchmarks/speed.py", *argv])
     record = {"name": name, "command": command, "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M")}
     print(f"{name}: {command}", flush=True)
@@ -579,8 +567,7 @@ def run_one(name: str, quick: bool, out_dir: Path, timeout: float, cleanrl: list
                               timeout=timeout or None)
         output, code = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as e:
-        output = (e.stdout or b"").decode(errors="ignore") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        code = None
+        output, code = (e.stdout or b"").decode(errors="ignore") if isinstance(e.stdout, bytes) else (e.stdout or ""), None
         record["error"] = f"timed out after {timeout:.0f} s"
     log.write_text(output)
     closing, ratios = parse(proc.stdout if code is not None else output)
@@ -625,9 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--side-threads", type=int, default=None, help=argparse.SUPPRESS)
     o = p.parse_args(argv)
     if o.comparison:
-        for k, v in COMPARISONS[o.comparison]["defaults"].items():
-            if getattr(o, k, None) is None:
-                setattr(o, k, v)
+        vars(o).update({k: v for k, v in COMPARISONS[o.comparison]["defaults"].items() if getattr(o, k) is None})
         o.learning_starts = 0 if o.learning_starts is None else o.learning_starts
         o.cleanrl_python = o.cleanrl_python or "python3"
         if o.side:

@@ -178,7 +178,7 @@ def test_timed_children_at_once_each_get_their_own_cpu_time():
     busy = [sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"]
     idle = [sys.executable, "-c", "import time; time.sleep(1.0)"]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        b, i = pool.submit(run_timed, busy, ".", dict(os.environ), "busy"), pool.submit(run_timed, idle, ".", dict(os.environ), "idle")
+        b, i = pool.submit(run_timed, busy, ".", dict(os.environ)), pool.submit(run_timed, idle, ".", dict(os.environ))
         (_, busy_cpu, _), (_, idle_cpu, idle_wall) = b.result(), i.result()
     assert busy_cpu >= 0.5
     assert idle_cpu < 0.4 and idle_wall >= 1.0
