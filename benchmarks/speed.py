@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from itertools import takewhile
 from pathlib import Path
 from statistics import median
 
@@ -259,12 +260,6 @@ def write(path: str | None, record: dict) -> None:
         Path(path).write_text(json.dumps(record, indent=2))
 
 
-def machine(**extra) -> dict:
-    import torch
-
-    return {**machine_info(), "torch": torch.__version__, **extra}
-
-
 def curve(frames: list[int], returns: list[float], total: int, points: int = 100) -> list[list[float]]:
     """The MinAtar figure's convention as a curve: at every `total / points` frames, the mean of the last 100
     training episodes finished by then; [[frame, mean], ...], from the first point with an episode."""
@@ -344,6 +339,8 @@ def spread(xs: list[float], unit: str = "x") -> str:
 
 def compare(o) -> int:
     """The sides' runs, `--repeats` times for each `--threads` setting, then each pair's ratio per repeat."""
+    import torch  # for the record's version only: the runs are child processes
+
     c = COMPARISONS[o.comparison]
     for s in o.threads:
         if not (s.isdigit() and int(s) > 0 or s == "default" and s in c["defaults"]["threads"]):
@@ -398,7 +395,8 @@ def compare(o) -> int:
     settings = {k: getattr(o, k) for k in ("total_timesteps", "learning_starts", "seed", "repeats", "threads", "cleanrl", "parallel",
                                            "out")}
     write(o.out, {"comparison": o.comparison, "settings": settings, "runs": runs, "summary": lines, "profiles": profiles,
-                  "date": time.strftime("%Y-%m-%d"), "code": code_state(), "machine": machine()})
+                  "date": time.strftime("%Y-%m-%d"), "code": code_state(),
+                  "machine": {**machine_info(), "torch": torch.__version__}})
     if o.plot:
         plot_curves(o, runs)
     return 1 if any("error" in r for r in runs) else 0
@@ -511,21 +509,18 @@ def compare_devices(o) -> int:
             results = {**{key: job.result() for key, job in cpu_jobs.items()}, **chain.result()}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    m = machine(gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, cpu_runs_in_parallel=parallel)
+    m = {**machine_info(), "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+         "cpu_runs_in_parallel": parallel}
     print(f"{m['gpu'] or 'no GPU'}; {m['cpu_count']} logical CPUs; torch {m['torch']}; {o.total_timesteps:,} steps, {o.threads[0]} torch thread(s)")
     others = [d for d in o.devices if d != "cpu"] if "cpu" in o.devices else []
     print(f"{'cell':44s}" + "".join(f"{d + ' sps':>20s}" for d in o.devices) + "".join(f"{d + '/cpu':>20s}" for d in others))
-    for c in o.cells:
-        line = f"{c:44s}"
-        for d in o.devices:
-            r = results[(c, d)]
-            mark = "*" if r.get("measured_over", "").startswith("the whole run") else ""
-            line += f"{'failed' if 'error' in r else str(r['learning_sps']) + mark if r['learning_sps'] else 'too short':>20}"
+    for c in o.cells:  # each device's rate (*: the whole run's), then each one's against the CPU's
+        rates = ["failed" if "error" in r else "too short" if not r["learning_sps"] else
+                 f"{r['learning_sps']}{'*' if r['measured_over'].startswith('the whole run') else ''}"
+                 for r in (results[(c, d)] for d in o.devices)]
         cpu = results.get((c, "cpu"), {}).get("learning_sps")
-        for d in others:
-            rate = results[(c, d)].get("learning_sps")
-            line += f"{rate / cpu:>20.2f}" if rate and cpu else f"{'-':>20}"
-        print(line)
+        ratios = [f"{rate / cpu:.2f}" if (rate := results[(c, d)].get("learning_sps")) and cpu else "-" for d in others]
+        print(f"{c:44s}" + "".join(f"{x:>20}" for x in rates + ratios))
     if any(r.get("measured_over", "").startswith("the whole run") for r in results.values()):
         print("* the whole run (too few logged rows while learning): start-up included")
     for r in results.values():
@@ -544,31 +539,31 @@ RATIO = re.compile(r"(?<![>=\d.])(?<!>= )(\d+(?:\.\d+)?)x\b")  # not a bound suc
 def parse(output: str) -> tuple[list[str], list[float]]:
     """A comparison's closing lines, and every 'N.NNx' on lines that talk about a ratio."""
     lines = [x.rstrip() for x in output.splitlines() if x.strip() and "warn" not in x.lower()]
-    closing = []
-    for x in reversed(lines):  # the summary block: trailing lines after the per-run lines
-        if x.lower().startswith(("run ", "repeat ", "ours  ", "sb3   ", "[")):
-            break
-        closing.insert(0, x)
-    closing = closing[-30:] or lines[-3:]
+    per_run = ("run ", "repeat ", "ours  ", "sb3   ", "[")  # the summary block: the trailing lines after the per-run lines
+    closing = [*takewhile(lambda x: not x.lower().startswith(per_run), lines[::-1])][::-1][-30:] or lines[-3:]
     return closing, [float(m) for x in closing if RATIO_LINE.search(x) for m in RATIO.findall(x)]
 
 
-def run_one(name: str, quick: bool, out_dir: Path, timeout: float, cleanrl: list[str] | None = None) -> dict:
+def run_one(name: str, o: argparse.Namespace, out_dir: Path) -> dict:
+    """One collected comparison in a child process (`o`: --quick, --timeout, --cleanrl): its log, and its record
+    (<out>/<name>.json) with its closing lines and ratios."""
     c = COMPARISONS[name]
     shown = out_dir.relative_to(ROOT) if out_dir.is_relative_to(ROOT) else out_dir
     raw = f"{shown}/speed_{name.replace('-', '_')}_raw.json"  # `{raw}` in the flags: the raw JSON beside the record
-    argv = [name, *(a.format(raw=raw) for a in (c["quick"] if quick else c["full"]))] + (cleanrl if cleanrl and name == "ddpg" else [])
+    argv = [name, *(a.format(raw=raw) for a in c["quick" if o.quick else "full"])]
+    if o.cleanrl and name == "ddpg":
+        argv += ["--cleanrl", str(Path(o.cleanrl).resolve())] + (["--cleanrl-python", o.cleanrl_python] if o.cleanrl_python else [])
     command = " ".join(["python", "benchmarks/speed.py", *argv])
-    record = {"name": name, "command": command, "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M")}
+    record = {"name": name, "command": command, "quick": o.quick, "started": time.strftime("%Y-%m-%d %H:%M")}
     print(f"{name}: {command}", flush=True)
     start, log = time.perf_counter(), out_dir / f"{name}.log"
     try:
         proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv], cwd=ROOT, capture_output=True, text=True,
-                              timeout=timeout or None)
+                              timeout=o.timeout or None)
         output, code = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as e:
         output, code = (e.stdout or b"").decode(errors="ignore") if isinstance(e.stdout, bytes) else (e.stdout or ""), None
-        record["error"] = f"timed out after {timeout:.0f} s"
+        record["error"] = f"timed out after {o.timeout:.0f} s"
     log.write_text(output)
     closing, ratios = parse(proc.stdout if code is not None else output)
     record.update(returncode=code, seconds=round(time.perf_counter() - start, 1), summary_lines=closing, ratios=ratios,
@@ -578,6 +573,7 @@ def run_one(name: str, quick: bool, out_dir: Path, timeout: float, cleanrl: list
     for x in closing:
         print(f"  {x}")
     print(f"  -> ratios {ratios}, exit {code}, {record['seconds']} s", flush=True)
+    (out_dir / f"{name}.json").write_text(json.dumps(record, indent=2))
     return record
 
 
@@ -623,20 +619,13 @@ def main(argv: list[str] | None = None) -> int:
         except BadInput as e:
             print(f"speed {o.comparison}: error: {e}", file=sys.stderr)
             return 2
-    cleanrl = None
-    if o.cleanrl:
-        if not (Path(o.cleanrl) / "cleanrl").is_dir():
-            p.error(f"--cleanrl {o.cleanrl} is not a CleanRL checkout (no cleanrl/ folder in it)")
-        cleanrl = ["--cleanrl", str(Path(o.cleanrl).resolve())] + (["--cleanrl-python", o.cleanrl_python] if o.cleanrl_python else [])
+    if o.cleanrl and not (Path(o.cleanrl) / "cleanrl").is_dir():
+        p.error(f"--cleanrl {o.cleanrl} is not a CleanRL checkout (no cleanrl/ folder in it)")
     out_dir = Path(o.out or (Path(tempfile.gettempdir()) / "rl-speed-quick" if o.quick else BENCH / "results" / "speed")).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    failed = 0
-    for name in o.only or COLLECTED:
-        record = run_one(name, o.quick, out_dir, o.timeout, cleanrl)
-        (out_dir / f"{name}.json").write_text(json.dumps(record, indent=2))
-        failed += record.get("returncode") != 0
+    codes = [run_one(name, o, out_dir)["returncode"] for name in o.only or COLLECTED]
     print(f"wrote {out_dir}/*.json; `python benchmarks/report.py --suite classic` puts them in the report")
-    return 1 if failed else 0
+    return 1 if any(code != 0 for code in codes) else 0
 
 
 if __name__ == "__main__":
