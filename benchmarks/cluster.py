@@ -1,9 +1,8 @@
 """SLURM for run.py and tune.py, through submitit (pip install -r benchmarks/requirements-cluster.txt).
 
-A run is one task of a SLURM job array (`CellTask`, the local backend's child process), a tuning worker
-too (`StudyTask`). Near the time limit or on preemption submitit sends SIGUSR2 and calls `checkpoint`: the
-run is asked for a checkpoint (SIGUSR1) and the task requeued to resume it (a worker tries its trial again).
-submitit's `local` and `debug` executors run the same tasks without SLURM (`--submitit-cluster`).
+A run is one task of a SLURM job array (`CellTask`), a tuning worker too (`StudyTask`); on SIGUSR2 (time
+limit, preemption) submitit calls `checkpoint`, which stops the run at a checkpoint and requeues the task.
+Details: benchmarks/README.md, "On a SLURM cluster".
 """
 
 from __future__ import annotations

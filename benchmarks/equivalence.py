@@ -3,13 +3,8 @@
     python benchmarks/equivalence.py --suite classic --algo dqn --env CartPole-v1 --old 9abf980
     python benchmarks/equivalence.py --suite classic --algo dqn --env CartPole-v1 --old 9abf980 --steps 50000
 
-After a change that should not move any number (a rename, plumbing), this shows it for one cell: it takes
-the old commit's and HEAD's deciding files (provenance.py) out of git, runs the cell's first seed for a
-prefix of `--steps` env steps with each (a run of its own: `total_timesteps` = N, evaluating every N/2
-steps; it must take gradient steps), and compares the two metrics.csv files without the wall-clock
-columns, and the final evaluations. Identical: a record goes to benchmarks/results/equivalence.json, and
-the report counts the old commit's runs of the cell as current (records chain; one holds while today's
-files are its new side). Details: benchmarks/README.md.
+Runs the cell's first seed for a prefix of `--steps` env steps (evaluating every N/2) with the old commit's
+and HEAD's deciding files, compares the metrics and records an identical pair. Details: benchmarks/README.md.
 
 Exit status: 0 identical (recorded) or nothing to check (the files are the same); 1 the metrics
 differ, or a side failed (nothing recorded); 2 bad input (one line).

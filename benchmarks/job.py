@@ -2,9 +2,8 @@
 
     python benchmarks/job.py SPEC.json      # the child: one run, as `Job.start` starts it
 
-The child calls algos/<algo>.py's `train(Args(...))` with the spec's settings; its output goes to log.txt
-and its outcome to result.json in the run folder (layout in suite.py), both recording the code the run
-started on (provenance.py). run.py, tune.py and cluster.py start their runs through it.
+The child calls algos/<algo>.py's `train(Args(...))` with the spec's settings, into log.txt and result.json
+(layout in suite.py); run.py, tune.py and cluster.py start their runs through `Job`.
 """
 
 from __future__ import annotations

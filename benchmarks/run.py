@@ -7,9 +7,8 @@
     python benchmarks/run.py --suite classic --algos dqn --envs CartPole-v1 --results-dir my_results   # into a new folder
     python benchmarks/run.py --suite classic --backend slurm --partition cpu --time-limit 60 --workers 32 --checkpoint-every 50000
 
-Every run is `python benchmarks/job.py <spec.json>` in a fresh process, `--workers` at a time as local
-processes or as a SLURM job array (cluster.py). A run ok for the same settings hash is skipped, a stopped
-one resumes from its checkpoint, a failed one runs again only with --retry-failed. Details: benchmarks/README.md.
+Every run is `python benchmarks/job.py <spec.json>`, `--workers` at a time, as local processes or a SLURM job
+array (cluster.py); ok runs are skipped, stopped ones resumed. Details: benchmarks/README.md.
 
 Exit status: 0 when every selected run is ok; 1 when any failed, or its script is missing; 2 bad input (one
 line); 130 interrupted (Ctrl-C, or SIGTERM, passed on to the runs: they write a checkpoint and stop).

@@ -1,10 +1,7 @@
 """Which runs count for a cell, the statistics over its seeds, and its verdict: the report's core.
 
-A cell's runs are the run folders with its settings hash; each finished one is current or stale
-(provenance.Checker: its commit's deciding files against HEAD's, or an equivalence record), and
-the verdict (PASS, FAIL, partial, stale, n/a) comes from the current ones. One seed's result moves
-with the machine, so a verdict rests on the mean over seeds, with a bootstrap interval saying how
-well they pin it down (its generator seeded: the same runs give the same report).
+A cell's runs are the run folders with its settings hash, each current or stale (provenance.Checker); the
+verdict comes from the current ones: the mean over seeds, with a seeded bootstrap CI. Details: README.md.
 """
 
 from __future__ import annotations
