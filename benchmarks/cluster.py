@@ -20,8 +20,6 @@ from job import Job, end_processes, print_end  # the same Job as the local backe
 from provenance import code_state
 from suite import BENCH, Cell, read_result
 
-FINAL = ("ok", "failed", "killed")  # a killed run resumes next time, when the command is run again
-
 
 def make_executor(a, folder: Path, name: str, parallel: int) -> submitit.AutoExecutor:
     """submitit's executor for the --submitit-cluster, with the time limit, partition, CPUs and the array's parallelism."""
@@ -150,7 +148,7 @@ def run_jobs(suite: str, todo: list[Job], a) -> list[tuple[Job, dict]] | None:
                 result = read_result(job.dir)
                 if result is None:  # the task itself died (node failure, out of memory, cancelled)
                     result = job.died(f"its SLURM task ended without a result: {_failure(sj)}")
-                elif result["status"] not in FINAL:  # stopped, and submitit gave up requeueing it
+                elif result["status"] not in ("ok", "failed", "killed"):  # stopped, not requeued
                     result = {**result, "error": f"stopped ({result['status']}) and not requeued ({_failure(sj)}); "
                                                  "run the same command again to resume it"}
                 finished.append((job, result))

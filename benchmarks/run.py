@@ -32,13 +32,6 @@ from suite import RESULTS_DIR, ROOT, SUITES_FILE, load_suite, read_result, scrip
 SMOKE_DIR = ROOT / "runs" / "smoke"  # --total-timesteps without --results-dir: untracked (.gitignore's runs/)
 
 
-def report_command(suite: str, a: argparse.Namespace) -> str:
-    """The report command for this sweep, with the runner's --results-dir and --suites-file where not the defaults."""
-    flags = {"--suites-file": (a.suites_file, SUITES_FILE), "--results-dir": (a.results_dir, RESULTS_DIR)}
-    return f"python benchmarks/report.py --suite {suite}" + "".join(
-        f" {k} {v}" for k, (v, default) in flags.items() if Path(v).resolve() != default.resolve())
-
-
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="benchmarks/run.py", description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", help="suite name in the suites file (classic, continuous, mujoco, minatar, atari, atari_cpu)")
@@ -197,8 +190,10 @@ def closing(suite: str, a: argparse.Namespace, finished, done_ok, known_failed, 
         runs = Path(a.results_dir) / suite / "runs"
         print(f"smoke try: it checks that the selected cells run end to end; no report counts it. Each run's figures: "
               f"{runs}/<run>/result.json (status, the script's summary) and its run folder (metrics.csv, summary.json)")
-    else:
-        print(f"report: {report_command(suite, a)}")
+    else:  # the report command, with the runner's --suites-file and --results-dir where not the defaults
+        flags = {"--suites-file": (a.suites_file, SUITES_FILE), "--results-dir": (a.results_dir, RESULTS_DIR)}
+        print(f"report: python benchmarks/report.py --suite {suite}" + "".join(
+            f" {k} {v}" for k, (v, default) in flags.items() if Path(v).resolve() != default.resolve()))
     return 1 if failed or missing else 0
 
 
