@@ -1,9 +1,8 @@
 """SLURM for run.py and tune.py, through submitit (pip install -r benchmarks/requirements-cluster.txt).
 
-A run is one task of a SLURM job array (`CellTask`, the local backend's child process), a tuning worker
-too (`StudyTask`). Near the time limit or on preemption submitit sends SIGUSR2 and calls `checkpoint`: the
-run is asked for a checkpoint (SIGUSR1) and the task requeued to resume it (a worker tries its trial again).
-submitit's `local` and `debug` executors run the same tasks without SLURM (`--submitit-cluster`).
+A run is one task of a SLURM job array (`CellTask`), a tuning worker too (`StudyTask`); on SIGUSR2 (time
+limit, preemption) submitit calls `checkpoint`, which stops the run at a checkpoint and requeues the task.
+Details: benchmarks/README.md, "On a SLURM cluster".
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ import submitit
 from job import Job, end_processes, print_end  # the same Job as the local backend
 from provenance import code_state
 from suite import BENCH, Cell, read_result
-
-FINAL = ("ok", "failed", "killed")  # a killed run resumes next time, when the command is run again
 
 
 def make_executor(a, folder: Path, name: str, parallel: int) -> submitit.AutoExecutor:
@@ -151,7 +148,7 @@ def run_jobs(suite: str, todo: list[Job], a) -> list[tuple[Job, dict]] | None:
                 result = read_result(job.dir)
                 if result is None:  # the task itself died (node failure, out of memory, cancelled)
                     result = job.died(f"its SLURM task ended without a result: {_failure(sj)}")
-                elif result["status"] not in FINAL:  # stopped, and submitit gave up requeueing it
+                elif result["status"] not in ("ok", "failed", "killed"):  # stopped, not requeued
                     result = {**result, "error": f"stopped ({result['status']}) and not requeued ({_failure(sj)}); "
                                                  "run the same command again to resume it"}
                 finished.append((job, result))

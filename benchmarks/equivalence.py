@@ -3,13 +3,8 @@
     python benchmarks/equivalence.py --suite classic --algo dqn --env CartPole-v1 --old 9abf980
     python benchmarks/equivalence.py --suite classic --algo dqn --env CartPole-v1 --old 9abf980 --steps 50000
 
-After a change that should not move any number (a rename, plumbing), this shows it for one cell: it takes
-the old commit's and HEAD's deciding files (provenance.py) out of git, runs the cell's first seed for a
-prefix of `--steps` env steps with each (a run of its own: `total_timesteps` = N, evaluating every N/2
-steps; it must take gradient steps), and compares the two metrics.csv files without the wall-clock
-columns, and the final evaluations. Identical: a record goes to benchmarks/results/equivalence.json, and
-the report counts the old commit's runs of the cell as current (records chain; one holds while today's
-files are its new side). Details: benchmarks/README.md.
+Runs the cell's first seed for a prefix of `--steps` env steps (evaluating every N/2) with the old commit's
+and HEAD's deciding files, compares the metrics and records an identical pair. Details: benchmarks/README.md.
 
 Exit status: 0 identical (recorded) or nothing to check (the files are the same); 1 the metrics
 differ, or a side failed (nothing recorded); 2 bad input (one line).
@@ -59,14 +54,6 @@ class BadInput(ValueError):
     """One line for the user, exit 2."""
 
 
-def extract(commit: str, paths: list[str], into: Path, root: Path = ROOT) -> None:
-    """The files `paths` as they are at `commit`, under `into`."""
-    into.mkdir(parents=True)
-    data = git(["archive", "--format=tar", commit, "--", *paths], root, text=False).stdout
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(into, filter="data")
-
-
 def run_side(root: Path, cell: Cell, seed: int, steps: int, out: Path) -> tuple[list[dict], dict]:
     """The prefix run with the files under `root`: (metrics.csv rows without wall-clock columns, summary)."""
     out.mkdir(parents=True)
@@ -86,14 +73,16 @@ def run_side(root: Path, cell: Cell, seed: int, steps: int, out: Path) -> tuple[
     return rows, json.loads((out / "summary_of_prefix.json").read_text())
 
 
-def first_difference(old: list[dict], new: list[dict]) -> str | None:
+def first_difference(old: tuple[list[dict], dict], new: tuple[list[dict], dict]) -> str | None:
+    """Where two sides' (metrics rows, summary) first differ: rows, then final evaluations."""
+    (old, old_eval), (new, new_eval) = ((rows, s.get("eval_return_mean")) for rows, s in (old, new))
     if len(old) != len(new):
         return f"{len(old)} metrics rows against {len(new)}"
     for i, (a, b) in enumerate(zip(old, new)):
         if a != b:
             keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
             return f"row {i + 1} (global_step {a.get('global_step')}): " + ", ".join(f"{k} {a.get(k)!r} != {b.get(k)!r}" for k in keys)
-    return None
+    return None if old_eval == new_eval else f"final evaluation {old_eval} != {new_eval}"
 
 
 def check(suite: str, algo: str, env: str, old: str, steps: int | None, record_file: Path = EQUIVALENCE_FILE,
@@ -126,7 +115,9 @@ def check(suite: str, algo: str, env: str, old: str, steps: int | None, record_f
         base = Path(keep) if keep else Path(tmp)
         sides = {}
         for name, commit, files in (("old", old_commit, old_files), ("new", checker.head, new_files)):
-            extract(commit, sorted(files), base / name / "code", root)
+            (base / name / "code").mkdir(parents=True)  # the side's files, out of git
+            tar = git(["archive", "--format=tar", commit, "--", *sorted(files)], root, text=False).stdout
+            tarfile.open(fileobj=io.BytesIO(tar)).extractall(base / name / "code", filter="data")
             t0 = time.time()
             try:
                 sides[name] = run_side(base / name / "code", cell, cell.seeds[0], steps, base / name / "run")
@@ -135,11 +126,8 @@ def check(suite: str, algo: str, env: str, old: str, steps: int | None, record_f
                 return 1
             print(f"  {name} side ({commit[:7]}): {len(sides[name][0])} metrics rows, final eval "
                   f"{sides[name][1].get('eval_return_mean')}, {time.time() - t0:.0f} s", flush=True)
-        (old_rows, old_summary), (new_rows, new_summary) = sides["old"], sides["new"]
-        diff = first_difference(old_rows, new_rows)
-        if diff is None and old_summary.get("eval_return_mean") != new_summary.get("eval_return_mean"):
-            diff = f"final evaluation {old_summary.get('eval_return_mean')} != {new_summary.get('eval_return_mean')}"
-        if diff:
+        new_rows, new_summary = sides["new"]
+        if diff := first_difference(sides["old"], sides["new"]):
             print(f"DIFFERENT: {diff}; nothing recorded")
             return 1
         if not new_summary.get("updates"):

@@ -2,9 +2,8 @@
 
     python benchmarks/job.py SPEC.json      # the child: one run, as `Job.start` starts it
 
-The child calls algos/<algo>.py's `train(Args(...))` with the spec's settings; its output goes to log.txt
-and its outcome to result.json in the run folder (layout in suite.py), both recording the code the run
-started on (provenance.py). run.py, tune.py and cluster.py start their runs through it.
+The child calls algos/<algo>.py's `train(Args(...))` with the spec's settings, into log.txt and result.json
+(layout in suite.py); run.py, tune.py and cluster.py start their runs through `Job`.
 """
 
 from __future__ import annotations
@@ -128,7 +127,7 @@ class Job:
 
     def start(self, code: dict | None = None, checkpoint_every: int = 0, fresh: bool = False) -> None:
         """Start the child: resumed from the run's checkpoint when there is one (and not `fresh`), else from scratch;
-        `code` is what it records of the code (provenance.code_state(), read now when not given)."""
+        recording `code` (provenance.code_state(), read now when not given)."""
         code = code_state() if code is None else code
         self.resumed_from = None if fresh else self.checkpointed()
         if self.resumed_from is None:
@@ -183,9 +182,8 @@ class Job:
 
     def finish(self) -> dict:
         self.log.close()
-        if (result := read_result(self.dir)) is None:
-            result = self.died(f"process exited with code {self.proc.returncode} and wrote no result")
-        return result
+        error = f"process exited with code {self.proc.returncode} and wrote no result"
+        return read_result(self.dir) or self.died(error)
 
     def died(self, error: str) -> dict:
         """Record a run whose process ended without a result: `killed` when it left a checkpoint (the next sweep
@@ -204,9 +202,8 @@ class Job:
 
 @contextlib.contextmanager
 def stop_on_signals():
-    """While a driver (run.py, tune.py and its workers) waits on its runs, SIGTERM stops it as Ctrl-C does (a
-    KeyboardInterrupt) instead of leaving its runs going; after the first signal both are ignored, so that
-    stopping the runs and writing what is left ends. The previous handlers come back on exit."""
+    """While a driver (run.py, tune.py, its workers) waits on its runs, SIGTERM stops it as Ctrl-C does (a
+    KeyboardInterrupt); after the first signal both are ignored until the block ends."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return

@@ -1,11 +1,8 @@
 """Where a run came from, and whether its numbers still hold for today's code.
 
-A run's numbers are decided by its script, the files of this repository it imports (transitively,
-found from the import statements) and the cell's settings. The runner records the commit a run
-started on and its uncommitted changes (`code_state`); `Checker.freshness` calls a run current when
-it ran on a clean commit whose deciding files are HEAD's blobs, or an equivalence record
-(equivalence.py) showed that its files give the cell the same metrics. Everything is read from git,
-never from the working tree, so a report depends only on the commits.
+A run is current when it ran on a clean commit whose deciding files (its script and what it imports,
+transitively) are HEAD's blobs, or an equivalence record says they give the same metrics. Everything is read
+from git, never from the working tree. Details: benchmarks/README.md, "The report".
 """
 
 from __future__ import annotations

@@ -18,8 +18,7 @@ from suite import RESULTS_DIR, ROOT, SUITES_FILE, Cell, Suite, load_references, 
 
 
 def fmt_eval(xs: list[float]) -> str:
-    """The eval column: mean [95% CI] over seeds (a CI from 2 seeds on), the std, and the
-    IQM [95% CI] from MANY_SEEDS seeds on."""
+    """The eval column: mean [95% CI] over seeds (from 2 on), the std, the IQM [95% CI] from MANY_SEEDS on."""
     if not xs:
         return "-"
     m = statistics.fmean(xs)
@@ -42,12 +41,8 @@ def fmt_ms(xs: list[float], fmt=lambda x: f"{x:.1f}") -> str:
 
 
 def train_last(run_dir: Path, n: int) -> float | None:
-    """The mean of a run's last `n` training-episode returns, from its metrics.csv (MinAtar's figure
-    plots that moving average with n = 100); None without episodes."""
-    if (m := metrics_file(run_dir)) is None:
-        return None
-    with open(m) as f:
-        returns = [float(row["episodic_return"]) for row in csv.DictReader(f) if row.get("episodic_return")]
+    """The mean of a run's last `n` training returns (MinAtar's figure: n = 100); None without episodes."""
+    returns = [ret for _, ret in read_curves(m)[1]] if (m := metrics_file(run_dir)) else []
     return statistics.fmean(returns[-n:]) if returns else None
 
 
@@ -145,14 +140,12 @@ def speed_section(speed_dir: Path) -> list[str]:
 
 
 def machine_section(all_runs: list[dict]) -> list[str]:
-    machines = [r["machine"] for r in all_runs if r.get("machine")]
-    lines = ["## Machine and versions", ""]
-    if not machines:
-        return lines + ["No runs yet.", ""]
-    seen = {}
-    for m in machines:
+    lines, seen = ["## Machine and versions", ""], {}
+    for m in (r["machine"] for r in all_runs if r.get("machine")):
         key = (m.get("cpu"), m.get("cpu_count"), m.get("platform"), json.dumps(m.get("versions"), sort_keys=True))
         seen.setdefault(key, []).append(m)
+    if not seen:
+        return lines + ["No runs yet.", ""]
     for (cpu, n, plat, versions), ms in seen.items():
         loads = [m["load_average"][0] for m in ms if m.get("load_average")]
         lines.append(f"- {len(ms)} run(s) on: {cpu}, {n} logical CPUs, {plat}")
@@ -226,12 +219,9 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
         missing_seeds = len([s for s in cell.seeds if s not in j.current_ok])
         if missing_seeds:
             est_missing.append((cell, missing_seeds, statistics.fmean(walls) if walls else None))
-        v, reason = j.verdict, j.reason
-        verdict_txt = f"**{v}**" + (f": {reason.removeprefix('partial: ')}" if v == "partial" else f": {reason}" if reason else "")
-        if cell.note and v == "FAIL":
-            verdict_txt += f". Why: {cell.note}"
-        elif cell.note and cell.threshold is None:  # no verdict to explain: what the reader should know about the cell
-            verdict_txt += f". Note: {cell.note}"
+        verdict_txt = f"**{j.verdict}**" + (f": {j.reason.removeprefix('partial: ')}" if j.reason else "")
+        if cell.note and (j.verdict == "FAIL" or cell.threshold is None):  # why it fails, or what to know
+            verdict_txt += f". {'Why' if j.verdict == 'FAIL' else 'Note'}: {cell.note}"
         evals = [s["eval_return_mean"] for s in summaries]
         eval_txt = ("*stale*: " if j.shown_stale else "") + fmt_eval(evals)
         if evals and cell.threshold is not None:
@@ -358,8 +348,7 @@ def short_verdict(j: Judged) -> str:
 
 def readme_table(suite_name: str, results_dir: Path = RESULTS_DIR, suites_file: Path | str = SUITES_FILE,
                  checker: Checker | None = None) -> str:
-    """The README's block for a suite: its cells with runs, each with its final greedy evaluation (mean ± std and
-    each seed's), the training return, the first reference and the verdict."""
+    """The README's block for a suite: per cell with runs its eval, train return, reference, verdict."""
     suite = load_suite(suite_name, suites_file)
     refs = load_references()
     judged, _ = judge_suite(suite, results_dir / suite.name / "runs", checker or Checker())

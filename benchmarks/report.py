@@ -6,9 +6,7 @@ Writes benchmarks/results/<suite>/REPORT.md and plots/*.png.
     python benchmarks/report.py --suite classic --algos dqn --envs CartPole-v1 --results-dir my_results
     python benchmarks/report.py --readme        # rewrite the README's result tables from the committed runs
 
-Per cell the final greedy evaluation over seeds, the training return, speed, the references and a
-verdict from the current runs (selection.py); every run, the speed comparison and the machines. Details:
-benchmarks/README.md.
+What it shows and which runs count: benchmarks/README.md, "The report".
 """
 
 from __future__ import annotations

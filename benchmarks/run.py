@@ -7,9 +7,8 @@
     python benchmarks/run.py --suite classic --algos dqn --envs CartPole-v1 --results-dir my_results   # into a new folder
     python benchmarks/run.py --suite classic --backend slurm --partition cpu --time-limit 60 --workers 32 --checkpoint-every 50000
 
-Every run is `python benchmarks/job.py <spec.json>` in a fresh process, `--workers` at a time as local
-processes or as a SLURM job array (cluster.py). A run ok for the same settings hash is skipped, a stopped
-one resumes from its checkpoint, a failed one runs again only with --retry-failed. Details: benchmarks/README.md.
+Every run is `python benchmarks/job.py <spec.json>`, `--workers` at a time, as local processes or a SLURM job
+array (cluster.py); ok runs are skipped, stopped ones resumed. Details: benchmarks/README.md.
 
 Exit status: 0 when every selected run is ok; 1 when any failed, or its script is missing; 2 bad input (one
 line); 130 interrupted (Ctrl-C, or SIGTERM, passed on to the runs: they write a checkpoint and stop).
@@ -31,13 +30,6 @@ from provenance import code_state  # noqa: E402
 from suite import RESULTS_DIR, ROOT, SUITES_FILE, load_suite, read_result, script_path  # noqa: E402
 
 SMOKE_DIR = ROOT / "runs" / "smoke"  # --total-timesteps without --results-dir: untracked (.gitignore's runs/)
-
-
-def report_command(suite: str, a: argparse.Namespace) -> str:
-    """The report command for this sweep, with the runner's --results-dir and --suites-file where not the defaults."""
-    flags = {"--suites-file": (a.suites_file, SUITES_FILE), "--results-dir": (a.results_dir, RESULTS_DIR)}
-    return f"python benchmarks/report.py --suite {suite}" + "".join(
-        f" {k} {v}" for k, (v, default) in flags.items() if Path(v).resolve() != default.resolve())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,8 +190,10 @@ def closing(suite: str, a: argparse.Namespace, finished, done_ok, known_failed, 
         runs = Path(a.results_dir) / suite / "runs"
         print(f"smoke try: it checks that the selected cells run end to end; no report counts it. Each run's figures: "
               f"{runs}/<run>/result.json (status, the script's summary) and its run folder (metrics.csv, summary.json)")
-    else:
-        print(f"report: {report_command(suite, a)}")
+    else:  # the report command, with the runner's --suites-file and --results-dir where not the defaults
+        flags = {"--suites-file": (a.suites_file, SUITES_FILE), "--results-dir": (a.results_dir, RESULTS_DIR)}
+        print(f"report: python benchmarks/report.py --suite {suite}" + "".join(
+            f" {k} {v}" for k, (v, default) in flags.items() if Path(v).resolve() != default.resolve()))
     return 1 if failed or missing else 0
 
 

@@ -1,10 +1,7 @@
 """Which runs count for a cell, the statistics over its seeds, and its verdict: the report's core.
 
-A cell's runs are the run folders with its settings hash; each finished one is current or stale
-(provenance.Checker: its commit's deciding files against HEAD's, or an equivalence record), and
-the verdict (PASS, FAIL, partial, stale, n/a) comes from the current ones. One seed's result moves
-with the machine, so a verdict rests on the mean over seeds, with a bootstrap interval saying how
-well they pin it down (its generator seeded: the same runs give the same report).
+A cell's runs are the run folders with its settings hash, each current or stale (provenance.Checker); the
+verdict comes from the current ones: the mean over seeds, with a seeded bootstrap CI. Details: README.md.
 """
 
 from __future__ import annotations
@@ -36,9 +33,8 @@ mean = functools.partial(np.mean, axis=-1)  # along the last axis: of one sample
 
 
 def iqm(x) -> float | np.ndarray:
-    """Interquartile mean along the last axis: a value straddling the 25% or 75% point counts with the part of
-    its 1/n inside (n = 5: weights 0, .3, .4, .3, 0). For n a multiple of 4 this is rliable's IQM,
-    scipy.stats.trim_mean(x, 0.25), which for other n drops floor(n/4) whole values at each end instead."""
+    """Interquartile mean along the last axis, values straddling the 25% or 75% point weighted by their part
+    inside (n = 5: weights 0, .3, .4, .3, 0); rliable's IQM for n a multiple of 4 (benchmarks/README.md)."""
     x = np.sort(np.asarray(x, dtype=float), axis=-1)
     n = x.shape[-1]
     i = np.arange(n)
@@ -77,9 +73,8 @@ VERDICT_SEEDS = 5  # a cell's verdict (PASS, or FAIL by its mean) needs this man
 
 
 def cell_runs(cell: Cell, runs_dir: Path) -> tuple[dict[int, dict], int, int]:
-    """seed -> result.json (with the run folder added) for the cell's current settings hash, a run whose final
-    evaluation failed (an older runner called it ok) failed; and the folders of the cell's other runs, never
-    counted: (runs with other settings, smoke tries)."""
+    """seed -> result.json (its folder as "dir") of the settings hash, failed where its final evaluation
+    failed; and the counts of its other runs, never counted: (runs with other settings, smoke tries)."""
     runs, smoke = {}, []  # smoke: for each run of other settings, whether it is a smoke try
     for d in sorted(runs_dir.glob(f"{cell.slug}__s*__*")):
         r = read_result(d)
@@ -150,10 +145,8 @@ def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
     partial = f"partial: {len([s for s in cell.seeds if s in ok])} of {len(cell.seeds)} seeds"
     not_run = [str(s) for s in missing if s not in runs and s not in stale]
     unfinished = [f"seed {s} {runs[s]['status']}" for s in missing if s in runs]  # running, interrupted or killed
-    if not_run:
-        partial += f" (not run: seed{'s' if len(not_run) > 1 else ''} {', '.join(not_run)})"
-    if unfinished:
-        partial += f" (unfinished: {', '.join(unfinished)})"
+    partial += f" (not run: seed{'s' if len(not_run) > 1 else ''} {', '.join(not_run)})" if not_run else ""
+    partial += f" (unfinished: {', '.join(unfinished)})" if unfinished else ""
     if failures:
         return "FAIL", "; ".join(failures + ([partial] if missing else []) + ([stale_note] if stale else []))
     if stale:
@@ -189,8 +182,7 @@ class Judged:
 
 
 def judge_suite(suite: Suite, runs_dir: Path, checker: Checker, algos=None, envs=None) -> tuple[list[Judged], list[Cell]]:
-    """The cells to list (those with runs, and those selected with `algos` / `envs`) judged; and the
-    cells left out (no run, not selected)."""
+    """The cells to list (those with runs, or selected with `algos` / `envs`) judged; and those left out."""
     listed, left_out = [], []
     for cell in suite.cells:
         if not ((not algos or cell.algo in algos) and (not envs or cell.env in envs)):  # not selected
