@@ -303,3 +303,24 @@ def test_a_missing_extra_is_one_line_naming_its_requirements_file(tmp_path, caps
     assert dqn.main(probes.tiny_args(dqn, "dqn", tmp_path, env_id="LunarLander-v3")) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.endswith("(this project's extra: pip install -r requirements-box2d.txt)"), err
+
+
+def test_the_shared_loop_checks_say_what_is_wrong():
+    """check_spaces, check(nonnegative=...), Run.stop_if_nan and Run.evaluation_due, which every script's loop uses."""
+    import gymnasium as gym
+
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("Pendulum-v1")])
+    with pytest.raises(harness.run.InputError, match=r"^dqn needs a Discrete action space; Pendulum-v1 has Box"):
+        harness.run.check_spaces(envs, "dqn", "Pendulum-v1", action=gym.spaces.Discrete, observation=gym.spaces.Box)
+    with pytest.raises(harness.run.InputError, match=r"^--learning-starts must be >= 0, got -1$"):
+        harness.run.check(dqn.Args(learning_starts=-1), nonnegative=("learning_starts",))
+    harness.run.check(dqn.Args(learning_starts=0), nonnegative=("learning_starts",))
+
+    run = harness.run.Run("dqn", dqn.Args(total_timesteps=1000, eval_every=250), ["loss"], write=False)
+    run.stop_if_nan(5, torch.tensor(1.0), actor=torch.tensor(2.0))  # finite: nothing happens
+    with pytest.raises(FloatingPointError, match=r"^loss became 1.0 \(actor nan\) at step 5; lower the learning rate"):
+        run.stop_if_nan(5, torch.tensor(1.0), actor=torch.tensor(float("nan")))
+    with pytest.raises(FloatingPointError, match=r"^loss became inf at step 7;"):
+        run.stop_if_nan(7, torch.tensor(float("inf")))
+    due = [step for step in range(100, 1001, 100) if run.evaluation_due(step - 100, step)]
+    assert due == [300, 500, 800]  # each multiple of 250 crossed, but not 1000: the final evaluation comes then
