@@ -34,7 +34,7 @@ Run:
     python algos/a2c.py --env CartPole-v1 --seed 1
     torchrun --nproc-per-node 2 algos/a2c.py --env CartPole-v1 --seed 1   # 2 workers, one network
     python algos/a2c.py --env MinAtar/Breakout-v1 --shared-torso --total-timesteps 1000000   (pixels extra)
-Uses from common: network, returns, normalize, autoreset, pixels, torso, fastpath; from harness: run.
+Uses from common: network, returns, autoreset, pixels, torso, fastpath (normalize with its flags); from harness: run.
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -61,10 +61,9 @@ from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
 from common.fastpath import checked, numpy_mlp, probe_batch  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
-from common.normalize import ObsNormalizer, RewardScaler  # noqa: E402
 from common.returns import n_step_returns  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
-from harness.run import InputError, Run, RunArgs, bad_input, check, parse_args, seed_all, setup, workers  # noqa: E402
+from harness.run import InputError, Run, RunArgs, bad_input, check, check_spaces, parse_args, seed_all, setup, workers  # noqa: E402
 from harness.run import main as run_main  # noqa: E402
 
 ALGO = "a2c"
@@ -133,18 +132,8 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
         pixels.kind(env_id)
         envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)],
                                         autoreset_mode=AutoresetMode.SAME_STEP)
-    space, obs_space = envs.single_action_space, envs.single_observation_space
-    discrete = isinstance(space, gym.spaces.Discrete)
-    if not (discrete or (isinstance(space, gym.spaces.Box) and len(space.shape) == 1)):
-        problem = f"needs a Discrete or a 1-D Box action space; {env_id} has {space}"
-    elif not isinstance(obs_space, gym.spaces.Box):
-        problem = f"needs a Box observation space; {env_id} has {obs_space}"
-    elif is_image(obs_shape(obs_space)) and not discrete:
-        problem = f"takes image observations with discrete actions only; {env_id} has {space}"
-    else:
-        return envs
-    envs.close()
-    raise InputError(f"{ALGO} {problem}")
+    check_spaces(envs, ALGO, env_id, continuous=True)  # Discrete or 1-D Box actions, images with Discrete ones
+    return envs
 
 
 # 4. Networks ------------------------------------------------------------------------------------
@@ -169,6 +158,8 @@ class ActorCritic(nn.Module):
         self.discrete, self.obs_shape = discrete, tuple(obs_shape)
         if normalize_obs and is_image(obs_shape):
             raise InputError(f"--normalize-obs is for vector observations; these are images of shape {tuple(obs_shape)}")
+        if normalize_obs:  # common/normalize.py, imported with the flag only
+            from common.normalize import ObsNormalizer
         self.obs_norm = ObsNormalizer(obs_shape[0]) if normalize_obs else None
         self.actor_torso, width = build_torso(obs_shape, hidden_sizes, act)
         self.critic_torso = None if shared_torso else build_torso(obs_shape, hidden_sizes, act)[0]
@@ -303,6 +294,8 @@ def train(args: Args) -> dict:
         lr_lambda=(lambda u: 1.0 - u / num_updates) if args.anneal_lr else None,
     )
     ac = net.online
+    if args.normalize_reward:  # common/normalize.py, imported with the flag only
+        from common.normalize import RewardScaler
     reward_scaler = RewardScaler(B, args.gamma, dist.gather) if args.normalize_reward else None
     # the rollout, preallocated, time-major [T, B] (torch.as_tensor shares it on CPU); images stay uint8
     rollout_obs, rollout_next_obs = np.zeros((2, T, B, *shape), np.uint8 if is_image(shape) else np.float32)

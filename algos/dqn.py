@@ -134,7 +134,7 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
     with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
         pixels.kind(env_id)
         envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
-    check_spaces(envs, ALGO, env_id, action=gym.spaces.Discrete, observation=gym.spaces.Box)
+    check_spaces(envs, ALGO, env_id)  # Discrete actions, Box observations
     return envs
 
 

@@ -289,7 +289,7 @@ def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)  # an unknown id
-    check_spaces(envs, ALGO, args.env_id, action=gym.spaces.Discrete, observation=gym.spaces.Box)
+    check_spaces(envs, ALGO, args.env_id)  # Discrete actions, Box observations
     envs.close()
     check(args, positive=("n_steps", "target_every", "learning_rate", "optimizer_eps", "clip_grad_norm"),
           fractions=("start_epsilon", "end_epsilon", "gamma"), conditions=[

@@ -52,7 +52,7 @@ from common.autoreset import true_next_obs  # noqa: E402
 from common.fastpath import checked, numpy_mlp, probe_batch  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.replay import Batch, ReplayMemory  # noqa: E402
-from harness.run import InputError, Run, RunArgs, bad_input, check, parse_args, refuse_workers, setup  # noqa: E402
+from harness.run import InputError, Run, RunArgs, bad_input, check, check_spaces, parse_args, refuse_workers, setup  # noqa: E402
 from harness.run import main as run_main  # noqa: E402
 
 ALGO = "naf"
@@ -347,17 +347,8 @@ def validate(args: Args) -> None:
     if env_id.startswith(("ALE/", "MinAtar/")) or "NoFrameskip" in env_id:  # refused before making it
         raise InputError(f"{ALGO} takes vector observations; {env_id} is a pixel env (dqn, n_step_q, sarsa and a2c take images)")
     envs = make_env(env_id, 1)  # an unknown id
-    space, obs_space = envs.single_action_space, envs.single_observation_space
+    check_spaces(envs, ALGO, env_id, discrete=False, continuous=True, bounded=True)
     envs.close()
-    for bad, problem in [
-        (not isinstance(space, gym.spaces.Box), f"needs a continuous (Box) action space; {env_id} has {space}"),
-        (isinstance(space, gym.spaces.Box) and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()),
-         f"needs finite action bounds to scale its tanh output; {env_id} has {space}"),
-        (not isinstance(obs_space, gym.spaces.Box), f"needs a Box observation space; {env_id} has {obs_space}"),
-        (len(obs_space.shape or ()) == 3, f"takes vector observations; {env_id} gives images of shape {obs_space.shape}"),
-    ]:
-        if bad:
-            raise InputError(f"{ALGO} {problem}")
     check(args, positive=("batch_size", "buffer_size", "train_every", "gradient_steps", "learning_rate", "clip_grad_norm"),
           fractions=("gamma",), conditions=[
         (args.batch_size <= args.buffer_size, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}"),

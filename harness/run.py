@@ -47,14 +47,6 @@ if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PREEMPTED, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
 CHECKPOINT_FORMAT = 1
-# flags that may change when a run is resumed: its length, evaluation, logging and output
-RESUMABLE_CHANGES = {
-    "total_timesteps", "eval_every", "eval_episodes", "progress", "track", "wandb_project", "wandb_entity",
-    "capture_video", "save_model", "checkpoint_every", "checkpoint_memory", "resume", "run_dir", "torch_threads",
-    "tensorboard",
-}
-
-
 @dataclasses.dataclass
 class RunArgs:
     """The run flags every script's `Args` extends (giving a field another default where it needs one)."""
@@ -129,13 +121,26 @@ def check(args: RunArgs, conditions: list[tuple[bool, str]] = (), positive: tupl
             raise InputError(message)
 
 
-def check_spaces(envs: gym.vector.VectorEnv, algo: str, env_id: str, **kinds: type) -> None:
-    """InputError (the envs closed) unless each of `envs`' single `action` / `observation` space is of its kind."""
-    for name, kind in kinds.items():
-        space = getattr(envs, f"single_{name}_space")
-        if not isinstance(space, kind):
+def check_spaces(envs: gym.vector.VectorEnv, algo: str, env_id: str, discrete: bool = True, continuous: bool = False,
+                 bounded: bool = False) -> None:
+    """InputError (the envs closed) unless `envs` fit `algo`: Discrete actions where `discrete`, a 1-D Box of them
+    where `continuous` (with finite bounds where `bounded`), Box observations, images with discrete actions only."""
+    space, obs = envs.single_action_space, envs.single_observation_space
+    box, kinds = isinstance(space, gym.spaces.Box), ["Discrete"] * discrete + ["1-D Box"] * continuous
+    kinds = "continuous (Box)" if kinds == ["1-D Box"] else " or a ".join(kinds)
+    for ok, problem in [
+        ((discrete and isinstance(space, gym.spaces.Discrete)) or (continuous and box and len(space.shape) == 1),
+         f"needs a {kinds} action space; {env_id} has {space}"),
+        (not (bounded and box) or (np.isfinite(space.low).all() and np.isfinite(space.high).all()),
+         f"needs finite action bounds to scale its tanh output; {env_id} has {space}"),
+        (isinstance(obs, gym.spaces.Box), f"needs a Box observation space; {env_id} has {obs}"),
+        (len(obs.shape or ()) != 3 or isinstance(space, gym.spaces.Discrete),
+         f"takes image observations with discrete actions only; {env_id} has {space}" if discrete
+         else f"takes vector observations; {env_id} gives images of shape {obs.shape}"),
+    ]:
+        if not ok:
             envs.close()
-            raise InputError(f"{algo} needs a {kind.__name__} {name} space; {env_id} has {space}")
+            raise InputError(f"{algo} {problem}")
 
 
 def setup(args: RunArgs) -> torch.device:
@@ -209,6 +214,9 @@ def _cli(args_class, description: str, default=None):
     try:
         with contextlib.redirect_stderr(captured):
             return tyro.cli(args_class, description=description, default=default)
+    except BrokenPipeError:  # `--help | head` closed the pipe: stop quietly, as other command-line tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit would fail again
+        sys.exit(EXIT_OK)
     except SystemExit as e:
         if e.code in (0, None):
             raise
@@ -229,30 +237,14 @@ def parse_args(args_class, doc: str):
     args = _cli(args_class, description)
     if not getattr(args, "resume", None):
         return args
-    try:  # the folder is checked here, before train() builds envs and memory, to fail at once
-        stored = _stored_config(Path(args.resume))
-        if not (Path(args.resume) / "checkpoint.pt").is_file():
-            raise InputError(f"--resume {args.resume}: no checkpoint.pt there "
-                             "(was the run started with --checkpoint-every?)")
+    from harness.resume import stored_arguments
+
+    try:
+        defaults = stored_arguments(args_class, Path(args.resume))
     except InputError as e:
         print(f"{Path(sys.argv[0]).stem}: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    defaults = {f.name: stored[f.name] for f in dataclasses.fields(args_class) if f.name in stored}
-    defaults = {name: tuple(v) if isinstance(v, list) else v for name, v in defaults.items()}
     return _cli(args_class, description, default=args_class(**{**defaults, "resume": args.resume}))
-
-
-def _stored_config(folder: Path) -> dict:
-    config = folder / "config.json"
-    if not config.is_file():
-        raise InputError(f"--resume {folder}: no config.json there (not a run folder)")
-    try:
-        stored = json.loads(config.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise InputError(f"--resume {folder}: config.json cannot be read ({e})") from None
-    if not isinstance(stored, dict) or not stored.get("algo"):
-        raise InputError(f"--resume {folder}: its config.json names no algorithm (not the config.json of a run)")
-    return stored
 
 
 @contextlib.contextmanager
@@ -337,8 +329,10 @@ class Run:
             return
         config = {"algo": algo, **json.loads(json.dumps(dataclasses.asdict(args)))}
         if args.resume:
+            from harness import resume
+
             self.path = Path(args.resume)
-            self.file = self._resume(config)
+            self.file = resume.reopen(self, config)
             (self.path / "config.json").write_text(json.dumps(config, indent=2))  # the new length or logging flags
         else:
             self.path = self._new_folder(config)
@@ -369,35 +363,6 @@ class Run:
         except OSError as e:
             raise InputError(f"cannot write the run folder {path} ({e.strerror or e}); choose another --run-dir") from None
         return path
-
-    def _resume(self, config: dict):
-        """metrics.csv cut back to the checkpoint, once the config and the checkpoint are checked."""
-        stored = _stored_config(self.path)
-        if stored.get("algo") != self.algo:
-            raise InputError(f"--resume {self.path}: that run is {stored.get('algo')!r}, not {self.algo}")
-        defaults = {f.name: f.default for f in dataclasses.fields(RunArgs)}  # for folders written before a flag existed
-        for key in sorted(set(stored) | set(config)):
-            if key not in RESUMABLE_CHANGES and stored.get(key, defaults.get(key)) != config.get(key):
-                raise InputError(
-                    f"--resume {self.path}: --{key.replace('_', '-')} was {stored.get(key)!r} in that run, "
-                    f"{config.get(key)!r} now; only the run length, evaluation and logging flags may change"
-                )
-        try:
-            saved = checkpoint.load(self.path / "checkpoint.pt")
-        except ValueError as e:  # missing, truncated or not ours
-            raise InputError(f"--resume {self.path}: {e}") from None
-        if saved.get("format") != CHECKPOINT_FORMAT or saved.get("algo") != self.algo:
-            raise InputError(f"{self.path / 'checkpoint.pt'} is a {saved.get('algo')!r} checkpoint "
-                             f"(format {saved.get('format')}), not {self.algo}'s")
-        self.saved, self.start = saved, time.perf_counter() - saved["wall_seconds"]
-        self.resumes = [*saved["resumes"], saved["global_step"]]
-        metrics = self.path / "metrics.csv"
-        with open(metrics, newline="") as f:
-            header = f.readline().strip().split(",")
-        if header != self.fields:
-            raise InputError(f"{metrics} has columns {header}, expected {self.fields}")
-        os.truncate(metrics, saved["metrics_bytes"])  # rows after the checkpoint are not part of this history
-        return open(metrics, "a", newline="")
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -568,24 +533,9 @@ class Run:
         whose state was not captured are reset instead, and the state's `envs_restarted` says so)."""
         if self.saved is None:
             return envs.reset(seed=seed)[0], 0, None
-        saved, self.saved = self.saved, None
-        checkpoint.set_rng_state(saved["rng"])
-        state = {**checkpoint.unpack(saved["state"]), "global_step": saved["global_step"],
-                 "obs": checkpoint.unpack(saved["obs"]), "envs_restarted": saved["envs"] is None}
-        if saved["envs"] is not None:
-            checkpoint.set_env_state(envs, saved["envs"])
-            episodes = checkpoint.unpack(saved["episodes"])
-            self.ep_return, self.ep_length = episodes["return"], episodes["length"]
-            self.recent_returns = episodes["recent"]
-            self.env_note = "restored"
-        else:
-            obs, _ = envs.reset(seed=self.args.seed + saved["global_step"])
-            state["obs"] = obs.reshape(state["obs"].shape)
-            self.recent_returns = checkpoint.unpack(saved["episodes"])["recent"]  # finished episodes still count
-            self.env_note = f"episodes restarted on resume: {saved['envs_note']}"
-        print(f"{self.algo}: resumed {self.path} at step {saved['global_step']:,} (envs: {self.env_note})",
-              flush=True)
-        return state["obs"], state["global_step"], state
+        from harness.resume import restore
+
+        return restore(self, envs)
 
     def _stopped(self, e: BaseException) -> str:
         """The summary's `error` for an exception that ended training, with one line on stderr."""

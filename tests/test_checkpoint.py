@@ -25,6 +25,7 @@ import torch
 
 import a2c
 import harness.checkpoint
+import harness.resume
 import ddpg
 import dqn
 import n_step_q
@@ -213,7 +214,7 @@ sys.exit(dqn.main(parse_args(dqn.Args, dqn.__doc__)))
     r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
     assert r.returncode == -signal.SIGKILL, r.stderr
     run = next((tmp_path / "killed").iterdir())
-    assert harness.checkpoint.load(run / "checkpoint.pt")["global_step"] == 300  # the first one, whole
+    assert harness.resume.load(run / "checkpoint.pt")["global_step"] == 300  # the first one, whole
     assert int(metrics(run)[-1]["global_step"]) > 300  # rows written after it, to be dropped
     r = cli("dqn", "--resume", str(run))
     assert r.returncode == 0, r.stderr
@@ -279,9 +280,9 @@ def test_checkpoint_files_hold_no_code(tmp_path, dqn_run):
     torch.save({"format": 1, "x": Evil()}, buf)
     (tmp_path / "evil.pt").write_bytes(buf.getvalue())
     with pytest.raises(ValueError, match="cannot be read"):
-        harness.checkpoint.load(tmp_path / "evil.pt")
+        harness.resume.load(tmp_path / "evil.pt")
     assert not (tmp_path / "pwned").exists()
-    state = harness.checkpoint.load(dqn_run / "checkpoint.pt")
+    state = harness.resume.load(dqn_run / "checkpoint.pt")
     assert state["algo"] == "dqn" and state["global_step"] == 1200
 
 
@@ -305,7 +306,7 @@ def test_env_state_round_trip_is_exact_for_classic_and_mujoco_envs():
         buf.seek(0)
         b = make()
         b.reset(seed=99)
-        harness.checkpoint.set_env_state(b, torch.load(buf, weights_only=True)["envs"])
+        harness.resume.set_env_state(b, torch.load(buf, weights_only=True)["envs"])
         for _ in range(600):  # through several episode ends and resets
             action = a.action_space.sample()
             assert np.array_equal(action, b.action_space.sample())
@@ -332,7 +333,7 @@ def test_global_generators_round_trip_through_a_checkpoint_file(tmp_path):
     harness.checkpoint.save(tmp_path / "c.pt", {"format": 1, "rng": harness.checkpoint.rng_state()})
     first = (random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist(), random.gauss(0, 1))
     random.seed(9), np.random.seed(9), torch.manual_seed(9)
-    harness.checkpoint.set_rng_state(harness.checkpoint.load(tmp_path / "c.pt")["rng"])
+    harness.resume.set_rng_state(harness.resume.load(tmp_path / "c.pt")["rng"])
     assert (random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist(), random.gauss(0, 1)) == first
 
 
@@ -367,4 +368,4 @@ def test_a_checkpoint_each_time_the_step_count_passes_a_multiple_of_checkpoint_e
                                             save_model=False, eval_episodes=1, **kw))
     assert summary["completed"] and summary["total_timesteps"] == expected[-1]
     assert written == expected
-    assert harness.checkpoint.load(Path(summary["run_dir"]) / "checkpoint.pt")["global_step"] == expected[-1]
+    assert harness.resume.load(Path(summary["run_dir"]) / "checkpoint.pt")["global_step"] == expected[-1]

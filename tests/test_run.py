@@ -311,7 +311,12 @@ def test_the_shared_loop_checks_say_what_is_wrong():
 
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("Pendulum-v1")])
     with pytest.raises(harness.run.InputError, match=r"^dqn needs a Discrete action space; Pendulum-v1 has Box"):
-        harness.run.check_spaces(envs, "dqn", "Pendulum-v1", action=gym.spaces.Discrete, observation=gym.spaces.Box)
+        harness.run.check_spaces(envs, "dqn", "Pendulum-v1")
+    harness.run.check_spaces(envs, "ddpg", "Pendulum-v1", discrete=False, continuous=True, bounded=True)
+    harness.run.check_spaces(envs, "a2c", "Pendulum-v1", continuous=True)
+    cartpole = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
+    with pytest.raises(harness.run.InputError, match=r"^ddpg needs a continuous \(Box\) action space; CartPole-v1 has Discrete"):
+        harness.run.check_spaces(cartpole, "ddpg", "CartPole-v1", discrete=False, continuous=True, bounded=True)
     with pytest.raises(harness.run.InputError, match=r"^--learning-starts must be >= 0, got -1$"):
         harness.run.check(dqn.Args(learning_starts=-1), nonnegative=("learning_starts",))
     harness.run.check(dqn.Args(learning_starts=0), nonnegative=("learning_starts",))

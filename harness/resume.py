@@ -1,0 +1,177 @@
+"""Resuming a run, imported with `--resume RUN` only: the stored arguments and the run folder checked,
+metrics.csv cut back to the checkpoint, and the generators, envs and running episodes put back as they were.
+`load`, `set_rng_state`, `set_env_state` and `unpack` are the inverses of harness.checkpoint's `save`,
+`rng_state`, `env_state` and `pack`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from harness.checkpoint import layers
+from harness.errors import InputError
+from harness.run import CHECKPOINT_FORMAT, RunArgs
+
+# flags that may change when a run is resumed: its length, evaluation, logging and output
+RESUMABLE_CHANGES = {
+    "total_timesteps", "eval_every", "eval_episodes", "progress", "track", "wandb_project", "wandb_entity",
+    "capture_video", "save_model", "checkpoint_every", "checkpoint_memory", "resume", "run_dir", "torch_threads",
+    "tensorboard",
+}
+
+
+def stored_arguments(args_class, folder: Path) -> dict:
+    """The fields of `args_class` stored in the run folder's config.json (lists as tuples); checked before
+    train() builds envs and memory, to fail at once."""
+    stored = stored_config(folder)
+    if not (folder / "checkpoint.pt").is_file():
+        raise InputError(f"--resume {folder}: no checkpoint.pt there (was the run started with --checkpoint-every?)")
+    defaults = {f.name: stored[f.name] for f in dataclasses.fields(args_class) if f.name in stored}
+    return {name: tuple(v) if isinstance(v, list) else v for name, v in defaults.items()}
+
+
+def stored_config(folder: Path) -> dict:
+    config = folder / "config.json"
+    if not config.is_file():
+        raise InputError(f"--resume {folder}: no config.json there (not a run folder)")
+    try:
+        stored = json.loads(config.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise InputError(f"--resume {folder}: config.json cannot be read ({e})") from None
+    if not isinstance(stored, dict) or not stored.get("algo"):
+        raise InputError(f"--resume {folder}: its config.json names no algorithm (not the config.json of a run)")
+    return stored
+
+
+def reopen(run, config: dict):
+    """metrics.csv, open to append, cut back to the checkpoint, once the config and the checkpoint are checked;
+    `run` takes the checkpoint (`saved`, read by `restore`), its start time and the steps it resumed at."""
+    stored = stored_config(run.path)
+    if stored.get("algo") != run.algo:
+        raise InputError(f"--resume {run.path}: that run is {stored.get('algo')!r}, not {run.algo}")
+    defaults = {f.name: f.default for f in dataclasses.fields(RunArgs)}  # for folders written before a flag existed
+    for key in sorted(set(stored) | set(config)):
+        if key not in RESUMABLE_CHANGES and stored.get(key, defaults.get(key)) != config.get(key):
+            raise InputError(
+                f"--resume {run.path}: --{key.replace('_', '-')} was {stored.get(key)!r} in that run, "
+                f"{config.get(key)!r} now; only the run length, evaluation and logging flags may change"
+            )
+    try:
+        saved = load(run.path / "checkpoint.pt")
+    except ValueError as e:  # missing, truncated or not ours
+        raise InputError(f"--resume {run.path}: {e}") from None
+    if saved.get("format") != CHECKPOINT_FORMAT or saved.get("algo") != run.algo:
+        raise InputError(f"{run.path / 'checkpoint.pt'} is a {saved.get('algo')!r} checkpoint "
+                         f"(format {saved.get('format')}), not {run.algo}'s")
+    run.saved, run.start = saved, time.perf_counter() - saved["wall_seconds"]
+    run.resumes = [*saved["resumes"], saved["global_step"]]
+    metrics = run.path / "metrics.csv"
+    with open(metrics, newline="") as f:
+        header = f.readline().strip().split(",")
+    if header != run.fields:
+        raise InputError(f"{metrics} has columns {header}, expected {run.fields}")
+    os.truncate(metrics, saved["metrics_bytes"])  # rows after the checkpoint are not part of this history
+    return open(metrics, "a", newline="")
+
+
+def restore(run, envs: gym.vector.VectorEnv) -> tuple[np.ndarray, int, dict]:
+    """Run.begin for a resumed run: the checkpoint's observation, step and script state, with the generators,
+    envs and running episodes put back (or the envs reset, as Run.begin says)."""
+    saved, run.saved = run.saved, None
+    set_rng_state(saved["rng"])
+    state = {**unpack(saved["state"]), "global_step": saved["global_step"],
+             "obs": unpack(saved["obs"]), "envs_restarted": saved["envs"] is None}
+    if saved["envs"] is not None:
+        set_env_state(envs, saved["envs"])
+        episodes = unpack(saved["episodes"])
+        run.ep_return, run.ep_length = episodes["return"], episodes["length"]
+        run.recent_returns = episodes["recent"]
+        run.env_note = "restored"
+    else:
+        obs, _ = envs.reset(seed=run.args.seed + saved["global_step"])
+        state["obs"] = obs.reshape(state["obs"].shape)
+        run.recent_returns = unpack(saved["episodes"])["recent"]  # finished episodes still count
+        run.env_note = f"episodes restarted on resume: {saved['envs_note']}"
+    print(f"{run.algo}: resumed {run.path} at step {saved['global_step']:,} (envs: {run.env_note})", flush=True)
+    return state["obs"], state["global_step"], state
+
+
+def load(path: str | Path) -> dict:
+    """Read a checkpoint written by harness.checkpoint.save; ValueError (one line) if it is missing, truncated or not ours."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no checkpoint at {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated zip, bad magic number, a pickle that wants code, ...
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ValueError(f"checkpoint {path} cannot be read, it is truncated or corrupted "
+                         f"({type(e).__name__}: {first[:120]})") from None
+    if not isinstance(state, dict) or "format" not in state:
+        raise ValueError(f"{path} is not a checkpoint written by these scripts")
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _decode(value, current=None):
+    if not isinstance(value, dict):
+        return value
+    if "__generator__" in value:
+        if current is None:  # an env that was never reset creates its generator lazily
+            current = np.random.Generator(getattr(np.random, value["__generator__"]["bit_generator"])())
+        current.bit_generator.state = value["__generator__"]  # same object: whoever holds it sees the state
+        return current
+    if "__ndarray__" in value:
+        return value["__ndarray__"].numpy().copy()
+    if "__npscalar__" in value:
+        return value["__npscalar__"].numpy()[()]
+    if "__tuple__" in value:
+        return tuple(_decode(v) for v in value["__tuple__"])
+    return [_decode(v) for v in value["__list__"]]
+
+
+def set_env_state(envs: gym.vector.SyncVectorEnv, state: dict) -> None:
+    """Put the state from harness.checkpoint.env_state back into envs built the same way; ValueError if they differ."""
+    if len(state["envs"]) != len(envs.envs):
+        raise ValueError(f"the checkpoint holds {len(state['envs'])} envs, the run has {len(envs.envs)}")
+    for env, stored in zip(envs.envs, state["envs"]):
+        mine = layers(env)
+        if [type(layer).__name__ for layer in mine] != [layer["type"] for layer in stored]:
+            raise ValueError("the checkpoint's env wrappers differ from this run's")
+        for layer, saved in zip(mine, stored):
+            for name, value in saved["attrs"].items():
+                if name == "__mujoco__":
+                    import mujoco
+
+                    mujoco.mj_setState(layer.model, layer.data, value.numpy(), mujoco.mjtState.mjSTATE_INTEGRATION)
+                    mujoco.mj_forward(layer.model, layer.data)
+                else:
+                    setattr(layer, name, _decode(value, getattr(layer, name, None)))
+    for space, saved in zip((envs.action_space, envs.single_action_space), state["spaces"]):
+        space.np_random.bit_generator.state = saved
+
+
+def unpack(obj):
+    if isinstance(obj, dict) and len(obj) == 1 and next(iter(obj)) in ("__ndarray__", "__npscalar__"):
+        return _decode(obj)
+    if isinstance(obj, dict):
+        return {k: unpack(v) for k, v in obj.items()}
+    return type(obj)(unpack(v) for v in obj) if isinstance(obj, (list, tuple)) else obj
