@@ -17,7 +17,6 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def add_slurm_flags(p: argparse.ArgumentParser) -> None:
-    """The flags of the slurm backend (run.py and tune.py)."""
     slurm = p.add_argument_group("slurm backend")
     slurm.add_argument("--time-limit", type=int, default=60,
                        help="minutes per array task; near the limit the task stops its run at a checkpoint and is requeued (default 60)")

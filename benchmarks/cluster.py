@@ -81,10 +81,8 @@ class StudyTask(submitit.helpers.Checkpointable):
 
     def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on SIGUSR2: end the trial's run (trials are not resumed) and requeue the worker."""
-        proc = self._state.get("proc")
-        if proc is not None and proc.poll() is None:  # a trial's run is not resumed: its parameters are tried again
-            proc.kill()
-            proc.wait(10)
+        if self._state.get("proc") is not None:  # a trial's run is not resumed: its parameters are tried again
+            end_processes([self._state["proc"]], signal.SIGKILL, 10)
         return submitit.helpers.DelayedSubmission(StudyTask(self.work, self.config, self.worker, self._state.get("trial")))
 
 

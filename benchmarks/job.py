@@ -24,8 +24,9 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from provenance import code_state  # noqa: E402
 from suite import ROOT, Cell, metrics_file, read_result  # noqa: E402
+
+CODE = ("commit", "dirty", "dirty_files")  # what a run records of the code it ran (provenance.code_state())
 
 
 # --- the child: one run ---------------------------------------------------------------------------
@@ -45,33 +46,29 @@ def machine_info() -> dict:
 def build_args(module, spec: dict):
     """The script's Args from the cell: unknown setting names are an error, lists become tuples. Each run gets
     one torch thread (workers share the cores) unless the cell's settings name `torch_threads`."""
-    fields = {f.name: f for f in dataclasses.fields(module.Args)}
+    fields = {f.name for f in dataclasses.fields(module.Args)}
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["settings"].items()}
-    if unknown := sorted(set(values) - set(fields)):
+    if unknown := sorted(set(values) - fields):
         raise ValueError(f"unknown setting(s) {unknown} for {spec['algo']}.Args")
-    values.update(env_id=spec["env"], seed=spec["seed"], total_timesteps=spec["steps"], run_dir=spec["run_dir"], progress=True,
-                  checkpoint_every=spec.get("checkpoint_every", 0), resume=spec.get("resume"))
-    if "eval_every" in fields:
-        values["eval_every"] = spec["eval_every"]
-    if "torch_threads" in fields:
-        values.setdefault("torch_threads", 1)
+    values.update(env_id=spec["env"], seed=spec["seed"], total_timesteps=spec["steps"], run_dir=spec["run_dir"],
+                  eval_every=spec["eval_every"], progress=True, checkpoint_every=spec.get("checkpoint_every", 0),
+                  resume=spec.get("resume"))
+    values.setdefault("torch_threads", 1)  # a field of every script's Args, as eval_every is (harness.run.RunArgs)
     return module.Args(**values)
 
 
 def child(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     result = {"status": "failed", "spec": spec, "summary": None, "error": None, "traceback": None,
-              "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine_info(), "commit": spec.get("commit"),
-              "dirty": spec.get("dirty"), "dirty_files": spec.get("dirty_files"), "earlier_code": spec.get("earlier_code", []),
-              "comparable": spec.get("comparable", True)}
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine_info(), **{k: spec.get(k) for k in CODE},
+              "earlier_code": spec.get("earlier_code", []), "comparable": spec.get("comparable", True)}
     start = time.perf_counter()
     stop = lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt(f"signal {s}"))  # noqa: E731
     # until train() takes over SIGTERM and SIGUSR1 (checkpoint, then stop), they stop the run here;
     # SIGUSR2 is submitit's signal to the task that started this process (SLURM may send it to every
     # process of the job): that task answers it by sending SIGUSR1 here
-    for sig in (signal.SIGTERM, signal.SIGUSR1):
-        signal.signal(sig, stop)
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    for sig, handler in ((signal.SIGTERM, stop), (signal.SIGUSR1, stop), (signal.SIGUSR2, signal.SIG_IGN)):
+        signal.signal(sig, handler)
     try:
         sys.path[:0] = [str(ROOT), str(ROOT / "algos")]
         module = importlib.import_module(spec["algo"])  # algos/<algo>.py
@@ -125,10 +122,9 @@ class Job:
         folders = sorted(self.dir.glob("*/checkpoint.pt"), key=lambda p: p.stat().st_mtime)
         return folders[-1].parent if folders else None
 
-    def start(self, code: dict | None = None, checkpoint_every: int = 0, fresh: bool = False) -> None:
-        """Start the child: resumed from the run's checkpoint when there is one (and not `fresh`), else from scratch;
-        recording `code` (provenance.code_state(), read now when not given)."""
-        code = code_state() if code is None else code
+    def start(self, code: dict, checkpoint_every: int = 0, fresh: bool = False) -> None:
+        """Start the child, recording `code` (provenance.code_state()): resumed from the run's checkpoint
+        when there is one (and not `fresh`), else from scratch."""
         self.resumed_from = None if fresh else self.checkpointed()
         if self.resumed_from is None:
             if self.dir.exists():  # a previous attempt (failed, interrupted without a checkpoint, killed early): start clean
@@ -137,18 +133,18 @@ class Job:
         earlier = []  # a resumed run ran its first part on the code its earlier attempts recorded
         if self.resumed_from and (self.dir / "spec.json").exists():
             before = json.loads((self.dir / "spec.json").read_text())
-            earlier = [*before.get("earlier_code", []), {k: before.get(k) for k in ("commit", "dirty", "dirty_files")}]
+            earlier = [*before.get("earlier_code", []), {k: before.get(k) for k in CODE}]
         spec = {"suite": self.suite, "algo": self.cell.algo, "env": self.cell.env, "seed": self.seed, "steps": self.cell.steps,
                 "settings": self.cell.settings, "eval_every": self.cell.eval_every, "hash": self.cell.digest,
-                "comparable": self.cell.comparable, "run_dir": str(self.dir), "commit": code.get("commit"),
-                "dirty": code.get("dirty"), "dirty_files": code.get("dirty_files"), "earlier_code": earlier,
-                "checkpoint_every": checkpoint_every, "resume": str(self.resumed_from) if self.resumed_from else None}
+                "comparable": self.cell.comparable, "run_dir": str(self.dir), **{k: code.get(k) for k in CODE},
+                "earlier_code": earlier, "checkpoint_every": checkpoint_every,
+                "resume": str(self.resumed_from) if self.resumed_from else None}
         (self.dir / "spec.json").write_text(json.dumps(spec, indent=2))
         (self.dir / "result.json").unlink(missing_ok=True)  # a stopped attempt's result is not this attempt's
         self.log = open(self.dir / "log.txt", "a" if self.resumed_from else "w")
         if self.resumed_from:
-            self.log.write(f"\n[run] {time.strftime('%Y-%m-%dT%H:%M:%S')}: resuming {self.resumed_from.name} from its checkpoint\n")
-            self.log.flush()
+            print(f"\n[run] {time.strftime('%Y-%m-%dT%H:%M:%S')}: resuming {self.resumed_from.name} from its checkpoint",
+                  file=self.log, flush=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": os.environ.get("WANDB_MODE", "disabled")}
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), str(self.dir / "spec.json")],
                                      stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)

@@ -1,10 +1,7 @@
 """Run a benchmark suite, or part of it: each run in its own process, several at once, resumable.
 
-    python benchmarks/run.py --suite classic                          # the whole suite
-    python benchmarks/run.py --suite classic --algos dqn --envs CartPole-v1 --seeds 1
-    python benchmarks/run.py --suite classic --workers 2              # two runs at a time
-    python benchmarks/run.py --suite classic --dry-run                # what would run, and why not
-    python benchmarks/run.py --suite classic --algos dqn --envs CartPole-v1 --results-dir my_results   # into a new folder
+    python benchmarks/run.py --suite classic --workers 2              # the whole suite, two runs at a time
+    python benchmarks/run.py --suite classic --algos dqn --envs CartPole-v1 --seeds 1 --dry-run
     python benchmarks/run.py --suite classic --backend slurm --partition cpu --time-limit 60 --workers 32 --checkpoint-every 50000
 
 Every run is `python benchmarks/job.py <spec.json>`, `--workers` at a time, as local processes or a SLURM job
@@ -58,16 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     add_slurm_flags(p)
     a = p.parse_args(argv)
     a.results_dir = a.results_dir or str(SMOKE_DIR if a.total_timesteps else RESULTS_DIR)
+    fail = lambda message: print(f"run: error: {message}", file=sys.stderr) or 2  # one line, exit 2
     error = flags_error(a, workers=1, checkpoint_every=0, total_timesteps=1) if a.suite else "--suite is required"
     if error:
-        print(f"run: error: {error}", file=sys.stderr)
-        return 2
-
+        return fail(error)
     try:
         suite = load_suite(a.suite, a.suites_file)
     except SystemExit as e:  # an unknown suite or a malformed cell: suite.py's message
-        print(f"run: error: {e}", file=sys.stderr)
-        return 2
+        return fail(e)
     if not suite.runnable:
         print(f"suite {suite.name} is declared but not runnable here: {suite.not_runnable_reason}")
         return 1
@@ -79,9 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.total_timesteps:
         too_small = sorted({f"{c.algo} {c.env} ({c.steps:,})" for c, _ in selected if c.steps <= a.total_timesteps})
         if too_small:
-            print(f"run: error: --total-timesteps {a.total_timesteps:,} must be below the budget of every selected cell: "
-                  f"{', '.join(too_small)}", file=sys.stderr)
-            return 2
+            return fail(f"--total-timesteps {a.total_timesteps:,} must be below the budget of every selected cell: "
+                        f"{', '.join(too_small)}")
         selected = [(cell.with_budget(a.total_timesteps), seed) for cell, seed in selected]
         print(f"smoke try: {a.total_timesteps:,} env steps per run, not comparable: no report counts these runs")
 
@@ -117,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import cluster  # submitit: only this backend needs it
         except ImportError as e:
-            print(f"run: error: --backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt", file=sys.stderr)
-            return 2
+            return fail(f"--backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt")
     start = time.time()
     with stop_on_signals():  # SIGTERM too: the runs are stopped (with a checkpoint), not left going
         ran = cluster.run_jobs(suite.name, todo, a) if a.backend == "slurm" else run_local(todo, a, start)

@@ -1,18 +1,15 @@
 """Speed against the peers: every comparison of ours with a peer's implementation, one tool.
 
     python benchmarks/speed.py                      # dqn, a2c, ddpg, dqn-atari: logs and ratios to benchmarks/results/speed/
-    python benchmarks/speed.py --only dqn a2c       # some of them
-    python benchmarks/speed.py --quick              # tiny budgets (~30 s): checks the plumbing, not the speed
+    python benchmarks/speed.py --only dqn a2c --quick  # tiny budgets (~30 s): the plumbing, not the speed
     python benchmarks/speed.py --only ddpg --cleanrl ~/cleanrl --cleanrl-python ~/venv-cleanrl/bin/python
-    python benchmarks/speed.py dqn --total-timesteps 500000                 # one comparison, its own flags
-    python benchmarks/speed.py minatar --peer PATH/dqn.py --frames 105000 --repeats 2
-    python benchmarks/speed.py devices --steps 20000 --out benchmarks/results/speed/speed_devices_raw.json
+    python benchmarks/speed.py minatar --peer PATH/dqn.py --frames 105000  # one comparison, its own flags
+    python benchmarks/speed.py devices --steps 20000   # GPU against CPU at suite cells' settings
 
-Each comparison is a row of COMPARISONS; each run of a side is a fresh child process. The sides
-alternate (in an order rotated per repeat) so that a slow spell on a shared machine hits all of
-them; only the ratio within one invocation means anything. Alone, the tool runs the collected ones
-one after another (never in parallel) into <out>/<name>.log and <out>/<name>.json, which every
-report shows.
+Each comparison is a row of COMPARISONS (`--help` lists them); each run of a side is a fresh child process.
+The sides alternate (in an order rotated per repeat) so that a slow spell on a shared machine hits all of
+them; only the ratio within one invocation means anything. Alone, the tool runs the collected ones one after
+another (never in parallel) into <out>/<name>.log and <out>/<name>.json, which every report shows.
 
 Peers that are not this project's (CleanRL's scripts, MinAtar's examples/dqn.py) run unmodified
 from a checkout given by path, in their own Python where they need one. CleanRL needs gymnasium 0.29:
@@ -161,9 +158,8 @@ class BadInput(Exception):
 
 # ---- the sides of ours and SB3: one run each, in a child process (`--side`), its figures printed as JSON
 def side_run(o, name: str, threads: int | None) -> dict:
-    """One run of a side given as (script or SB3 class, settings) in COMPARISONS, on the CPU: its env
-    steps per second of training (ours: the summary's sps; SB3: around learn()), its evaluation where it
-    has one, and for a comparison timed by CPU the CPU seconds of its training loop."""
+    """One run of a side of COMPARISONS on the CPU: its env steps/s of training (ours: the summary's sps;
+    SB3: around learn()), its evaluation if it has one, and timed by CPU, its training loop's CPU seconds."""
     import torch
 
     target, settings = COMPARISONS[o.comparison]["sides"][name]
@@ -239,9 +235,8 @@ dqn.main()
 
 # ---- timing a child process -------------------------------------------------------------------------
 def run_timed(cmd: list[str], cwd: str, env: dict) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run `cmd` to completion; (the finished process, CPU seconds, wall seconds). The CPU time is this child's own
-    (os.wait4's resource usage of that process), so two children timed at once from two threads each get their own;
-    CPU time is what a busy machine disturbs least."""
+    """Run `cmd`; (the finished process, CPU seconds, wall seconds). CPU time, which a busy machine disturbs
+    least, is the child's own (os.wait4): children timed at once from two threads each get theirs."""
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err, text=True)
@@ -291,17 +286,6 @@ def command(o, side: str, threads: int | None, scratch: Path) -> list[str]:
             *([] if threads is None else [f"--side-threads={threads}"])]
 
 
-def minatar_returns(side: str, scratch: Path) -> tuple[list[float], list[int]]:
-    """A MinAtar run's training returns and the frames they ended at: ours from metrics.csv, the peer's from its file."""
-    if side == "ours":
-        episodes = read_curves(metrics_file(scratch / "ours"))[1]
-        return [x for _, x in episodes], [step for step, _ in episodes]
-    import torch
-
-    data = torch.load(str(scratch / "peer") + "_data_and_weights", weights_only=False)
-    return [float(x) for x in data["returns"]], [int(x) for x in data["frame_stamps"]]
-
-
 def run_side(o, side: str, setting: str, seed: int, scratch: Path) -> dict:
     """One run of a side as a child process, timed: its record (times, the figures it printed, or its error)."""
     c, threads = COMPARISONS[o.comparison], None if setting == "default" else int(setting)
@@ -319,8 +303,15 @@ def run_side(o, side: str, setting: str, seed: int, scratch: Path) -> dict:
          "returncode": proc.returncode}
     if proc.returncode != 0:
         return {**r, "error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]}
-    if o.comparison == "minatar":
-        returns, frames = minatar_returns(side, folder)
+    if o.comparison == "minatar":  # its training returns and the frames they ended at
+        if side == "ours":
+            episodes = read_curves(metrics_file(folder / "ours"))[1]
+            returns, frames = [x for _, x in episodes], [step for step, _ in episodes]
+        else:
+            import torch
+
+            data = torch.load(str(folder / "peer") + "_data_and_weights", weights_only=False)
+            returns, frames = [float(x) for x in data["returns"]], [int(x) for x in data["frame_stamps"]]
         r.update(episodes=len(returns), last_100=sum(returns[-100:]) / len(returns[-100:]) if returns else None,
                  curve=curve(frames, returns, o.total_timesteps))
     elif proc.stdout.strip() and proc.stdout.strip().splitlines()[-1].startswith("{"):
@@ -460,9 +451,8 @@ def find_cell(spec: str):
         cells = load_suite(parts[0]).cells
     except SystemExit as e:  # an unknown suite
         raise BadInput(f"--cells {spec!r}: {e}") from None
-    for cell in cells:
-        if (cell.algo, cell.env) == tuple(parts[1:]):
-            return cell
+    if cell := next((c for c in cells if (c.algo, c.env) == tuple(parts[1:])), None):
+        return cell
     raise BadInput(f"--cells {spec!r}: no cell {parts[1]} {parts[2]} in suite {parts[0]}")
 
 
@@ -500,15 +490,13 @@ def compare_devices(o) -> int:
     cells = {spec: find_cell(spec) for spec in o.cells}  # a wrong name fails before any run
     cpu_runs = [(c, d) for c in o.cells for d in o.devices if d.startswith("cpu")]  # device[:compile|cudagraphs]
     parallel = (os.cpu_count() or 1) > len(cpu_runs) + 1  # a core for each CPU run and one for the GPU runs
-    scratch = Path(tempfile.mkdtemp(prefix="speed_devices_"))
-    try:  # the CPU runs, then the others one after another: all in one chain where the machine lacks the cores
-        with concurrent.futures.ThreadPoolExecutor(len(cpu_runs) + 1 if parallel else 1) as pool:
-            cpu_jobs = {(c, d): pool.submit(device_run, c, cells[c], d, o, scratch) for c, d in cpu_runs}
-            chain = pool.submit(lambda: {(c, d): device_run(c, cells[c], d, o, scratch)
-                                         for c in o.cells for d in o.devices if not d.startswith("cpu")})
-            results = {**{key: job.result() for key, job in cpu_jobs.items()}, **chain.result()}
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    # the CPU runs, then the others one after another: all in one chain where the machine lacks the cores
+    with (tempfile.TemporaryDirectory(prefix="speed_devices_", ignore_cleanup_errors=True) as scratch,
+          concurrent.futures.ThreadPoolExecutor(len(cpu_runs) + 1 if parallel else 1) as pool):
+        cpu_jobs = {(c, d): pool.submit(device_run, c, cells[c], d, o, Path(scratch)) for c, d in cpu_runs}
+        chain = pool.submit(lambda: {(c, d): device_run(c, cells[c], d, o, Path(scratch))
+                                     for c in o.cells for d in o.devices if not d.startswith("cpu")})
+        results = {**{key: job.result() for key, job in cpu_jobs.items()}, **chain.result()}
     m = {**machine_info(), "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
          "cpu_runs_in_parallel": parallel}
     print(f"{m['gpu'] or 'no GPU'}; {m['cpu_count']} logical CPUs; torch {m['torch']}; {o.total_timesteps:,} steps, {o.threads[0]} torch thread(s)")
@@ -562,12 +550,12 @@ def run_one(name: str, o: argparse.Namespace, out_dir: Path) -> dict:
                               timeout=o.timeout or None)
         output, code = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as e:
-        output, code = (e.stdout or b"").decode(errors="ignore") if isinstance(e.stdout, bytes) else (e.stdout or ""), None
+        output, code = (e.stdout or b"").decode(errors="ignore"), None  # bytes, whatever `text` says
         record["error"] = f"timed out after {o.timeout:.0f} s"
     log.write_text(output)
     closing, ratios = parse(proc.stdout if code is not None else output)
     record.update(returncode=code, seconds=round(time.perf_counter() - start, 1), summary_lines=closing, ratios=ratios,
-                  log=str(log.relative_to(ROOT)) if log.is_relative_to(ROOT) else str(log), finished=time.strftime("%Y-%m-%d %H:%M"))
+                  log=f"{shown}/{name}.log", finished=time.strftime("%Y-%m-%d %H:%M"))
     if code not in (0, None):
         record["error"] = (output.strip().splitlines() or ["no output"])[-1][:200]
     for x in closing:
@@ -608,9 +596,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--side-threads", type=int, default=None, help=argparse.SUPPRESS)
     o = p.parse_args(argv)
     if o.comparison:
-        vars(o).update({k: v for k, v in COMPARISONS[o.comparison]["defaults"].items() if getattr(o, k) is None})
-        o.learning_starts = 0 if o.learning_starts is None else o.learning_starts
-        o.cleanrl_python = o.cleanrl_python or "python3"
+        unset = {"learning_starts": 0, "cleanrl_python": "python3", **COMPARISONS[o.comparison]["defaults"]}
+        vars(o).update({k: v for k, v in unset.items() if getattr(o, k) is None})
         if o.side:
             print(json.dumps(side_run(o, o.side, o.side_threads)))
             return 0
