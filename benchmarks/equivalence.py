@@ -148,9 +148,8 @@ def check(suite: str, algo: str, env: str, old: str, steps: int | None, record_f
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="benchmarks/equivalence.py", description=__doc__.splitlines()[0],
                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suite", required=True)
-    p.add_argument("--algo", required=True)
-    p.add_argument("--env", required=True)
+    for flag in ("--suite", "--algo", "--env"):
+        p.add_argument(flag, required=True)
     p.add_argument("--old", required=True, help="the commit the cell's runs were made on")
     p.add_argument("--steps", type=int, help=f"env steps of the prefix (default: half the budget, at most {DEFAULT_STEPS:,})")
     p.add_argument("--record-file", default=str(EQUIVALENCE_FILE), help=argparse.SUPPRESS)

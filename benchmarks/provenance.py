@@ -12,8 +12,8 @@ import functools
 import itertools
 import json
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE_DIRS = ("algos", "common", "harness")  # where the files that decide a run's numbers live
@@ -24,9 +24,9 @@ class GitError(RuntimeError):
     """git is missing, or the folder is not a repository."""
 
 
-def git(args: list[str], root: Path = ROOT, text: bool = True, check: bool = True, stdin: str | None = None):
+def git(args: list[str], root: Path = ROOT, text: bool = True, check: bool = True):
     try:
-        r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=text, timeout=60, input=stdin)
+        r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=text, timeout=60)
     except (OSError, subprocess.SubprocessError) as e:
         raise GitError(f"git {' '.join(args)}: {e}") from None
     if check and r.returncode != 0:
@@ -97,8 +97,7 @@ def deciding_paths(script: str, files: dict[str, str], read) -> list[str]:
 
 
 # --- today's code, and a run's --------------------------------------------------------------------
-@dataclass
-class Freshness:
+class Freshness(NamedTuple):
     current: bool
     why: str  # for a stale run: its commit and what changed since (or "dirty tree"); for a current one, "" or the equivalence check
 

@@ -13,19 +13,16 @@ import numpy as np
 
 from cli import cli_flags, fmt_steps, md_row
 from provenance import Checker, recorded_state
-from selection import BOOTSTRAP_RESAMPLES, MANY_SEEDS, VERDICT_SEEDS, Judged, bootstrap_ci, iqm, judge_suite, mean_std
+from selection import BOOTSTRAP_RESAMPLES, MANY_SEEDS, VERDICT_SEEDS, Judged, bootstrap_ci, iqm, judge_suite
 from suite import RESULTS_DIR, ROOT, SUITES_FILE, Cell, Suite, load_references, load_suite, metrics_file
 
 
 def fmt_eval(xs: list[float]) -> str:
     """The eval column: mean [95% CI] over seeds (from 2 on), the std, the IQM [95% CI] from MANY_SEEDS on."""
-    if not xs:
-        return "-"
-    m = statistics.fmean(xs)
-    if len(xs) == 1:
-        return f"{m:.1f}"
+    if len(xs) < 2:
+        return f"{xs[0]:.1f}" if xs else "-"
     lo, hi = bootstrap_ci(xs)
-    text = f"{m:.1f} [{lo:.1f}, {hi:.1f}]<br>std {statistics.pstdev(xs):.1f}"
+    text = f"{statistics.fmean(xs):.1f} [{lo:.1f}, {hi:.1f}]<br>std {statistics.pstdev(xs):.1f}"
     if len(xs) >= MANY_SEEDS:
         lo, hi = bootstrap_ci(xs, iqm)
         text += f"<br>IQM {float(iqm(xs)):.1f} [{lo:.1f}, {hi:.1f}]"
@@ -34,10 +31,9 @@ def fmt_eval(xs: list[float]) -> str:
 
 def fmt_ms(xs: list[float], fmt=lambda x: f"{x:.1f}") -> str:
     """mean ± std of `xs` (one value: itself; none: -), each number written by `fmt`."""
-    if not xs:
-        return "-"
-    m, s = mean_std(xs)
-    return f"{fmt(m)} ± {fmt(s)}" if len(xs) > 1 else fmt(m)
+    if len(xs) < 2:
+        return fmt(xs[0]) if xs else "-"
+    return f"{fmt(statistics.fmean(xs))} ± {fmt(statistics.pstdev(xs))}"
 
 
 def train_last(run_dir: Path, n: int) -> float | None:
@@ -67,9 +63,7 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    # a run still going is left out: its partial curve would drag the mean down
-    files = [metrics_file(r["dir"]) for _, r in sorted(runs.items()) if r["status"] != "incomplete"]
-    curves = [read_curves(m) for m in files if m is not None]
+    curves = [read_curves(m) for _, r in sorted(runs.items()) if (m := metrics_file(r["dir"]))]  # ok runs
     if not curves:
         return False
     grid = np.linspace(0, cell.steps, 101)
@@ -96,8 +90,7 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
         if not series:
             continue
         arr = np.array(series)  # [seeds, grid]: mean and a ±1 std band
-        with warnings.catch_warnings():  # grid points before a seed's first episode are all-NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
+        with warnings.catch_warnings(action="ignore", category=RuntimeWarning):  # early grid points: all-NaN
             mean, std = np.nanmean(arr, 0), np.nanstd(arr, 0)
         ax.plot(grid, mean, color=color, label=f"{label} (mean of {len(series)} seed{'s' if len(series) > 1 else ''})")
         if len(series) > 1:
@@ -216,8 +209,7 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
                      for rid in cell.references]
         walls = [r["summary"]["wall_seconds"] for r in runs.values() if r["status"] == "ok"]
         measured_seconds += sum(walls)
-        missing_seeds = len([s for s in cell.seeds if s not in j.current_ok])
-        if missing_seeds:
+        if missing_seeds := len([s for s in cell.seeds if s not in j.current_ok]):
             est_missing.append((cell, missing_seeds, statistics.fmean(walls) if walls else None))
         verdict_txt = f"**{j.verdict}**" + (f": {j.reason.removeprefix('partial: ')}" if j.reason else "")
         if cell.note and (j.verdict == "FAIL" or cell.threshold is None):  # why it fails, or what to know
@@ -294,8 +286,7 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
         rel = r["dir"].relative_to(out_dir).as_posix()
         lines.append(f"- `{cell.algo}` `{cell.env}` seed {seed}: **{r['status']}**"
                      + (" (stale)" if r.get("stale") else "") + f": {r.get('error')} (log: [{rel}/log.txt]({rel}/log.txt))")
-        tb = r.get("traceback") or "\n".join(r.get("log_tail") or [])
-        if tb:
+        if tb := r.get("traceback") or "\n".join(r.get("log_tail") or []):
             lines += ["", "  ```", *("  " + x for x in tb.strip().splitlines()[-8:]), "  ```"]
 
     lines += ["", "## Runs", "", "| algo | env | seed | status | eval | train (last 10) | steps/s | wall s | code | error | folder |",

@@ -40,10 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         blocks = [m.group(2) for m in MARKER.finditer(text)]
         README.write_text(new)
         print(f"{'rewrote' if new != text else 'unchanged:'} {README}'s result tables for {', '.join(blocks) or 'no suite (no markers)'}")
-        if not a.suite:
-            return 0
     if not a.suite:
-        p.error("--suite is required (or --readme)")
+        return 0 if a.readme else p.error("--suite is required (or --readme)")
 
     suite = load_suite(a.suite, a.suites_file)
     results_dir = Path(a.results_dir)

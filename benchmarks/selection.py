@@ -1,14 +1,11 @@
-"""Which runs count for a cell, the statistics over its seeds, and its verdict: the report's core.
-
-A cell's runs are the run folders with its settings hash, each current or stale (provenance.Checker); the
-verdict comes from the current ones: the mean over seeds, with a seeded bootstrap CI. Details: README.md.
-"""
+"""The report's core: which runs count for a cell (its settings hash's run folders, current or stale by
+provenance.Checker), the statistics over its seeds (seeded bootstrap CIs), and its verdict from the current
+runs. Details: README.md."""
 
 from __future__ import annotations
 
 import functools
 import json
-import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +17,6 @@ from suite import Cell, Suite, read_result, script_path
 
 
 # ---- statistics over seeds ----------------------------------------------------------------------
-def mean_std(xs: list[float]) -> tuple[float, float]:
-    return (statistics.fmean(xs), statistics.pstdev(xs)) if xs else (math.nan, math.nan)
-
-
 MANY_SEEDS = 5  # from this many finished seeds: the IQM is shown, and a verdict no longer says "few seeds"
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
@@ -129,9 +122,8 @@ def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
     so_far = ""
     if t is not None and evals:
         if cell.pass_rule == "all":
-            below = [f"seed {s}: {v:.1f} < {t:g}" for s, v in sorted(evals.items()) if v < t]
-            if below:  # more seeds cannot change it
-                failures.append("below threshold: " + "; ".join(below))
+            if below := [f"seed {s}: {v:.1f} < {t:g}" for s, v in sorted(evals.items()) if v < t]:
+                failures.append("below threshold: " + "; ".join(below))  # more seeds cannot change it
         else:
             m = statistics.fmean(evals.values())
             if m < t and not missing and enough:
@@ -187,7 +179,7 @@ def judge_suite(suite: Suite, runs_dir: Path, checker: Checker, algos=None, envs
     for cell in suite.cells:
         if not ((not algos or cell.algo in algos) and (not envs or cell.env in envs)):  # not selected
             continue
-        runs, older, smoke = cell_runs(cell, runs_dir) if runs_dir.exists() else ({}, 0, 0)
+        runs, older, smoke = cell_runs(cell, runs_dir)
         if not (algos or envs) and not runs and not older:
             left_out.append(cell)
             continue

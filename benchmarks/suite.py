@@ -74,39 +74,30 @@ def load_suites(path: Path | str = SUITES_FILE) -> dict[str, dict]:
         return tomllib.load(f)["suites"]
 
 
-def load_suite(name: str, path: Path | str = SUITES_FILE) -> Suite:
-    raw = load_suites(path)
+def load_suite(name: str, path: Path | str = SUITES_FILE, raw: dict | None = None) -> Suite:
+    raw = load_suites(path) if raw is None else raw  # `raw`: the file's suites, when one includes another
     if name not in raw:
         raise SystemExit(f"unknown suite {name!r}; {path} defines: {', '.join(raw)}")
-    return _build(name, raw)
-
-
-def _build(name: str, raw: dict) -> Suite:
     s = raw[name]
     cells = []
     if include := s.get("include"):  # another suite's cells, unchanged (same settings: the same run hashes)
-        other = _build(include["suite"], raw)
+        other = load_suite(include["suite"], path, raw)
         envs, algos = include.get("envs"), include.get("algos")
         cells += [c for c in other.cells if (envs is None or c.env in envs) and (algos is None or c.algo in algos)]
     for c in s.get("cells", []):
-        unknown = set(c) - {"algo", "env", "steps", "settings", "seeds", "threshold", "pass_rule", "pass_rule_source",
-                            "threshold_source", "settings_source", "references", "note"}
-        if unknown:
+        if unknown := set(c) - {"algo", "env", "steps", "settings", "seeds", "threshold", "pass_rule", "pass_rule_source",
+                                "threshold_source", "settings_source", "references", "note"}:
             raise SystemExit(f"suite {name}: cell {c.get('algo')}/{c.get('env')} has unknown keys {sorted(unknown)}")
         if c.get("pass_rule", "mean") not in ("mean", "all"):
             raise SystemExit(f"suite {name}: cell {c['algo']}/{c['env']}: pass_rule must be 'mean' or 'all'")
         if c.get("pass_rule") == "all" and not c.get("pass_rule_source"):
             raise SystemExit(f"suite {name}: cell {c['algo']}/{c['env']}: pass_rule 'all' needs a pass_rule_source, the "
                              "published result that asks the threshold of every seed; without one, use 'mean'")
-        steps = int(c["steps"])
-        cells.append(Cell(
-            algo=c["algo"], env=c["env"], steps=steps, settings=dict(c.get("settings", {})),
-            seeds=list(c.get("seeds", s.get("seeds", [1, 2, 3]))),
-            eval_every=max(1, steps // int(s.get("eval_points", 20))) if s.get("eval_points", 20) else 0,
-            threshold=c.get("threshold"), pass_rule=c.get("pass_rule", "mean"), pass_rule_source=c.get("pass_rule_source", ""),
-            threshold_source=c.get("threshold_source", ""), settings_source=c.get("settings_source", ""),
-            references=list(c.get("references", [])), note=c.get("note", ""),
-        ))
+        steps, points = int(c["steps"]), s.get("eval_points", 20)
+        cells.append(Cell(**{**c, "steps": steps, "settings": dict(c.get("settings", {})),  # a key left out: Cell's default
+                             "references": list(c.get("references", [])),
+                             "seeds": list(c.get("seeds", s.get("seeds", [1, 2, 3]))),
+                             "eval_every": max(1, steps // int(points)) if points else 0}))
     return Suite(name, s.get("description", ""), cells, s.get("runnable", True), s.get("not_runnable_reason", ""))
 
 

@@ -4,12 +4,10 @@
     python benchmarks/tune.py --suite classic --algo a2c --env MountainCar-v0 --trials 200 --workers 20 \\
         --backend slurm --partition cpu --time-limit 120
 
-A trial runs the cell with some `Args` drawn from the search space (spaces.toml, or `--space FILE`) once per
-seed of `--seeds` (default 1001-1003, not the suite's), each seed the runner's child process; its objective is
-the mean final greedy evaluation, and the evaluations read from metrics.csv as they are written go to Optuna's
-median pruner. The study lives in <study-dir>/journal.log (Optuna's JournalStorage), shared by every worker;
-the same command continues it. The cell's current settings run first, as the baseline a settings line must
-beat. Output: <study-dir>/STUDY.md. Details: benchmarks/README.md.
+A trial runs the cell once per seed of `--seeds` with `Args` drawn from the search space; its objective is
+the mean final greedy evaluation, its evaluations go to Optuna's median pruner. Every worker shares the study
+(<study-dir>/journal.log), and the same command continues it; the cell's current settings run first, as the
+baseline a settings line must beat. Output: <study-dir>/STUDY.md. Details: benchmarks/README.md.
 
 Exit status: 0 done; 1 no searched trial completed; 2 bad input (one line); 130 interrupted (Ctrl-C or SIGTERM).
 """
@@ -17,6 +15,7 @@ Exit status: 0 done; 1 no searched trial completed; 2 bad input (one line); 130 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import csv
 import dataclasses
@@ -36,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli import OneLineParser, add_slurm_flags, flags_error, fmt_steps, md_row  # noqa: E402
 from job import Job, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
-from suite import ROOT, SUITES_FILE, Cell, load_suite, load_suites, metrics_file  # noqa: E402
+from suite import BENCH, ROOT, SUITES_FILE, Cell, load_suite, load_suites, metrics_file  # noqa: E402
 
 try:  # optional (benchmarks/requirements-cluster.txt): main() says so in one line
     import optuna
@@ -48,9 +47,7 @@ try:  # optional (benchmarks/requirements-cluster.txt): main() says so in one li
 except ImportError:
     optuna = None
 
-with open(Path(__file__).resolve().parent / "spaces.toml", "rb") as _f:
-    SPACES: dict[str, dict[str, dict]] = tomllib.load(_f)  # the built-in search spaces, in `--space FILE`'s format
-DEFAULT_SEEDS = [1001, 1002, 1003]
+SPACES = tomllib.loads((BENCH / "spaces.toml").read_text())  # the built-in search spaces, in `--space FILE`'s format
 STUDIES_DIR = ROOT / "runs" / "tuning"  # the default: untracked (.gitignore's runs/); committed studies live in benchmarks/results/tuning/
 
 
@@ -87,15 +84,13 @@ def check_space(algo: str, space: dict, origin: str) -> dict:
 def load_space(algo: str, path: str | None, params: list[str] | None) -> dict:
     if path:
         try:
-            with open(path, "rb") as f:
-                space, origin = tomllib.load(f), path
+            space, origin = tomllib.loads(Path(path).read_bytes().decode()), path
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise BadInput(f"--space {path}: {e}") from None
     else:
         space, origin = dict(SPACES[algo]), f"the built-in space of {algo}"
     if params is not None:
-        unknown = sorted(set(params) - set(space))
-        if unknown:
+        if unknown := sorted(set(params) - set(space)):
             raise BadInput(f"--params {' '.join(unknown)}: not in {origin} ({', '.join(space)})")
         space, origin = {k: v for k, v in space.items() if k in params}, f"{origin} with --params {' '.join(params) or '(none)'}"
     return check_space(algo, space, origin)
@@ -256,16 +251,6 @@ def baseline_trial(study, settings: dict):
     return found[-1] if found else None
 
 
-def queue_baseline(study, settings: dict) -> bool:
-    """Enqueue the cell's current settings as a trial, unless they ran, are queued or running, or were stopped
-    (then `retry` queues them)."""
-    t = baseline_trial(study, settings)
-    if t is not None and (t.state != TrialState.FAIL or t.user_attrs.get("interrupted")):
-        return False
-    study.enqueue_trial({}, user_attrs={"baseline": True, "settings": settings})
-    return True
-
-
 def work(config: dict, worker: int = 0, state: dict | None = None, interrupted_trial: int | None = None) -> int:
     """One worker: trials one at a time until none is left to run (every worker's count); first, a trial its
     SLURM task was stopped in is failed and queued again. The number of trials it ran."""
@@ -284,16 +269,13 @@ def work(config: dict, worker: int = 0, state: dict | None = None, interrupted_t
 
 
 def _work_process(config: dict, worker: int) -> None:  # a local worker process
-    with stop_on_signals():  # SIGTERM, from the main process or anyone: stop the trial's run, fail the trial
-        try:
-            work(config, worker)
-        except KeyboardInterrupt:
-            pass
+    with stop_on_signals(), contextlib.suppress(KeyboardInterrupt):  # SIGTERM (from anyone): the trial fails
+        work(config, worker)
 
 
 # --- the table ----------------------------------------------------------------------------------
-def fmt(x, digits: int = 1) -> str:
-    return "-" if x is None or x != x else f"{x:.{digits}f}"  # x != x: NaN
+def fmt(x) -> str:
+    return "-" if x is None or x != x else f"{x:.1f}"  # x != x: NaN
 
 
 def study_markdown(study, config: dict) -> tuple[str, str | None]:
@@ -374,7 +356,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
     p.add_argument("--algo", required=True, help="the cell's algorithm")
     p.add_argument("--env", required=True, help="the cell's env id")
     p.add_argument("--trials", type=int, default=20, help="trials in the study in all, over every worker and earlier commands (default 20)")
-    p.add_argument("--seeds", type=int, nargs="+", default=DEFAULT_SEEDS, help="seeds of each trial (default 1001 1002 1003)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1001, 1002, 1003], help="seeds of each trial (default 1001 1002 1003)")
     p.add_argument("--workers", type=int, default=1, help="trials at a time: local processes, or SLURM tasks")
     p.add_argument("--backend", choices=("local", "slurm"), default="local", help="local processes, or a SLURM job array through submitit")
     p.add_argument("--space", help="TOML file: the search space (name = {low = .., high = .., log = true} or {choices = [..]}) "
@@ -495,17 +477,19 @@ def main(argv: list[str] | None = None) -> int:
     study.set_user_attr("dates", sorted({*study.user_attrs.get("dates", []), time.strftime("%Y-%m-%d")}))
     stopped = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
     again = retry(study, [t for t in stopped if t.user_attrs.get("interrupted")])
-    baseline = queue_baseline(study, config["cell"]["settings"])
+    # a trial of the cell's settings, unless run, queued, running or stopped (then retry queues them)
+    t = baseline_trial(study, config["cell"]["settings"])
+    if baseline := t is None or (t.state == TrialState.FAIL and not t.user_attrs.get("interrupted")):
+        study.enqueue_trial({}, user_attrs={"baseline": True, "settings": config["cell"]["settings"]})
     todo = to_run(study, config["trials"])
-    print(f"study {config['name']} in {study_dir}: {counted(study)} trials so far, {max(todo, 0)} to run with "
+    print(f"study {config['name']} in {study_dir}: {counted(study)} trials so far, {todo} to run with "
           f"{a.workers} worker(s); each: {len(config['seeds'])} seeds x {config['cell']['steps']:,} steps; "
           f"searching {', '.join(config['space'])}"
           + ("; first the cell's own settings, the baseline a settings line must beat" if baseline else "")
           + (f"; trying again the parameters of trial(s) {', '.join(map(str, again))}, stopped before" if again else ""), flush=True)
     with stop_on_signals():  # SIGTERM stops the study as Ctrl-C does
         try:
-            status = run_workers(a, config, todo)
-            if status is not None:
+            if (status := run_workers(a, config, todo)) is not None:
                 return status
         except KeyboardInterrupt:
             print("\ninterrupted: the trials in progress are recorded as failed; the same command tries their parameters "
