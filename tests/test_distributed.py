@@ -246,15 +246,16 @@ def test_script_runs_unchanged_under_torchrun_with_two_workers(tmp_path, algo):
 
 def _reward_statistics(rank, out_dir):
     import a2c
+    import common.normalize
 
     scalers = []
 
-    class RecordingScaler(a2c.RewardScaler):
+    class RecordingScaler(common.normalize.RewardScaler):
         def __init__(self, *args, **kw):
             super().__init__(*args, **kw)
             scalers.append(self)
 
-    a2c.RewardScaler = RecordingScaler  # this worker process's own module
+    common.normalize.RewardScaler = RecordingScaler  # this worker process's own module, where a2c imports it from
     summary = a2c.train(a2c.Args(
         env_id="Pendulum-v1", total_timesteps=400, num_envs=2, n_steps=5, normalize_reward=True, eval_episodes=1,
         run_dir=str(out_dir / "runs"), progress=False, device="cpu",
