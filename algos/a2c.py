@@ -34,7 +34,7 @@ Run:
     python algos/a2c.py --env CartPole-v1 --seed 1
     torchrun --nproc-per-node 2 algos/a2c.py --env CartPole-v1 --seed 1   # 2 workers, one network
     python algos/a2c.py --env MinAtar/Breakout-v1 --shared-torso --total-timesteps 1000000   (pixels extra)
-Uses from common: network, returns, autoreset, pixels, torso, fastpath (normalize with its flags); from harness: run.
+Uses from common: network, returns, autoreset, pixels, torso, fastpath; from harness: run.
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
@@ -63,8 +63,8 @@ from common.fastpath import checked, numpy_mlp, probe_batch  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.returns import n_step_returns  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
-from harness.run import InputError, Run, RunArgs, bad_input, check, check_spaces, parse_args, seed_all, setup, workers  # noqa: E402
-from harness.run import main as run_main  # noqa: E402
+from harness.run import InputError, Run, RunArgs, bad_input, check, check_spaces, parse_args  # noqa: E402
+from harness.run import main as run_main, seed_all, setup, workers  # noqa: E402
 
 ALGO = "a2c"
 
@@ -132,7 +132,7 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
         pixels.kind(env_id)
         envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)],
                                         autoreset_mode=AutoresetMode.SAME_STEP)
-    check_spaces(envs, ALGO, env_id, continuous=True)  # Discrete or 1-D Box actions, images with Discrete ones
+    check_spaces(envs, ALGO, env_id, continuous=True)  # Discrete or 1-D Box actions; images: Discrete only
     return envs
 
 
