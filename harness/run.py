@@ -47,6 +47,8 @@ if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PREEMPTED, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
 CHECKPOINT_FORMAT = 1
+
+
 @dataclasses.dataclass
 class RunArgs:
     """The run flags every script's `Args` extends (giving a field another default where it needs one)."""
