@@ -379,11 +379,9 @@ def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     make_env(args.env_id, 1).close()  # an unknown id, the wrong action space
     check(args, positive=("n_steps", "n_step_return", "optimizer_eps", "learning_rate", "clip_grad_norm"),
-          fractions=("gamma",), conditions=[
+          fractions=("gamma",), nonnegative=("value_coef", "entropy_coef"), conditions=[
         (args.gae_lambda is None or 0.0 <= args.gae_lambda <= 1.0, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}"),
         (args.gae_lambda is None or args.n_step_return is None, "--gae-lambda and --n-step-return cannot be used together"),
-        (args.value_coef >= 0, f"--value-coef must be >= 0, got {args.value_coef}"),
-        (args.entropy_coef >= 0, f"--entropy-coef must be >= 0, got {args.entropy_coef}"),
         (0.0 < args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in (0, 1), got {args.rmsprop_alpha}"),
         (math.isfinite(args.log_std_init), f"--log-std-init must be finite, got {args.log_std_init}"),
         (min(args.hidden_sizes, default=0) > 0, f"--hidden-sizes must be positive, got {args.hidden_sizes}"),

@@ -350,12 +350,10 @@ def validate(args: Args) -> None:
     check_spaces(envs, ALGO, env_id, discrete=False, continuous=True, bounded=True)
     envs.close()
     check(args, positive=("batch_size", "buffer_size", "train_every", "gradient_steps", "learning_rate", "clip_grad_norm"),
-          fractions=("gamma",), conditions=[
+          fractions=("gamma",), nonnegative=("noise_std", "learning_starts"), conditions=[
         (args.batch_size <= args.buffer_size, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}"),
-        (args.noise_std >= 0.0, f"--noise-std must be >= 0, got {args.noise_std}"),
         (0.0 < args.ou_theta <= 1.0, f"--ou-theta must be in (0, 1], got {args.ou_theta}"),
         (0.0 < args.target_rate <= 1.0, f"--target-rate must be in (0, 1], got {args.target_rate}"),
-        (args.learning_starts >= 0, f"--learning-starts must be >= 0, got {args.learning_starts}"),
         (args.learning_starts < args.total_timesteps,
          f"--learning-starts {args.learning_starts} leaves no step to learn in --total-timesteps {args.total_timesteps}"),
         (all(h > 0 for h in args.hidden_sizes), f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
