@@ -52,7 +52,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import tyro
-from gymnasium.vector import AutoresetMode
 from torch import nn
 
 _HERE = Path(__file__).resolve().parent  # common/ and harness/ sit beside a copied script, one folder up in this repo
@@ -131,22 +130,12 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
     with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
         pixels.kind(env_id)
         envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)],
-                                        autoreset_mode=AutoresetMode.SAME_STEP)
+                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     check_spaces(envs, ALGO, env_id, continuous=True)  # Discrete or 1-D Box actions; images: Discrete only
     return envs
 
 
 # 4. Networks ------------------------------------------------------------------------------------
-def build_torso(obs_shape: tuple[int, ...], hidden_sizes: tuple[int, ...], activation: type[nn.Module]
-                ) -> tuple[nn.Sequential, int]:
-    """common.torso's feature layers and their width: the papers' conv torsos (ReLU) for images,
-    and for vectors its MLP with `activation` in place of ReLU."""
-    layers, width = torso(obs_shape, hidden_sizes)
-    if not is_image(obs_shape):
-        layers = [activation() if isinstance(m, nn.ReLU) else m for m in layers]
-    return nn.Sequential(*layers), width
-
-
 class ActorCritic(nn.Module):
     """Policy head (logits [N, A] or Gaussian mean [N, A]) and value head [N], from an observation."""
 
@@ -161,8 +150,9 @@ class ActorCritic(nn.Module):
         if normalize_obs:  # common/normalize.py, imported with the flag only
             from common.normalize import ObsNormalizer
         self.obs_norm = ObsNormalizer(obs_shape[0]) if normalize_obs else None
-        self.actor_torso, width = build_torso(obs_shape, hidden_sizes, act)
-        self.critic_torso = None if shared_torso else build_torso(obs_shape, hidden_sizes, act)[0]
+        layers, width = torso(obs_shape, hidden_sizes, act)  # images: the papers' conv torsos, with ReLU
+        self.actor_torso = nn.Sequential(*layers)
+        self.critic_torso = None if shared_torso else nn.Sequential(*torso(obs_shape, hidden_sizes, act)[0])
         self.policy_head, self.value_head = nn.Linear(width, action_dim), nn.Linear(width, 1)
         self.log_std = None if discrete else nn.Parameter(torch.full((action_dim,), float(log_std_init)))
         low, high = (None, None) if mean_bounds is None else (torch.as_tensor(b, dtype=torch.float32)

@@ -37,7 +37,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import tyro
-from gymnasium.vector import AutoresetMode
 from torch import nn
 
 _HERE = Path(__file__).resolve().parent  # common/ and harness/ sit beside a copied script, one folder up in this repo
@@ -110,7 +109,8 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
             gym.spec(env_id)
         except gym.error.Error as e:
             raise ValueError(f"unknown environment id {env_id!r} ({e})") from None
-        return gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+        return gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)],
+                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 # 4. Networks ------------------------------------------------------------------------------------

@@ -42,7 +42,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import tyro
-from gymnasium.vector import AutoresetMode
 from torch import nn
 
 _HERE = Path(__file__).resolve().parent  # common/ and harness/ sit beside a copied script, one folder up in this repo
@@ -133,7 +132,8 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
 
     with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
         pixels.kind(env_id)
-        envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+        envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)],
+                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     check_spaces(envs, ALGO, env_id)  # Discrete actions, Box observations
     return envs
 

@@ -44,7 +44,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import tyro
-from gymnasium.vector import AutoresetMode
 from torch import nn
 
 _HERE = Path(__file__).resolve().parent  # common/ and harness/: beside a copied script, one folder up here
@@ -120,7 +119,7 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
     with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
         pixels.kind(env_id)
         return gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)],
-                                        autoreset_mode=AutoresetMode.SAME_STEP)
+                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 # 4. Networks ------------------------------------------------------------------------------------
@@ -152,22 +151,6 @@ def select_actions(greedy: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, 
     if explore.any():
         actions[explore] = rng.integers(n_actions, size=int(explore.sum()))
     return actions
-
-
-def next_actions(greedy: Callable[[np.ndarray], np.ndarray], next_obs: np.ndarray, real_next_obs: np.ndarray,
-                 truncated: np.ndarray, epsilon: float, n_actions: int, rng: np.random.Generator
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """The behaviour policy's (actions to take next [B], bootstrap actions [B]): equal, except where the
-    episode was truncated: `next_obs` is then the new episode's first observation, and the bootstrap action
-    is sampled at the true final observation `real_next_obs` (never taken), in the same batched forward."""
-    cut = np.flatnonzero(truncated)
-    if len(cut) == 0:
-        actions = select_actions(greedy, next_obs, epsilon, n_actions, rng)
-        return actions, actions
-    both = select_actions(greedy, np.concatenate([next_obs, real_next_obs[cut]]), epsilon, n_actions, rng)  # [B + cut]
-    actions, bootstrap = both[: len(next_obs)], both[: len(next_obs)].copy()
-    bootstrap[cut] = both[len(next_obs) :]
-    return actions, bootstrap
 
 
 def sarsa_targets(q_values: nn.Module, rewards: torch.Tensor, next_obs: torch.Tensor, next_actions: torch.Tensor,
@@ -307,6 +290,19 @@ main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed
 
 
 # Acting, checks and saved policies ---------------------------------------------------------------
+def next_actions(greedy: Callable[[np.ndarray], np.ndarray], next_obs: np.ndarray, real_next_obs: np.ndarray,
+                 truncated: np.ndarray, epsilon: float, n_actions: int, rng: np.random.Generator
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The behaviour policy's (actions to take next [B], bootstrap actions [B]): equal, except where the
+    episode was truncated: `next_obs` is then the new episode's first observation, and the bootstrap action
+    is sampled at the true final observation `real_next_obs` (never taken), in the same batched forward."""
+    cut = np.flatnonzero(truncated)
+    both = select_actions(greedy, np.concatenate([next_obs, real_next_obs[cut]]), epsilon, n_actions, rng)  # [B + cut]
+    actions, bootstrap = both[: len(next_obs)], both[: len(next_obs)].copy()
+    bootstrap[cut] = both[len(next_obs) :]
+    return actions, bootstrap
+
+
 def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
     """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function: through `forward()`, or on
     CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath; at a

@@ -32,7 +32,7 @@ def numpy_mlp(layers: list[nn.Module], device: torch.device, net: nn.Module, *ot
     if any(id(p) not in known for p in net.parameters()):
         return None
     steps = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) if isinstance(m, nn.Linear)  # [in, out], [out]
-             else np.tanh if isinstance(m, nn.Tanh) else _relu for m in layers]
+             else np.tanh if isinstance(m, nn.Tanh) else (lambda x: np.maximum(x, 0, out=x)) for m in layers]
 
     def forward(obs: np.ndarray) -> np.ndarray:
         x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
@@ -42,10 +42,6 @@ def numpy_mlp(layers: list[nn.Module], device: torch.device, net: nn.Module, *ot
 
     forward.in_features = linear[0].in_features
     return forward
-
-
-def _relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0.0, out=x)
 
 
 def probe_batch(shape: tuple[int, ...], n: int = 64) -> np.ndarray:

@@ -19,7 +19,7 @@ all_reduce) before the norm. Without `workers` nothing extra happens.
 from __future__ import annotations
 
 import copy
-from typing import Callable, Iterable, Union
+from typing import Callable, Union
 
 import torch
 from torch import nn
@@ -86,7 +86,6 @@ class NetworkWrapper:
         lr_lambda: optional multiplier of `lr` as a function of the update count (LambdaLR),
             e.g. `lambda u: 1 - u / total_updates` for linear decay.
         clip_grad_norm: clip the global L2 gradient norm to this value (None: no clipping).
-        clip_grad_value: clip every gradient element to [-v, v] (None: no clipping).
         target: keep a target copy (`self.target`), equal to the online network at start.
         device: where the networks live.
         workers: average gradients over several processes (harness.distributed under torchrun);
@@ -106,15 +105,12 @@ class NetworkWrapper:
         l2: float = 0.0,
         lr_lambda: Callable[[int], float] | None = None,
         clip_grad_norm: float | None = None,
-        clip_grad_value: float | None = None,
         target: bool = False,
         device: torch.device | str = "cpu",
         workers=None,
     ):
         if clip_grad_norm is not None and clip_grad_norm <= 0:
             raise ValueError(f"clip_grad_norm must be positive, got {clip_grad_norm}")
-        if clip_grad_value is not None and clip_grad_value <= 0:
-            raise ValueError(f"clip_grad_value must be positive, got {clip_grad_value}")
         self.device = torch.device(device)
         self.online = net.to(self.device)
         self.target: nn.Module | None = None
@@ -148,21 +144,13 @@ class NetworkWrapper:
         if lr_lambda is not None:
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda)
         self.clip_grad_norm = clip_grad_norm
-        self.clip_grad_value = clip_grad_value
         self.updates = 0
         self._denominator: torch.Tensor | None = None  # RMSprop's, kept between steps (_rmsprop_step)
 
-    def train_step(self, loss: torch.Tensor, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """One gradient step on `loss`; returns (loss, global grad norm before clipping).
-
-        `loss` is a scalar, or a per-sample loss [B] that is averaged, weighted by the
-        per-sample importance `weights` [B] when given (prioritised replay).
-        """
-        if weights is not None:
-            if loss.shape != weights.shape:
-                raise ValueError(f"per-sample loss {tuple(loss.shape)} and weights {tuple(weights.shape)} differ")
-            loss = (loss * weights).mean()
-        elif loss.dim() > 0:
+    def train_step(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One gradient step on `loss`, a scalar or a per-sample loss [B] that is averaged (weight it first
+        for prioritised replay); returns (loss, global grad norm before clipping)."""
+        if loss.dim() > 0:
             loss = loss.mean()
         self.flat_grad.zero_()
         for p, g in zip(self.params, self.grad_views):
@@ -175,8 +163,6 @@ class NetworkWrapper:
         if self.clip_grad_norm is not None:
             # torch's convention: scale by max_norm / (norm + 1e-6) when the norm exceeds max_norm
             self.flat_grad.mul_(torch.clamp(self.clip_grad_norm / (grad_norm + 1e-6), max=1.0))
-        if self.clip_grad_value is not None:
-            self.flat_grad.clamp_(-self.clip_grad_value, self.clip_grad_value)
         self._step()
         if self.scheduler is not None:
             self.scheduler.step()
@@ -257,6 +243,3 @@ class NetworkWrapper:
     @property
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"]
-
-    def parameters(self) -> Iterable[nn.Parameter]:
-        return self.online.parameters()

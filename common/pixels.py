@@ -8,17 +8,14 @@ rescaling described under `make`):
   the scripts clip them to their sign for learning only, so logged and evaluated returns are real
   game scores. `ALE/*-v5` ids keep their sticky actions (the previous action repeats with
   probability 0.25); `*NoFrameskip-v4` ids have none.
-- MinAtar (`MinAtar/<Game>-v0|v1`, Young & Tian 2019): observations turned from [10, 10, C]
-  booleans into [C, 10, 10] uint8, and a time limit of MINATAR_MAX_STEPS steps, since most games
-  have none and a good agent would never end an episode.
+- MinAtar (`MinAtar/<Game>-v0|v1`): channels first and a time limit, in common/minatar.py (imported
+  for MinAtar ids only).
 """
 
 from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-
-MINATAR_MAX_STEPS = 10_000  # our choice: MinAtar registers no time limit
 
 
 def _register() -> None:
@@ -77,7 +74,9 @@ def make(env_id: str, training: bool = True, render_mode: str | None = None, sca
 
         return make_atari(env_id, training, max_frames, **kwargs)
     if env_kind == "minatar":
-        return ChannelsFirst(gym.make(env_id, max_episode_steps=MINATAR_MAX_STEPS, **kwargs))
+        from common.minatar import make_minatar
+
+        return make_minatar(env_id, **kwargs)
     env = gym.make(env_id, **kwargs)
     if not scale_obs:
         return env
@@ -101,14 +100,3 @@ def game_over(terminated: np.ndarray, truncated: np.ndarray, infos: dict) -> np.
     life_lost = infos.get("final_info", {}).get("life_lost")
     return done & ~np.asarray(life_lost, dtype=bool) if life_lost is not None else done
 
-
-class ChannelsFirst(gym.ObservationWrapper):
-    """[H, W, C] booleans -> [C, H, W] uint8, the layout of torch's convolutions."""
-
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
-        h, w, c = env.observation_space.shape
-        self.observation_space = gym.spaces.Box(0, 1, (c, h, w), np.uint8)
-
-    def observation(self, obs):
-        return np.ascontiguousarray(np.moveaxis(obs, -1, 0), dtype=np.uint8)

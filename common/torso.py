@@ -1,6 +1,6 @@
 """The feature extractor ("torso") a network puts before its heads, chosen from the observation.
 
-- a vector [D]: an MLP with `hidden_sizes` (Linear + ReLU each);
+- a vector [D]: an MLP with `hidden_sizes` (Linear + ReLU each, or another activation);
 - a small grid [C, H, W] with H, W <= 16 (MinAtar's [C, 10, 10]): one 3x3 convolution with 16
   filters, then 128 hidden units (Young & Tian 2019, the MinAtar paper's networks);
 - an 84x84 frame stack [4, 84, 84] (Atari): the Nature DQN torso, three convolutions (32 8x8
@@ -30,8 +30,10 @@ class ToFloat(nn.Module):
         return x.float() / self.scale if self.scale != 1.0 else x.float()
 
 
-def torso(obs_shape: tuple[int, ...], hidden_sizes: tuple[int, ...]) -> tuple[list[nn.Module], int]:
-    """Layers [obs] -> [features] and the feature width; the caller appends its head(s)."""
+def torso(obs_shape: tuple[int, ...], hidden_sizes: tuple[int, ...], activation: type[nn.Module] = nn.ReLU
+          ) -> tuple[list[nn.Module], int]:
+    """Layers [obs] -> [features] and the feature width; the caller appends its head(s). `activation`
+    follows each hidden layer of the MLP (the image torsos keep their papers' ReLU)."""
     if len(obs_shape) == 3 and obs_shape[1] == obs_shape[2] == 84:
         c = obs_shape[0]
         return [ToFloat(255.0), nn.Conv2d(c, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
@@ -44,7 +46,7 @@ def torso(obs_shape: tuple[int, ...], hidden_sizes: tuple[int, ...]) -> tuple[li
         raise ValueError(f"no torso for images of shape {obs_shape}: expected [C, 10, 10]-like grids (MinAtar) or [4, 84, 84] stacks (Atari)")
     layers, width = [], math.prod(obs_shape)
     for h in hidden_sizes:
-        layers += [nn.Linear(width, h), nn.ReLU()]
+        layers += [nn.Linear(width, h), activation()]
         width = h
     return layers, width
 

@@ -1,5 +1,3 @@
-"""Run plumbing, apart from the algorithm parts in common/: `run` (run flags, run folder, logging, progress,
-signals, evaluation, exit statuses), `checkpoint` (writing: atomic files, generators, env state), `errors`;
-imported only when asked for: `resume` (--resume), `extras` (TensorBoard, videos, wandb, compile) and
-`distributed` (torchrun workers). This file imports nothing.
-"""
+"""Run plumbing, apart from the algorithm parts in common/: `run`, `checkpoint` (writing one) and `errors`;
+`resume`, `extras` and `distributed` are imported only when a flag or torchrun asks for them. This file
+imports nothing."""

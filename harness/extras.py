@@ -10,8 +10,8 @@ login check (`--track`). A copied script runs without this file until one of tho
 - `open_tensorboard(folder, resumed_step)`: the run's SummaryWriter.
 - `Sinks`: the run's TensorBoard writer and wandb run, fed what metrics.csv gets (harness.run.Run).
 - `check_packages(args)`: each flag's package is there, or one line naming its requirements file.
-- `route_mujoco_warnings()`: MuJoCo's warnings through Python's, which show each once.
-- `compiled(run, fn, cuda)`: `fn` under torch.compile (`--compile`, `--cudagraphs`), its first call timed.
+- `compile_checks(args, device)`, `compiled(run, fn, cuda)`: what `--compile` and `--cudagraphs` need (checked
+  with the run flags), and `fn` under torch.compile, its first call timed.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import json
 import netrc
 import os
 import re
+import shutil
 import sys
 import time
 import warnings
@@ -33,6 +34,12 @@ import torch
 from torch import nn
 
 from harness.errors import InputError
+
+if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+    # SDL (pygame's frames, drawn for videos) probes for a screen at the first frame and libwayland
+    # prints "error: XDG_RUNTIME_DIR is invalid..." where there is none; SDL ends up with the dummy
+    # driver anyway
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 # TensorBoard tags: CleanRL's where CleanRL logs the same quantity, charts/<name> for the others
 TENSORBOARD_TAGS = {
@@ -163,13 +170,6 @@ class Sinks:
             self.wandb.finish(exit_code=0 if summary["completed"] and not summary["error"] else 1)
 
 
-def route_mujoco_warnings() -> None:
-    """MuJoCo's warnings through Python's, which show each once (gymnasium's HalfCheetah model warns of
-    a deprecated attribute at every load, and every evaluation loads one per episode)."""
-    sys.modules["mujoco"].set_mju_user_warning(
-        lambda message: warnings.warn(f"MuJoCo: {message.strip()}", RuntimeWarning, stacklevel=2))
-
-
 def check_packages(args) -> None:
     """InputError (one line, exit 2) where a flag's package is missing, before the run writes anything."""
     import importlib.util
@@ -178,6 +178,15 @@ def check_packages(args) -> None:
         tensorboard_writer()
     if args.capture_video and importlib.util.find_spec("moviepy") is None:
         raise InputError("--capture-video needs moviepy: pip install -r requirements-video.txt")
+
+
+def compile_checks(args, device: torch.device) -> list[tuple[bool, str]]:
+    """harness.run.check's (ok, message) pairs for --compile and --cudagraphs on `device`."""
+    compiler = any(shutil.which(cc) for cc in (os.environ.get("CXX", "g++"), "g++", "c++", "clang++"))
+    return [(not args.cudagraphs or device.type == "cuda",
+             "--cudagraphs needs a CUDA device (--device cuda, or auto on an Atari id)"),
+            (device.type == "cuda" or compiler,
+             "--compile on a CPU needs a C++ compiler (torch.compile's inductor builds C++ kernels); none found")]
 
 
 def compiled(run, fn, cuda: bool):

@@ -20,12 +20,12 @@ import math
 import os
 import random
 import re
-import shutil
 import signal
 import sys
 import threading
 import time
 import types
+import warnings
 from pathlib import Path
 from typing import Annotated, Callable, Literal, Optional
 
@@ -40,10 +40,6 @@ from harness.errors import InputError, WorkerError
 
 if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
     os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo's videos without a screen; read when mujoco is imported
-    if not os.environ.get("WAYLAND_DISPLAY"):
-        # SDL (pygame's frames) probes for a screen at the first frame and libwayland prints "error:
-        # XDG_RUNTIME_DIR is invalid..." where there is none; SDL ends up with the dummy driver anyway
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PREEMPTED, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
 CHECKPOINT_FORMAT = 1
@@ -100,6 +96,8 @@ def check(args: RunArgs, conditions: list[tuple[bool, str]] = (), positive: tupl
     """InputError naming the first bad value: the run flags, then the script's fields in `positive` (> 0, or
     None where None is allowed), `fractions` (in [0, 1]) and `nonnegative` (>= 0), then its `conditions`
     ((ok, message) pairs)."""
+    if args.compile or args.cudagraphs:  # harness/extras.py: imported with the flags only
+        from harness.extras import compile_checks
     flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
     value = lambda name: getattr(args, name)  # noqa: E731
     checks = [
@@ -110,9 +108,7 @@ def check(args: RunArgs, conditions: list[tuple[bool, str]] = (), positive: tupl
         (args.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {args.checkpoint_every}"),
         (args.torch_threads > 0, f"--torch-threads must be positive, got {args.torch_threads}"),
         (args.device != "cuda" or torch.cuda.is_available(), "--device cuda was asked for but CUDA is not available"),
-        (not args.cudagraphs or _device(args).type == "cuda", "--cudagraphs needs a CUDA device (--device cuda, or auto on an Atari id)"),
-        (not args.compile or _device(args).type == "cuda" or _has_compiler(),
-         "--compile on a CPU needs a C++ compiler (torch.compile's inductor builds C++ kernels); none found"),
+        *(compile_checks(args, _device(args)) if args.compile or args.cudagraphs else ()),
         *((value(n) is None or value(n) > 0, f"{flag(n)} must be positive, got {value(n)}") for n in positive),
         *((0.0 <= value(n) <= 1.0, f"{flag(n)} must be in [0, 1], got {value(n)}") for n in fractions),
         *((value(n) >= 0, f"{flag(n)} must be >= 0, got {value(n)}") for n in nonnegative),
@@ -158,10 +154,6 @@ def _device(args: RunArgs) -> torch.device:
     atari = args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id
     gpu = args.device == "cuda" or (args.device == "auto" and atari and torch.cuda.is_available())
     return torch.device("cuda" if gpu else "cpu")
-
-
-def _has_compiler() -> bool:
-    return any(shutil.which(cc) for cc in (os.environ.get("CXX", "g++"), "g++", "c++", "clang++"))
 
 
 def seed_all(seed: int) -> None:
@@ -317,10 +309,9 @@ class Run:
         self.compile_seconds = 0.0  # first calls of the functions compiled by compile(), kept out of train_seconds
         # the progress line's ETA: the rate since the current phase began (heatup, then learning)
         self.heatup, self.marks = getattr(args, "learning_starts", 0), collections.deque(maxlen=64)
-        if "mujoco" in sys.modules:  # MuJoCo's warnings shown once each, not at every model load
-            from harness.extras import route_mujoco_warnings
-
-            route_mujoco_warnings()
+        if "mujoco" in sys.modules:  # MuJoCo's warnings through Python's: each shown once, not at every load
+            sys.modules["mujoco"].set_mju_user_warning(
+                lambda message: warnings.warn(f"MuJoCo: {message.strip()}", RuntimeWarning, stacklevel=2))
         if (self.checkpoint_every or args.resume) and launched():
             raise InputError("--checkpoint-every and --resume work in one process; under torchrun leave them out")
         if args.tensorboard or args.track or args.capture_video:
@@ -376,10 +367,6 @@ class Run:
         from harness.extras import compiled
 
         return compiled(self, fn, cuda=_device(self.args).type == "cuda")
-
-    def video_dir(self, global_step: int) -> str | None:
-        capture = self.write and self.args.capture_video
-        return str(self.path / "videos" / f"step-{global_step:09d}") if capture else None
 
     # logging
     def log(self, global_step: int, **metrics: float) -> None:
@@ -457,8 +444,8 @@ class Run:
         """A greedy evaluation (rank 0 only), logged as eval_return; videos named by step."""
         if not self.write:
             return np.array([])
-        seed, video_dir = self.args.seed + 100_000, self.video_dir(global_step)
-        returns = evaluate(act, make_envs, self.args.eval_episodes, seed, video_dir)
+        video_dir = str(self.path / "videos" / f"step-{global_step:09d}") if self.args.capture_video else None
+        returns = evaluate(act, make_envs, self.args.eval_episodes, self.args.seed + 100_000, video_dir)
         self.log(global_step, eval_return=float(returns.mean()), eval_return_std=float(returns.std()))
         return returns
 

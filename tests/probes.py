@@ -132,9 +132,9 @@ def recording_wrapper(base: type, events: list, wrappers: dict) -> type:
             self.name = type(net).__name__
             wrappers[self.name] = self
 
-        def train_step(self, loss, weights=None):
+        def train_step(self, loss):
             before = snapshot()
-            out = super().train_step(loss, weights)
+            out = super().train_step(loss)
             events.append(("step", self.name, None, before, snapshot()))
             return out
 

@@ -18,6 +18,7 @@ import pytest
 import torch
 from torch import nn
 
+import harness.extras
 import harness.run
 from harness.run import InputError, Run, RunArgs
 from test_checkpoint import CASES, MODULES, assert_same_run, make_args, metrics, stop_at_env_step
@@ -94,7 +95,7 @@ def test_resume_keeps_the_compile_mode_and_reads_folders_written_before_it(tmp_p
 def test_impossible_combinations_are_refused_in_one_line(monkeypatch):
     with pytest.raises(InputError, match="--cudagraphs needs a CUDA device"):
         harness.run.check(RunArgs(cudagraphs=True, device="cpu"))
-    monkeypatch.setattr(harness.run, "_has_compiler", lambda: False)
+    monkeypatch.setattr(harness.extras.shutil, "which", lambda command: None)  # no C++ compiler on the PATH
     with pytest.raises(InputError, match="--compile on a CPU needs a C\\+\\+ compiler"):
         harness.run.check(RunArgs(compile=True, device="cpu"))
     harness.run.check(RunArgs(device="cpu"))  # eager needs no compiler

@@ -4,6 +4,7 @@ line count is the one given, and a folder holding only those files trains the sc
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import re
 import shutil
@@ -71,8 +72,10 @@ def test_the_listed_files_are_what_the_script_imports_and_the_count_is_right(alg
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", SCRIPTS)
-def test_a_folder_with_only_the_listed_files_trains_the_script(algo, tmp_path):
+@pytest.mark.parametrize("algo, env_id", [*((algo, None) for algo in SCRIPTS), pytest.param(
+    "ddpg", "HalfCheetah-v5", marks=pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="mujoco extra"))])
+def test_a_folder_with_only_the_listed_files_trains_the_script(algo, env_id, tmp_path):
+    """Each script on its default env (Pendulum-v1 for ddpg and naf), and ddpg on a MuJoCo env too."""
     files, _ = readme_table()[algo]
     project = tmp_path / "project"
     project.mkdir()
@@ -81,8 +84,8 @@ def test_a_folder_with_only_the_listed_files_trains_the_script(algo, tmp_path):
         (project / f).parent.mkdir(exist_ok=True)
         shutil.copy(ROOT / f, project / f)
     env = {"PATH": "/usr/bin:/bin", "WANDB_MODE": "disabled", "HOME": str(tmp_path)}
-    env_id = ["--env", "Pendulum-v1"] if algo in ("ddpg", "naf") else []
-    r = subprocess.run([sys.executable, f"{algo}.py", *env_id, *SHORT_RUN[algo], "--eval-episodes", "1", "--run-dir", "out",
+    env_id = env_id or ("Pendulum-v1" if algo in ("ddpg", "naf") else None)
+    r = subprocess.run([sys.executable, f"{algo}.py", *(["--env", env_id] if env_id else []), *SHORT_RUN[algo], "--eval-episodes", "1", "--run-dir", "out",
                         "--no-progress"], cwd=project, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     (summary,) = (project / "out").glob("*/summary.json")

@@ -319,8 +319,8 @@ def test_actor_step_ascends_q_and_leaves_the_critic_unchanged(tmp_path, monkeypa
         return real_actor_loss(actor, critic, obs)
 
     class CheckingWrapper(Recording):
-        def train_step(self, loss, weights=None):
-            out = super().train_step(loss, weights)
+        def train_step(self, loss):
+            out = super().train_step(loss)
             if self.name == "Actor":
                 torch.testing.assert_close(self.flat_grad, pending.pop("expected"), rtol=1e-4, atol=1e-7)
                 checked.append(True)

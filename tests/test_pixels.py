@@ -12,6 +12,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import minatar  # noqa: E402
 from common.atari import EpisodicLife, FireReset, FrameMemory  # noqa: E402
 from common.torso import obs_shape, torso  # noqa: E402
 from common import pixels  # noqa: E402
@@ -258,7 +259,7 @@ def test_minatar_observations_are_channels_first_uint8_with_a_time_limit():
     assert obs.dtype == np.uint8 and obs.shape == env.observation_space.shape and obs.shape[1:] == (10, 10)
     raw = env.unwrapped.game.state()  # [10, 10, C] booleans
     assert np.array_equal(obs, np.moveaxis(raw, -1, 0).astype(np.uint8))
-    assert env.spec.max_episode_steps == pixels.MINATAR_MAX_STEPS
+    assert env.spec.max_episode_steps == minatar.MINATAR_MAX_STEPS
 
 
 # --- observation scaling (vector envs) ----------------------------------------------------------

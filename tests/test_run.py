@@ -47,10 +47,10 @@ def test_videos_hold_every_evaluation_episode_named_by_step(tmp_path):
 
 
 def test_frames_on_a_headless_machine_print_nothing():
-    """pygame's frames (classic control, Box2D) drew with "error: XDG_RUNTIME_DIR is invalid..." on stderr
-    where there is no screen: SDL probed for one. The frame itself is drawn."""
+    """pygame's frames (classic control, Box2D; drawn for videos, with harness.extras) drew with "error:
+    XDG_RUNTIME_DIR is invalid..." on stderr where there is no screen: SDL probed for one. The frame is drawn."""
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR", "SDL_VIDEODRIVER")}
-    code = ("import harness.run, gymnasium as gym; e = gym.make('CartPole-v1', render_mode='rgb_array'); e.reset(seed=0); "
+    code = ("import harness.extras, gymnasium as gym; e = gym.make('CartPole-v1', render_mode='rgb_array'); e.reset(seed=0); "
             "frame = e.render(); e.close(); assert frame.shape == (400, 600, 3) and frame.min() < 100 < frame.max()")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stderr == "", r.stderr
