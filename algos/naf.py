@@ -201,12 +201,6 @@ def naf_advantage(actions: torch.Tensor, mu: torch.Tensor, L: torch.Tensor) -> t
     return -0.5 * y.square().sum((1, 2))  # [B]
 
 
-def naf_q_values(net: NAFNetwork, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """Q(s, a) = V(s) + A(s, a) [B] (paper eq. 3)."""
-    values, mu, L = net(obs)
-    return values + naf_advantage(actions, mu, L)
-
-
 def naf_targets(net_target: NAFNetwork, rewards: torch.Tensor, next_obs: torch.Tensor, terminated: torch.Tensor,
                 gamma: float, twin_target: NAFNetwork | None = None) -> torch.Tensor:
     """One-step targets [B]: r + gamma * (1 - terminated) * V_target(s'), since max_a' Q(s', a') = V(s');
@@ -227,7 +221,7 @@ def naf_loss(q_online: nn.Module, q_target: nn.Module, batch: Batch, gamma: floa
     rewards = batch.rewards * reward_scale  # x 1.0 leaves every float as it is
     targets = naf_targets(q_target, rewards, batch.next_obs, batch.terminated, gamma, twin_target)
     values, mu, L = q_online(batch.obs)
-    q = values + naf_advantage(batch.actions, mu, L)  # [B], naf_q_values with V(s) kept for the log
+    q = values + naf_advantage(batch.actions, mu, L)  # Q(s, a) = V(s) + A(s, a) [B] (paper eq. 3)
     return F.mse_loss(q, targets), q.mean(), values.mean()
 
 

@@ -16,7 +16,7 @@ import torch
 
 import naf
 import probes
-from naf import Args, NAFNetwork, deterministic_policy, load_policy, lower_triangular, naf_advantage, naf_q_values, naf_targets, train
+from naf import Args, NAFNetwork, deterministic_policy, load_policy, lower_triangular, naf_advantage, naf_targets, train
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY_KEYS = {
@@ -144,12 +144,13 @@ def test_q_peaks_at_mu_with_value_v(A):
     obs = torch.randn(64, 5)
     with torch.no_grad():
         values, mu, L = net(obs)
-        torch.testing.assert_close(naf_q_values(net, obs, mu), values)  # Q(s, mu(s)) = V(s)
+        q_values = lambda actions: values + naf_advantage(actions, mu, L)  # noqa: E731 Q = V + A (paper eq. 3)
+        torch.testing.assert_close(q_values(mu), values)  # Q(s, mu(s)) = V(s)
         for _ in range(20):
             actions = 4 * torch.rand(64, A) - 2
-            assert (naf_q_values(net, obs, actions) <= values + 1e-6).all()  # Q(s, a) <= V(s)
+            assert (q_values(actions) <= values + 1e-6).all()  # Q(s, a) <= V(s)
         # strictly lower away from mu: P is positive definite
-        assert (naf_q_values(net, obs, mu + 0.1) < values).all()
+        assert (q_values(mu + 0.1) < values).all()
         torch.testing.assert_close(net.value(obs), values)
 
 
