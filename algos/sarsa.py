@@ -242,7 +242,8 @@ def train(args: Args) -> dict:
                 next_obs, rewards, terminated, truncated, infos = envs.step(actions)
                 next_obs = next_obs.reshape(B, *shape)
                 real_next_obs = true_next_obs(next_obs, infos)
-                # choose the next actions now, epsilon-greedy on the online network, one batched forward
+                # choose the next actions now, epsilon-greedy on the online network, one batched forward; where
+                # an episode was truncated, the bootstrap action is drawn at its true final observation instead
                 epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon,
                                          args.exploration_fraction * args.total_timesteps, global_step)
                 rollout_epsilon[t] = epsilon  # the policy at the next observation, for Expected SARSA

@@ -13,6 +13,7 @@ MINATAR_MAX_STEPS = 10_000  # our choice: MinAtar registers no time limit
 
 
 def make_minatar(env_id: str, **kwargs) -> gym.Env:
+    """gym.make of a MinAtar id (its keyword arguments, e.g. render_mode), channels first, time-limited."""
     return ChannelsFirst(gym.make(env_id, max_episode_steps=MINATAR_MAX_STEPS, **kwargs))
 
 

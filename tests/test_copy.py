@@ -71,6 +71,20 @@ def test_the_listed_files_are_what_the_script_imports_and_the_count_is_right(alg
     assert lines == total
 
 
+# the budgets of a script that reads as its algorithm (STYLE.md, "Anatomy"): its lines, where its loop starts
+# (at most 72% of the way down) and the lines a copy carries with it
+LINES = {"dqn": 340, "n_step_q": 330, "sarsa": 370, "a2c": 480, "ddpg": 360, "naf": 400}
+COPY_LINES, LOOP_AT = 1800, 0.72
+
+
+@pytest.mark.parametrize("algo", SCRIPTS)
+def test_each_script_and_its_copy_keep_within_their_budgets(algo):
+    lines = (ROOT / "algos" / f"{algo}.py").read_text().splitlines()
+    loop = next(i for i, line in enumerate(lines, 1) if line.strip().startswith("while global_step"))
+    assert len(lines) <= LINES[algo] and loop <= LOOP_AT * len(lines), (len(lines), loop)
+    assert readme_table()[algo][1] <= COPY_LINES
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("algo, env_id", [*((algo, None) for algo in SCRIPTS), pytest.param(
     "ddpg", "HalfCheetah-v5", marks=pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="mujoco extra"))])
@@ -85,8 +99,9 @@ def test_a_folder_with_only_the_listed_files_trains_the_script(algo, env_id, tmp
         shutil.copy(ROOT / f, project / f)
     env = {"PATH": "/usr/bin:/bin", "WANDB_MODE": "disabled", "HOME": str(tmp_path)}
     env_id = env_id or ("Pendulum-v1" if algo in ("ddpg", "naf") else None)
-    r = subprocess.run([sys.executable, f"{algo}.py", *(["--env", env_id] if env_id else []), *SHORT_RUN[algo], "--eval-episodes", "1", "--run-dir", "out",
-                        "--no-progress"], cwd=project, capture_output=True, text=True, timeout=300, env=env)
+    command = [sys.executable, f"{algo}.py", *(["--env", env_id] if env_id else []), *SHORT_RUN[algo],
+               "--eval-episodes", "1", "--run-dir", "out", "--no-progress"]
+    r = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     (summary,) = (project / "out").glob("*/summary.json")
     assert json.loads(summary.read_text())["completed"]

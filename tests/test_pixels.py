@@ -12,7 +12,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import minatar  # noqa: E402
+from common.minatar import MINATAR_MAX_STEPS  # noqa: E402
 from common.atari import EpisodicLife, FireReset, FrameMemory  # noqa: E402
 from common.torso import obs_shape, torso  # noqa: E402
 from common import pixels  # noqa: E402
@@ -134,6 +134,9 @@ def test_torso_follows_the_observation():
     assert width == 128 and torch.nn.Sequential(*layers)(torch.ones(3, 6, 10, 10, dtype=torch.uint8)).shape == (3, 128)
     layers, width = torso((8,), (32, 16))
     assert width == 16 and [type(m) for m in layers] == [torch.nn.Linear, torch.nn.ReLU] * 2
+    # another activation for the MLP (a2c's tanh); the image torsos keep their papers' ReLU
+    assert [type(m) for m in torso((8,), (32, 16), torch.nn.Tanh)[0]] == [torch.nn.Linear, torch.nn.Tanh] * 2
+    assert torch.nn.Tanh not in {type(m) for m in torso((4, 84, 84), (64,), torch.nn.Tanh)[0]}
     with pytest.raises(ValueError, match="no torso"):
         torso((3, 40, 40), ())
     # Atari frames are scaled to [0, 1], MinAtar's 0/1 kept as they are
@@ -259,7 +262,7 @@ def test_minatar_observations_are_channels_first_uint8_with_a_time_limit():
     assert obs.dtype == np.uint8 and obs.shape == env.observation_space.shape and obs.shape[1:] == (10, 10)
     raw = env.unwrapped.game.state()  # [10, 10, C] booleans
     assert np.array_equal(obs, np.moveaxis(raw, -1, 0).astype(np.uint8))
-    assert env.spec.max_episode_steps == minatar.MINATAR_MAX_STEPS
+    assert env.spec.max_episode_steps == MINATAR_MAX_STEPS
 
 
 # --- observation scaling (vector envs) ----------------------------------------------------------
