@@ -1,8 +1,5 @@
 """Check that an older commit's code gives a cell the same metrics as today's, and record it.
 
-    python benchmarks/equivalence.py --suite classic --algo dqn --env CartPole-v1 --old 9abf980
-    python benchmarks/equivalence.py --suite classic --algo dqn --env CartPole-v1 --old 9abf980 --steps 50000
-
 Runs the cell's first seed for a prefix of `--steps` env steps (evaluating every N/2) with the old commit's
 and HEAD's deciding files, compares the metrics and records an identical pair. Details: benchmarks/README.md.
 

@@ -1,9 +1,8 @@
 """One run of a cell (a cell and a seed): its folder, its child process, its result.
 
-    python benchmarks/job.py SPEC.json      # the child: one run, as `Job.start` starts it
-
-The child calls algos/<algo>.py's `train(Args(...))` with the spec's settings, into log.txt and result.json
-(layout in suite.py); run.py, tune.py and cluster.py start their runs through `Job`.
+The child (`python benchmarks/job.py SPEC.json`, as `Job.start` starts it) calls algos/<algo>.py's
+`train(Args(...))` with the spec's settings, into log.txt and result.json (layout in suite.py); run.py,
+tune.py and cluster.py start their runs through `Job`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """Run a benchmark suite, or part of it: each run in its own process, several at once, resumable.
 
-    python benchmarks/run.py --suite classic --workers 2              # the whole suite, two runs at a time
-    python benchmarks/run.py --suite classic --algos dqn --envs CartPole-v1 --seeds 1 --dry-run
-    python benchmarks/run.py --suite classic --backend slurm --partition cpu --time-limit 60 --workers 32 --checkpoint-every 50000
-
 Every run is `python benchmarks/job.py <spec.json>`, `--workers` at a time, as local processes or a SLURM job
 array (cluster.py); ok runs are skipped, stopped ones resumed. Details: benchmarks/README.md.
 

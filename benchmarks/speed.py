@@ -1,18 +1,14 @@
 """Speed against the peers: every comparison of ours with a peer's implementation, one tool.
 
-    python benchmarks/speed.py                      # dqn, a2c, ddpg, dqn-atari: logs and ratios to benchmarks/results/speed/
-    python benchmarks/speed.py --only dqn a2c --quick  # tiny budgets (~30 s): the plumbing, not the speed
-    python benchmarks/speed.py --only ddpg --cleanrl ~/cleanrl --cleanrl-python ~/venv-cleanrl/bin/python
-    python benchmarks/speed.py minatar --peer PATH/dqn.py --frames 105000  # one comparison, its own flags
-    python benchmarks/speed.py devices --steps 20000   # GPU against CPU at suite cells' settings
-
 Each comparison is a row of COMPARISONS (`--help` lists them); each run of a side is a fresh child process.
 The sides alternate (in an order rotated per repeat) so that a slow spell on a shared machine hits all of
 them; only the ratio within one invocation means anything. Alone, the tool runs the collected ones one after
-another (never in parallel) into <out>/<name>.log and <out>/<name>.json, which every report shows.
+another (never in parallel) into <out>/<name>.log and <out>/<name>.json, which every report shows. The
+commands: benchmarks/README.md, "Speed".
 
 Peers that are not this project's (CleanRL's scripts, MinAtar's examples/dqn.py) run unmodified
-from a checkout given by path, in their own Python where they need one. CleanRL needs gymnasium 0.29:
+from a checkout given by path, in their own Python where they need one. CleanRL needs gymnasium 0.29
+(then `--cleanrl ~/cleanrl --cleanrl-python ~/venv-cleanrl/bin/python`):
     git clone https://github.com/vwxyzjn/cleanrl ~/cleanrl && python3 -m venv ~/venv-cleanrl
     ~/venv-cleanrl/bin/pip install torch==2.13.0 gymnasium==0.29.1 stable-baselines3==2.3.2 tyro tensorboard \\
         jax jaxlib flax optax "shimmy[atari]<1" ale-py==0.8.1 opencv-python-headless   # then ale-import-roms DIR

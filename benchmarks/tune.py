@@ -1,9 +1,5 @@
 """Tune one cell of a suite with Optuna: search the script's own flags for the best mean greedy evaluation.
 
-    python benchmarks/tune.py --suite classic --algo a2c --env MountainCar-v0 --trials 40 --workers 2
-    python benchmarks/tune.py --suite classic --algo a2c --env MountainCar-v0 --trials 200 --workers 20 \\
-        --backend slurm --partition cpu --time-limit 120
-
 A trial runs the cell once per seed of `--seeds` with `Args` drawn from the search space; its objective is
 the mean final greedy evaluation, its evaluations go to Optuna's median pruner. Every worker shares the study
 (<study-dir>/journal.log), and the same command continues it; the cell's current settings run first, as the
