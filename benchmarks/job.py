@@ -28,7 +28,6 @@ from suite import ROOT, Cell, metrics_file, read_result  # noqa: E402
 CODE = ("commit", "dirty", "dirty_files")  # what a run records of the code it ran (provenance.code_state())
 
 
-# --- the child: one run ---------------------------------------------------------------------------
 def machine_info() -> dict:
     cpu = platform.processor() or ""
     with contextlib.suppress(OSError):
@@ -97,7 +96,6 @@ def child(spec_path: str) -> int:
     return {"ok": 0, "interrupted": 130, "preempted": 75}.get(result["status"], 1)
 
 
-# --- the parent side: start, follow and record one run ---------------------------------------
 class Job:
     """One run (cell, seed) and its folder: started as a child process, fresh or resumed, then finished;
     the local backend and a SLURM task (cluster.py) start and record their runs alike."""

@@ -313,7 +313,6 @@ def settings_line(cell: Cell) -> str:
             + f". One seed by hand:\n  `{command}`")
 
 
-# ---- the README's result tables -------------------------------------------------------------------
 README = ROOT / "README.md"
 MARKER = re.compile(r"(<!-- results:([\w-]+):start -->\n)(.*?)(<!-- results:\2:end -->)", re.DOTALL)
 

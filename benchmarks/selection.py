@@ -16,7 +16,6 @@ from provenance import Checker, recorded_state
 from suite import Cell, Suite, read_result, script_path
 
 
-# ---- statistics over seeds ----------------------------------------------------------------------
 MANY_SEEDS = 5  # from this many finished seeds: the IQM is shown, and a verdict no longer says "few seeds"
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
@@ -61,7 +60,6 @@ def ci_caution(xs: list[float], threshold: float) -> str:
     return text + (f"; few seeds ({n})" if n < MANY_SEEDS else "")
 
 
-# ---- which runs count -----------------------------------------------------------------------------
 VERDICT_SEEDS = 5  # a cell's verdict (PASS, or FAIL by its mean) needs this many finished current seeds
 
 

@@ -51,7 +51,6 @@ ATARI = "BreakoutNoFrameskip-v4"
 ATARI_OURS = dict(env_id=ATARI, buffer_size="steps", batch_size=32, learning_rate=1e-4, train_every=4, target_every=1_000,
                   end_epsilon=0.01, exploration_fraction=0.1, double_dqn=False, anneal_lr=False, eval_episodes=1, eval_max_frames=400)
 
-# ---- the comparisons as data --------------------------------------------------------------------
 # sides: one this tool runs (`--side`): (our script, its Args settings) or (the SB3 class, its settings:
 # env, n_envs, eval_episodes, action_noise as a share of the action range, `set`: attributes set after);
 # "steps": the run's steps. A peer's script: its path in a CleanRL checkout (run with the `cleanrl` flags),
@@ -152,7 +151,6 @@ class BadInput(Exception):
     """A wrong flag value: one line, exit 2."""
 
 
-# ---- the sides of ours and SB3: one run each, in a child process (`--side`), its figures printed as JSON
 def side_run(o, name: str, threads: int | None) -> dict:
     """One run of a side of COMPARISONS on the CPU: its env steps/s of training (ours: the summary's sps;
     SB3: around learn()), its evaluation if it has one, and timed by CPU, its training loop's CPU seconds."""
@@ -229,7 +227,6 @@ dqn.main()
 """
 
 
-# ---- timing a child process -------------------------------------------------------------------------
 def run_timed(cmd: list[str], cwd: str, env: dict) -> tuple[subprocess.CompletedProcess, float, float]:
     """Run `cmd`; (the finished process, CPU seconds, wall seconds). CPU time, which a busy machine disturbs
     least, is the child's own (os.wait4): children timed at once from two threads each get theirs."""
@@ -258,7 +255,6 @@ def curve(frames: list[int], returns: list[float], total: int, points: int = 100
     return [[at, round(sum(returns[max(0, k - 100):k]) / min(k, 100), 3)] for at, k in ends if k]
 
 
-# ---- the comparison: each side's runs, alternating, and the ratios -----------------------------------
 def command(o, side: str, threads: int | None, scratch: Path) -> list[str]:
     """A run of `side` as a command line: a peer's own script, or this tool as one side (`--side`)."""
     steps = ["--seed", str(o.seed), "--total-timesteps", str(o.total_timesteps), "--learning-starts", str(o.learning_starts)]
@@ -428,7 +424,6 @@ def plot_curves(o, runs: list[dict]) -> None:
     fig.savefig(o.plot, dpi=100)
 
 
-# ---- devices: each cell on the CPU and on the GPU -----------------------------------------------------
 def sps_while_learning(run_dir: Path, after: int) -> tuple[float | None, int]:
     """Env steps per wall second between the first and last logged rows past step `after`; (rate, rows)."""
     with open(metrics_file(run_dir)) as f:
@@ -515,7 +510,6 @@ def compare_devices(o) -> int:
     return 0
 
 
-# ---- all of the collected comparisons, one after another, into the reports' records -----------------
 RATIO_LINE = re.compile(r"ratio|ours/", re.IGNORECASE)
 RATIO = re.compile(r"(?<![>=\d.])(?<!>= )(\d+(?:\.\d+)?)x\b")  # not a bound such as ">= 2x"
 

@@ -55,7 +55,6 @@ class RunFailed(RuntimeError):
     """A seed's run did not finish ok (NaN stop, crash): the trial fails, the study goes on."""
 
 
-# --- search space -------------------------------------------------------------------------------
 def check_space(algo: str, space: dict, origin: str) -> dict:
     """The space, checked against the script's Args; BadInput names the first problem."""
     if not space:
@@ -117,7 +116,6 @@ def settings_line(settings: dict) -> str:
     return "settings = { " + ", ".join(f"{k} = {toml_value(v)}" for k, v in settings.items()) + " }"
 
 
-# --- one trial ----------------------------------------------------------------------------------
 def eval_rows(job: Job) -> list[tuple[int, float]]:
     """(global_step, eval_return) of the evaluations in the run's metrics.csv so far (whole lines only)."""
     path = metrics_file(job.dir)
@@ -193,7 +191,6 @@ def run_trial(trial, config: dict, state: dict) -> float:
     return statistics.fmean(evals.values())
 
 
-# --- the study: Optuna's journal storage, its retry callback, an enqueued baseline ---------------------
 def open_study(config: dict, worker: int = 0):
     """The study in the config's journal file, with the median pruner and the TPE sampler, seeded per worker
     and past the trials the study holds (a continued study draws anew)."""
@@ -269,7 +266,6 @@ def _work_process(config: dict, worker: int) -> None:  # a local worker process
         work(config, worker)
 
 
-# --- the table ----------------------------------------------------------------------------------
 def fmt(x) -> str:
     return "-" if x is None or x != x else f"{x:.1f}"  # x != x: NaN
 
@@ -344,7 +340,6 @@ def study_markdown(study, config: dict) -> tuple[str, str | None]:
     return "\n".join(lines), block
 
 
-# --- command line -------------------------------------------------------------------------------
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
     p = OneLineParser(prog="benchmarks/tune.py", description=__doc__.splitlines()[0],
                       formatter_class=argparse.RawDescriptionHelpFormatter)
