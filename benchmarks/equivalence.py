@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli import OneLineParser  # noqa: E402
+from cli import BadInput, OneLineParser, fail  # noqa: E402
 from job import machine_info  # noqa: E402
 from provenance import EQUIVALENCE_FILE, ROOT, Checker, GitError, code_state, git, load_records  # noqa: E402
 from suite import SUITES_FILE, Cell, load_suite  # noqa: E402
@@ -45,10 +45,6 @@ values.update({k: v for k, v in extra.items() if k in fields})
 summary = module.train(module.Args(**values))
 json.dump(summary, open(spec["run_dir"] + "/summary_of_prefix.json", "w"), default=str)
 """
-
-
-class BadInput(ValueError):
-    """One line for the user, exit 2."""
 
 
 def run_side(root: Path, cell: Cell, seed: int, steps: int, out: Path) -> tuple[list[dict], dict]:
@@ -158,8 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             raise BadInput(f"--keep {a.keep}: exists already")
         return check(a.suite, a.algo, a.env, a.old, a.steps, Path(a.record_file), a.suites_file, keep=a.keep)
     except (BadInput, GitError) as e:
-        print(f"equivalence: error: {e}", file=sys.stderr)
-        return 2
+        return fail("equivalence", e)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli import OneLineParser, add_slurm_flags, flags_error  # noqa: E402
+from cli import NO_SUBMITIT, OneLineParser, add_slurm_flags, fail, flags_error  # noqa: E402
 from job import Job, end_processes, fmt_time, print_end, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
 from suite import RESULTS_DIR, ROOT, SUITES_FILE, load_suite, read_result, script_path  # noqa: E402
@@ -51,14 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     add_slurm_flags(p)
     a = p.parse_args(argv)
     a.results_dir = a.results_dir or str(SMOKE_DIR if a.total_timesteps else RESULTS_DIR)
-    fail = lambda message: print(f"run: error: {message}", file=sys.stderr) or 2  # one line, exit 2
     error = flags_error(a, workers=1, checkpoint_every=0, total_timesteps=1) if a.suite else "--suite is required"
     if error:
-        return fail(error)
+        return fail("run", error)
     try:
         suite = load_suite(a.suite, a.suites_file)
     except SystemExit as e:  # an unknown suite or a malformed cell: suite.py's message
-        return fail(e)
+        return fail("run", e)
     if not suite.runnable:
         print(f"suite {suite.name} is declared but not runnable here: {suite.not_runnable_reason}")
         return 1
@@ -70,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.total_timesteps:
         too_small = sorted({f"{c.algo} {c.env} ({c.steps:,})" for c, _ in selected if c.steps <= a.total_timesteps})
         if too_small:
-            return fail(f"--total-timesteps {a.total_timesteps:,} must be below the budget of every selected cell: "
-                        f"{', '.join(too_small)}")
+            return fail("run", f"--total-timesteps {a.total_timesteps:,} must be below the budget of every "
+                               f"selected cell: {', '.join(too_small)}")
         selected = [(cell.with_budget(a.total_timesteps), seed) for cell, seed in selected]
         print(f"smoke try: {a.total_timesteps:,} env steps per run, not comparable: no report counts these runs")
 
@@ -107,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import cluster  # submitit: only this backend needs it
         except ImportError as e:
-            return fail(f"--backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt")
+            return fail("run", NO_SUBMITIT.format(e))
     start = time.time()
     with stop_on_signals():  # SIGTERM too: the runs are stopped (with a checkpoint), not left going
         ran = cluster.run_jobs(suite.name, todo, a) if a.backend == "slurm" else run_local(todo, a, start)

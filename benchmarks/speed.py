@@ -38,7 +38,7 @@ from statistics import median
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(BENCH), str(ROOT), str(ROOT / "algos")]
-from cli import cli_flags  # noqa: E402
+from cli import BadInput, cli_flags, fail  # noqa: E402
 from job import machine_info  # noqa: E402
 from provenance import code_state  # noqa: E402
 from render import read_curves  # noqa: E402
@@ -145,10 +145,6 @@ COMPARISONS = {
 COLLECTED = [n for n, c in COMPARISONS.items() if c["full"]]  # what `speed.py` alone runs, into every report
 DEFAULT_CELLS = ["classic:dqn:CartPole-v1", "minatar_paper:dqn:MinAtar/Breakout-v0", "atari_cpu:dqn:BreakoutNoFrameskip-v4",
                  "mujoco:ddpg:HalfCheetah-v5", "mujoco:naf:HalfCheetah-v5", "mujoco:a2c:HalfCheetah-v5"]
-
-
-class BadInput(Exception):
-    """A wrong flag value: one line, exit 2."""
 
 
 def side_run(o, name: str, threads: int | None) -> dict:
@@ -594,8 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return compare_devices(o) if o.comparison == "devices" else compare(o)
         except BadInput as e:
-            print(f"speed {o.comparison}: error: {e}", file=sys.stderr)
-            return 2
+            return fail(f"speed {o.comparison}", e)
     if o.cleanrl and not (Path(o.cleanrl) / "cleanrl").is_dir():
         p.error(f"--cleanrl {o.cleanrl} is not a CleanRL checkout (no cleanrl/ folder in it)")
     out_dir = Path(o.out or (Path(tempfile.gettempdir()) / "rl-speed-quick" if o.quick else BENCH / "results" / "speed")).resolve()

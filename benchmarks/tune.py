@@ -28,7 +28,8 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli import OneLineParser, add_slurm_flags, flags_error, fmt_steps, md_row  # noqa: E402
+from cli import (  # noqa: E402
+    NO_SUBMITIT, BadInput, OneLineParser, add_slurm_flags, fail, flags_error, fmt_steps, md_row)
 from job import Job, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
 from suite import BENCH, ROOT, SUITES_FILE, Cell, load_suite, load_suites, metrics_file  # noqa: E402
@@ -45,10 +46,6 @@ except ImportError:
 
 SPACES = tomllib.loads((BENCH / "spaces.toml").read_text())  # the built-in search spaces, in `--space FILE`'s format
 STUDIES_DIR = ROOT / "runs" / "tuning"  # the default: untracked (.gitignore's runs/); committed studies live in benchmarks/results/tuning/
-
-
-class BadInput(ValueError):
-    """One line for the user, exit 2."""
 
 
 class RunFailed(RuntimeError):
@@ -410,8 +407,7 @@ def run_workers(a: argparse.Namespace, config: dict, todo: int) -> int | None:
         try:
             import cluster
         except ImportError as e:
-            print(f"tune: error: --backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt", file=sys.stderr)
-            return 2
+            return fail("tune", NO_SUBMITIT.format(e))
         executor = cluster.make_executor(a, Path(a.submitit_dir or Path(config["study_dir"]) / "submitit"), f"tune-{config['name']}",
                                          a.workers)
         import tune  # this module by its name: a task unpickles tune.work, where __main__.work would not resolve
@@ -460,8 +456,7 @@ def main(argv: list[str] | None = None) -> int:
             raise BadInput(f"the study in {study_dir} was made with another {', '.join(changed)}; "
                            "give a new --study-dir, or the same flags and cell as before")
     except BadInput as e:
-        print(f"tune: error: {e}", file=sys.stderr)
-        return 2
+        return fail("tune", e)
 
     command = "python benchmarks/tune.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     study.set_user_attr("commands", [*study.user_attrs.get("commands", []), command])
