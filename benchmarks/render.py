@@ -16,6 +16,9 @@ from provenance import Checker, recorded_state
 from selection import BOOTSTRAP_RESAMPLES, MANY_SEEDS, VERDICT_SEEDS, Judged, bootstrap_ci, iqm, judge_suite
 from suite import RESULTS_DIR, ROOT, SUITES_FILE, Cell, Suite, load_references, load_suite, metrics_file
 
+README = ROOT / "README.md"  # its result tables: between the comments MARKER finds
+MARKER = re.compile(r"(<!-- results:([\w-]+):start -->\n)(.*?)(<!-- results:\2:end -->)", re.DOTALL)
+
 
 def fmt_eval(xs: list[float]) -> str:
     """The eval column: mean [95% CI] over seeds (from 2 on), the std, the IQM [95% CI] from MANY_SEEDS on."""
@@ -313,10 +316,6 @@ def settings_line(cell: Cell) -> str:
             + f". One seed by hand:\n  `{command}`")
 
 
-README = ROOT / "README.md"
-MARKER = re.compile(r"(<!-- results:([\w-]+):start -->\n)(.*?)(<!-- results:\2:end -->)", re.DOTALL)
-
-
 def fmt_num(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.1f}"
 
@@ -336,12 +335,11 @@ def short_verdict(j: Judged) -> str:
     return "no threshold"
 
 
-def readme_table(suite_name: str, results_dir: Path = RESULTS_DIR, suites_file: Path | str = SUITES_FILE,
-                 checker: Checker | None = None) -> str:
+def readme_table(suite_name: str, results_dir: Path, suites_file: Path | str, checker: Checker) -> str:
     """The README's block for a suite: per cell with runs its eval, train return, reference, verdict."""
     suite = load_suite(suite_name, suites_file)
     refs = load_references()
-    judged, _ = judge_suite(suite, results_dir / suite.name / "runs", checker or Checker())
+    judged, _ = judge_suite(suite, results_dir / suite.name / "runs", checker)
     counts = {k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")}
     report = (results_dir / suite.name / "REPORT.md").resolve()
     report = report.relative_to(ROOT).as_posix() if report.is_relative_to(ROOT) else str(report)

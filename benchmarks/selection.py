@@ -15,12 +15,10 @@ import numpy as np
 from provenance import Checker, recorded_state
 from suite import Cell, Suite, read_result, script_path
 
-
 MANY_SEEDS = 5  # from this many finished seeds: the IQM is shown, and a verdict no longer says "few seeds"
+VERDICT_SEEDS = 5  # a cell's verdict (PASS, or FAIL by its mean) needs this many finished current seeds
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
-
-
 mean = functools.partial(np.mean, axis=-1)  # along the last axis: of one sample [n], or of each resample [R, n]
 
 
@@ -58,9 +56,6 @@ def ci_caution(xs: list[float], threshold: float) -> str:
     else:
         text = f"; CI upper bound {hi:.1f} " + ("reaches it" if hi >= threshold else "below it too")
     return text + (f"; few seeds ({n})" if n < MANY_SEEDS else "")
-
-
-VERDICT_SEEDS = 5  # a cell's verdict (PASS, or FAIL by its mean) needs this many finished current seeds
 
 
 def cell_runs(cell: Cell, runs_dir: Path) -> tuple[dict[int, dict], int, int]:

@@ -145,6 +145,36 @@ COMPARISONS = {
 COLLECTED = [n for n, c in COMPARISONS.items() if c["full"]]  # what `speed.py` alone runs, into every report
 DEFAULT_CELLS = ["classic:dqn:CartPole-v1", "minatar_paper:dqn:MinAtar/Breakout-v0", "atari_cpu:dqn:BreakoutNoFrameskip-v4",
                  "mujoco:ddpg:HalfCheetah-v5", "mujoco:naf:HalfCheetah-v5", "mujoco:a2c:HalfCheetah-v5"]
+# the conv net's kernels to profile_atari; the lines and figures that parse takes for a ratio
+KERNELS = ("aten::mkldnn_convolution", "aten::convolution_backward", "aten::addmm", "aten::mm", "aten::thnn_conv2d",
+           "aten::_convolution", "aten::_slow_conv2d_forward", "aten::_slow_conv2d_backward")
+RATIO_LINE = re.compile(r"ratio|ours/", re.IGNORECASE)
+RATIO = re.compile(r"(?<![>=\d.])(?<!>= )(\d+(?:\.\d+)?)x\b")  # not a bound such as ">= 2x"
+
+# CleanRL's Atari script, unmodified, in its own Python: the first vector-env reset marks the start of its loop
+CLEANRL_LOOP = """
+import json, runpy, sys, time
+import gymnasium as gym
+start = []
+reset = gym.vector.SyncVectorEnv.reset
+def first_reset(self, *args, **kwargs):
+    start.append(time.process_time())
+    return reset(self, *args, **kwargs)
+gym.vector.SyncVectorEnv.reset = first_reset
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+print(json.dumps({"loop_cpu_seconds": time.process_time() - start[0]}))
+"""
+# MinAtar's examples/dqn.py, unmodified, with its frame budget (a module constant) set before its main()
+MINATAR_PEER = """
+import sys, torch
+torch.set_num_threads(1)
+sys.path.insert(0, {folder!r})
+sys.argv = ["dqn.py", "--game", {game!r}, "--output", {output!r}]
+import dqn
+dqn.NUM_FRAMES = {frames}
+dqn.main()
+"""
 
 
 def side_run(o, name: str, threads: int | None) -> dict:
@@ -195,32 +225,6 @@ def side_run(o, name: str, threads: int | None) -> dict:
     if COMPARISONS[o.comparison]["rate"] == "cpu":
         r["loop_cpu_seconds"] = time.process_time() - start
     return r
-
-
-# CleanRL's Atari script, unmodified, in its own Python: the first vector-env reset marks the start of its loop
-CLEANRL_LOOP = """
-import json, runpy, sys, time
-import gymnasium as gym
-start = []
-reset = gym.vector.SyncVectorEnv.reset
-def first_reset(self, *args, **kwargs):
-    start.append(time.process_time())
-    return reset(self, *args, **kwargs)
-gym.vector.SyncVectorEnv.reset = first_reset
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-print(json.dumps({"loop_cpu_seconds": time.process_time() - start[0]}))
-"""
-# MinAtar's examples/dqn.py, unmodified, with its frame budget (a module constant) set before its main()
-MINATAR_PEER = """
-import sys, torch
-torch.set_num_threads(1)
-sys.path.insert(0, {folder!r})
-sys.argv = ["dqn.py", "--game", {game!r}, "--output", {output!r}]
-import dqn
-dqn.NUM_FRAMES = {frames}
-dqn.main()
-"""
 
 
 def run_timed(cmd: list[str], cwd: str, env: dict) -> tuple[subprocess.CompletedProcess, float, float]:
@@ -381,10 +385,6 @@ def compare(o) -> int:
     return 1 if any("error" in r for r in runs) else 0
 
 
-KERNELS = ("aten::mkldnn_convolution", "aten::convolution_backward", "aten::addmm", "aten::mm", "aten::thnn_conv2d",
-           "aten::_convolution", "aten::_slow_conv2d_forward", "aten::_slow_conv2d_backward")
-
-
 def profile_atari(o) -> dict:
     """dqn-atari: one more run of ours and SB3 under the torch profiler, one thread: the conv net's kernels' share."""
     from torch.profiler import ProfilerActivity, profile
@@ -504,10 +504,6 @@ def compare_devices(o) -> int:
     settings = {"cells": o.cells, "devices": o.devices, "steps": o.total_timesteps, "threads": int(o.threads[0]), "out": o.out}
     write(o.out, {"settings": settings, "machine": m, "code": code_state(), "date": time.strftime("%Y-%m-%d"), "runs": list(results.values())})
     return 0
-
-
-RATIO_LINE = re.compile(r"ratio|ours/", re.IGNORECASE)
-RATIO = re.compile(r"(?<![>=\d.])(?<!>= )(\d+(?:\.\d+)?)x\b")  # not a bound such as ">= 2x"
 
 
 def parse(output: str) -> tuple[list[str], list[float]]:
