@@ -128,8 +128,7 @@ class Job:
                 shutil.rmtree(self.dir)
             self.dir.mkdir(parents=True)
         earlier = []  # a resumed run ran its first part on the code its earlier attempts recorded
-        if self.resumed_from and (self.dir / "spec.json").exists():
-            before = json.loads((self.dir / "spec.json").read_text())
+        if self.resumed_from and (before := read_result(self.dir, "spec.json")):
             earlier = [*before.get("earlier_code", []), {k: before.get(k) for k in CODE}]
         spec = {"suite": self.suite, "algo": self.cell.algo, "env": self.cell.env, "seed": self.seed, "steps": self.cell.steps,
                 "settings": self.cell.settings, "eval_every": self.cell.eval_every, "hash": self.cell.digest,
@@ -186,7 +185,7 @@ class Job:
         result = {"status": "killed" if resumable else "failed",
                   "error": error + ("; it resumes from its checkpoint next time" if resumable else ""),
                   "log_tail": log.read_text(errors="ignore").splitlines()[-20:] if log.exists() else [],
-                  "spec": json.loads((self.dir / "spec.json").read_text()) if (self.dir / "spec.json").exists() else None,
+                  "spec": read_result(self.dir, "spec.json"),
                   "summary": None, "process_seconds": round(time.time() - self.started, 2) if self.started else None}
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "result.json").write_text(json.dumps(result, indent=2))

@@ -5,7 +5,6 @@ runs. Details: README.md."""
 from __future__ import annotations
 
 import functools
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +64,7 @@ def cell_runs(cell: Cell, runs_dir: Path) -> tuple[dict[int, dict], int, int]:
     for d in sorted(runs_dir.glob(f"{cell.slug}__s*__*")):
         r = read_result(d)
         if not d.name.endswith(cell.digest):
-            spec = (r or {}).get("spec") or (json.loads((d / "spec.json").read_text()) if (d / "spec.json").exists() else {})
+            spec = (r or {}).get("spec") or read_result(d, "spec.json") or {}
             smoke.append(spec.get("comparable", True) is False)
             continue
         if r is None:

@@ -363,8 +363,7 @@ def compare(o) -> int:
                         f"{r['rate'] or 0:,.1f} {unit}/s ({c['rate']}; {r['cpu_seconds']} s CPU, {r['wall_seconds']} s wall{figs})"), flush=True)
             ok = [r for r in runs if r["setting"] == setting and "error" not in r]
             for side in sides:
-                rates = [r["rate"] for r in ok if r["side"] == side and r["rate"]]
-                if rates:
+                if rates := [r["rate"] for r in ok if r["side"] == side and r["rate"]]:
                     lines.append(f"{setting} thread(s): {side} {unit}/s ({c['rate']}) {spread(rates, '')}")
             for a, b in pairs:
                 by = {(r["side"], r["repeat"]): r for r in ok}
@@ -517,10 +516,9 @@ def parse(output: str) -> tuple[list[str], list[float]]:
 def run_one(name: str, o: argparse.Namespace, out_dir: Path) -> dict:
     """One collected comparison in a child process (`o`: --quick, --timeout, --cleanrl): its log, and its record
     (<out>/<name>.json) with its closing lines and ratios."""
-    c = COMPARISONS[name]
     shown = out_dir.relative_to(ROOT) if out_dir.is_relative_to(ROOT) else out_dir
     raw = f"{shown}/speed_{name.replace('-', '_')}_raw.json"  # `{raw}` in the flags: the raw JSON beside the record
-    argv = [name, *(a.format(raw=raw) for a in c["quick" if o.quick else "full"])]
+    argv = [name, *(a.format(raw=raw) for a in COMPARISONS[name]["quick" if o.quick else "full"])]
     if o.cleanrl and name == "ddpg":
         argv += ["--cleanrl", str(Path(o.cleanrl).resolve())] + (["--cleanrl-python", o.cleanrl_python] if o.cleanrl_python else [])
     command = " ".join(["python", "benchmarks/speed.py", *argv])
