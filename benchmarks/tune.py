@@ -32,7 +32,7 @@ from cli import (  # noqa: E402
     NO_SUBMITIT, BadInput, OneLineParser, add_slurm_flags, fail, flags_error, fmt_steps, md_row)
 from job import Job, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
-from suite import BENCH, ROOT, SUITES_FILE, Cell, load_suite, load_suites, metrics_file  # noqa: E402
+from suite import BENCH, ROOT, SUITES_FILE, Cell, load_suite, metrics_file  # noqa: E402
 
 try:  # optional (benchmarks/requirements-cluster.txt): main() says so in one line
     import optuna
@@ -366,12 +366,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
     if error := flags_error(a, trials=1, workers=1, total_timesteps=1):
         raise BadInput(error)
     try:
-        suites = load_suites(a.suites_file)
-    except OSError as e:
-        raise BadInput(f"cannot read the suites file: {e}") from None
-    if a.suite not in suites:
-        raise BadInput(f"unknown suite {a.suite!r}; the suites: {', '.join(suites)}")
-    suite = load_suite(a.suite, a.suites_file)
+        suite = load_suite(a.suite, a.suites_file)
+    except (OSError, SystemExit) as e:  # a missing file, an unknown suite or a bad cell: suite.py's words
+        raise BadInput(str(e)) from None
     algos = sorted({c.algo for c in suite.cells})
     if a.algo not in algos:
         raise BadInput(f"unknown algorithm {a.algo!r} in suite {a.suite}; its algorithms: {', '.join(algos)}")
