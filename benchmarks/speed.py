@@ -1,10 +1,9 @@
 """Speed against the peers: every comparison of ours with a peer's implementation, one tool.
 
-Each comparison is a row of COMPARISONS (`--help` lists them); each run of a side is a fresh child process.
-The sides alternate (in an order rotated per repeat) so that a slow spell on a shared machine hits all of
-them; only the ratio within one invocation means anything. Alone, the tool runs the collected ones one after
-another (never in parallel) into <out>/<name>.log and <out>/<name>.json, which every report shows. The
-commands: benchmarks/README.md, "Speed".
+Each comparison is a row of COMPARISONS (`--help` lists them; commands: benchmarks/README.md); each run of a
+side is a fresh child process. The sides alternate (in an order rotated per repeat) so that a slow spell on a
+shared machine hits all of them; only the ratio within one invocation means anything. Alone, the tool runs the
+collected ones one after another (never in parallel) into <out>/<name>.log and .json, for the reports.
 
 Peers that are not this project's (CleanRL's scripts, MinAtar's examples/dqn.py) run unmodified
 from a checkout given by path, in their own Python where they need one. CleanRL needs gymnasium 0.29
