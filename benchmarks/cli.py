@@ -7,13 +7,24 @@ import argparse
 import sys
 from pathlib import Path
 
+NO_SUBMITIT = "--backend slurm needs submitit ({}): pip install -r benchmarks/requirements-cluster.txt"
+
+
+class BadInput(ValueError):
+    """Bad input to a tool: one line for the user (`fail`), exit 2."""
+
+
+def fail(tool: str, message) -> int:
+    """`<tool>: error: <message>` as one line on stderr; 2, the exit status of bad input."""
+    print(f"{tool}: error: {message}", file=sys.stderr)
+    return 2
+
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse with its errors (unknown flag, bad value) as one line `<name>: error: ...` and exit 2, no usage block."""
 
     def error(self, message: str):
-        print(f"{Path(self.prog).stem}: error: {message}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(fail(Path(self.prog).stem, message))
 
 
 def add_slurm_flags(p: argparse.ArgumentParser) -> None:

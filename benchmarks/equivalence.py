@@ -1,8 +1,5 @@
 """Check that an older commit's code gives a cell the same metrics as today's, and record it.
 
-    python benchmarks/equivalence.py --suite classic --algo dqn --env CartPole-v1 --old 9abf980
-    python benchmarks/equivalence.py --suite classic --algo dqn --env CartPole-v1 --old 9abf980 --steps 50000
-
 Runs the cell's first seed for a prefix of `--steps` env steps (evaluating every N/2) with the old commit's
 and HEAD's deciding files, compares the metrics and records an identical pair. Details: benchmarks/README.md.
 
@@ -25,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli import OneLineParser  # noqa: E402
+from cli import BadInput, OneLineParser, fail  # noqa: E402
 from job import machine_info  # noqa: E402
 from provenance import EQUIVALENCE_FILE, ROOT, Checker, GitError, code_state, git, load_records  # noqa: E402
 from suite import SUITES_FILE, Cell, load_suite  # noqa: E402
@@ -48,10 +45,6 @@ values.update({k: v for k, v in extra.items() if k in fields})
 summary = module.train(module.Args(**values))
 json.dump(summary, open(spec["run_dir"] + "/summary_of_prefix.json", "w"), default=str)
 """
-
-
-class BadInput(ValueError):
-    """One line for the user, exit 2."""
 
 
 def run_side(root: Path, cell: Cell, seed: int, steps: int, out: Path) -> tuple[list[dict], dict]:
@@ -161,8 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             raise BadInput(f"--keep {a.keep}: exists already")
         return check(a.suite, a.algo, a.env, a.old, a.steps, Path(a.record_file), a.suites_file, keep=a.keep)
     except (BadInput, GitError) as e:
-        print(f"equivalence: error: {e}", file=sys.stderr)
-        return 2
+        return fail("equivalence", e)
 
 
 if __name__ == "__main__":

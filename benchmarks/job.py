@@ -1,9 +1,8 @@
 """One run of a cell (a cell and a seed): its folder, its child process, its result.
 
-    python benchmarks/job.py SPEC.json      # the child: one run, as `Job.start` starts it
-
-The child calls algos/<algo>.py's `train(Args(...))` with the spec's settings, into log.txt and result.json
-(layout in suite.py); run.py, tune.py and cluster.py start their runs through `Job`.
+The child (`python benchmarks/job.py SPEC.json`, as `Job.start` starts it) calls algos/<algo>.py's
+`train(Args(...))` with the spec's settings, into log.txt and result.json (layout in suite.py); run.py,
+tune.py and cluster.py start their runs through `Job`.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from suite import ROOT, Cell, metrics_file, read_result  # noqa: E402
 CODE = ("commit", "dirty", "dirty_files")  # what a run records of the code it ran (provenance.code_state())
 
 
-# --- the child: one run ---------------------------------------------------------------------------
 def machine_info() -> dict:
     cpu = platform.processor() or ""
     with contextlib.suppress(OSError):
@@ -98,7 +96,6 @@ def child(spec_path: str) -> int:
     return {"ok": 0, "interrupted": 130, "preempted": 75}.get(result["status"], 1)
 
 
-# --- the parent side: start, follow and record one run ---------------------------------------
 class Job:
     """One run (cell, seed) and its folder: started as a child process, fresh or resumed, then finished;
     the local backend and a SLURM task (cluster.py) start and record their runs alike."""
@@ -131,8 +128,7 @@ class Job:
                 shutil.rmtree(self.dir)
             self.dir.mkdir(parents=True)
         earlier = []  # a resumed run ran its first part on the code its earlier attempts recorded
-        if self.resumed_from and (self.dir / "spec.json").exists():
-            before = json.loads((self.dir / "spec.json").read_text())
+        if self.resumed_from and (before := read_result(self.dir, "spec.json")):
             earlier = [*before.get("earlier_code", []), {k: before.get(k) for k in CODE}]
         spec = {"suite": self.suite, "algo": self.cell.algo, "env": self.cell.env, "seed": self.seed, "steps": self.cell.steps,
                 "settings": self.cell.settings, "eval_every": self.cell.eval_every, "hash": self.cell.digest,
@@ -189,7 +185,7 @@ class Job:
         result = {"status": "killed" if resumable else "failed",
                   "error": error + ("; it resumes from its checkpoint next time" if resumable else ""),
                   "log_tail": log.read_text(errors="ignore").splitlines()[-20:] if log.exists() else [],
-                  "spec": json.loads((self.dir / "spec.json").read_text()) if (self.dir / "spec.json").exists() else None,
+                  "spec": read_result(self.dir, "spec.json"),
                   "summary": None, "process_seconds": round(time.time() - self.started, 2) if self.started else None}
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "result.json").write_text(json.dumps(result, indent=2))

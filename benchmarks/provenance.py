@@ -57,7 +57,6 @@ def recorded_state(result: dict) -> dict:
     return {"commit": commit, "dirty": bool(dirty), "dirty_files": files}
 
 
-# --- the files that decide a run ------------------------------------------------------------------
 def imported_modules(source: str, package: str | None) -> list[str]:
     """Every module an import statement of `source` may load, in functions too: `import a.b` gives a and a.b;
     `from a.b import c` gives a, a.b and a.b.c (c may be a module); relative imports resolve against `package`."""
@@ -96,7 +95,6 @@ def deciding_paths(script: str, files: dict[str, str], read) -> list[str]:
     return sorted(found)
 
 
-# --- today's code, and a run's --------------------------------------------------------------------
 class Freshness(NamedTuple):
     current: bool
     why: str  # for a stale run: its commit and what changed since (or "dirty tree"); for a current one, "" or the equivalence check

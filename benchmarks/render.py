@@ -16,6 +16,9 @@ from provenance import Checker, recorded_state
 from selection import BOOTSTRAP_RESAMPLES, MANY_SEEDS, VERDICT_SEEDS, Judged, bootstrap_ci, iqm, judge_suite
 from suite import RESULTS_DIR, ROOT, SUITES_FILE, Cell, Suite, load_references, load_suite, metrics_file
 
+README = ROOT / "README.md"  # its result tables: between the comments MARKER finds
+MARKER = re.compile(r"(<!-- results:([\w-]+):start -->\n)(.*?)(<!-- results:\2:end -->)", re.DOTALL)
+
 
 def fmt_eval(xs: list[float]) -> str:
     """The eval column: mean [95% CI] over seeds (from 2 on), the std, the IQM [95% CI] from MANY_SEEDS on."""
@@ -55,19 +58,17 @@ def read_curves(path: Path) -> tuple[list[tuple[int, float]], list[tuple[int, fl
 
 def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, stale: bool = False) -> bool:
     try:
-        import matplotlib
+        from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing to close
     except ImportError:  # plotting is a benchmarks-only dependency (benchmarks/requirements.txt)
         print("report: matplotlib is not installed, skipping plots (pip install -r benchmarks/requirements.txt)")
         return False
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     curves = [read_curves(m) for _, r in sorted(runs.items()) if (m := metrics_file(r["dir"]))]  # ok runs
     if not curves:
         return False
     grid = np.linspace(0, cell.steps, 101)
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
+    fig = Figure(figsize=(6.4, 4.0), dpi=110)
+    ax = fig.subplots()
 
     train_series, eval_series = [], []
     for evals, train in curves:
@@ -107,7 +108,6 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
-    plt.close(fig)
     return True
 
 
@@ -197,7 +197,7 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
 
     table = [md_row(["algo", "env", "steps", "seeds ok", "eval: mean [95% CI]", "train (last 10)", "steps/s", "wall/run",
                      "threshold", "references", "verdict"]), "|---" * 11 + "|"]
-    ref_ids, details, failures, all_runs, drawn = [], [], [], [], []
+    ref_ids, details, all_runs, drawn = [], [], [], []
     counts = {k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")}
     measured_seconds, est_missing = 0.0, []  # est_missing: (cell, seeds without a current run, mean wall of its runs or None)
     for j in judged:
@@ -237,8 +237,6 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
             details.append(md_row([cell.algo, cell.env, seed, r["status"], ev, tr, s.get("sps", "-"), s.get("wall_seconds", "-"),
                                    code.replace("|", "\\|"), str(r.get("error") or "").replace("|", "\\|")[:200] or "-",
                                    f"[{rel.name}]({rel.as_posix()})"]))
-            if r["status"] != "ok":
-                failures.append((cell, seed, r))
         if j.older or j.smoke:
             ignored = [f"{j.older} run(s) with older settings"] * bool(j.older) + [f"{j.smoke} smoke tr{'ies' if j.smoke > 1 else 'y'}"] * bool(j.smoke)
             details.append(f"| {cell.algo} | {cell.env} | - | {' and '.join(ignored)} ignored | | | | | | | |")
@@ -281,6 +279,7 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
                   "averaged per 1% of the run; greedy evaluations every 5% of the run; the threshold is dashed, references dotted.", "",
                   *(f"![{cell.algo} {cell.env}]({png.relative_to(out_dir).as_posix()})" for cell, png in drawn), ""]
 
+    failures = [(j.cell, seed, r) for j in judged for seed, r in sorted(j.runs.items()) if r["status"] != "ok"]
     lines += ["## Failures", "", *([] if failures else ["No run crashed."])]
     for cell, seed, r in failures:
         rel = r["dir"].relative_to(out_dir).as_posix()
@@ -313,11 +312,6 @@ def settings_line(cell: Cell) -> str:
             + f". One seed by hand:\n  `{command}`")
 
 
-# ---- the README's result tables -------------------------------------------------------------------
-README = ROOT / "README.md"
-MARKER = re.compile(r"(<!-- results:([\w-]+):start -->\n)(.*?)(<!-- results:\2:end -->)", re.DOTALL)
-
-
 def fmt_num(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.1f}"
 
@@ -337,12 +331,11 @@ def short_verdict(j: Judged) -> str:
     return "no threshold"
 
 
-def readme_table(suite_name: str, results_dir: Path = RESULTS_DIR, suites_file: Path | str = SUITES_FILE,
-                 checker: Checker | None = None) -> str:
+def readme_table(suite_name: str, results_dir: Path, suites_file: Path | str, checker: Checker) -> str:
     """The README's block for a suite: per cell with runs its eval, train return, reference, verdict."""
     suite = load_suite(suite_name, suites_file)
     refs = load_references()
-    judged, _ = judge_suite(suite, results_dir / suite.name / "runs", checker or Checker())
+    judged, _ = judge_suite(suite, results_dir / suite.name / "runs", checker)
     counts = {k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")}
     report = (results_dir / suite.name / "REPORT.md").resolve()
     report = report.relative_to(ROOT).as_posix() if report.is_relative_to(ROOT) else str(report)

@@ -1,11 +1,6 @@
 """Turn a suite's results into its REPORT.md and learning curves, and the README's result tables.
 
-Writes benchmarks/results/<suite>/REPORT.md and plots/*.png.
-
-    python benchmarks/report.py --suite classic
-    python benchmarks/report.py --suite classic --algos dqn --envs CartPole-v1 --results-dir my_results
-    python benchmarks/report.py --readme        # rewrite the README's result tables from the committed runs
-
+Writes benchmarks/results/<suite>/REPORT.md and plots/*.png (`--suite`), or the README's tables (`--readme`).
 What it shows and which runs count: benchmarks/README.md, "The report".
 """
 

@@ -1,9 +1,5 @@
 """Run a benchmark suite, or part of it: each run in its own process, several at once, resumable.
 
-    python benchmarks/run.py --suite classic --workers 2              # the whole suite, two runs at a time
-    python benchmarks/run.py --suite classic --algos dqn --envs CartPole-v1 --seeds 1 --dry-run
-    python benchmarks/run.py --suite classic --backend slurm --partition cpu --time-limit 60 --workers 32 --checkpoint-every 50000
-
 Every run is `python benchmarks/job.py <spec.json>`, `--workers` at a time, as local processes or a SLURM job
 array (cluster.py); ok runs are skipped, stopped ones resumed. Details: benchmarks/README.md.
 
@@ -21,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli import OneLineParser, add_slurm_flags, flags_error  # noqa: E402
+from cli import NO_SUBMITIT, OneLineParser, add_slurm_flags, fail, flags_error  # noqa: E402
 from job import Job, end_processes, fmt_time, print_end, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
 from suite import RESULTS_DIR, ROOT, SUITES_FILE, load_suite, read_result, script_path  # noqa: E402
@@ -55,14 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     add_slurm_flags(p)
     a = p.parse_args(argv)
     a.results_dir = a.results_dir or str(SMOKE_DIR if a.total_timesteps else RESULTS_DIR)
-    fail = lambda message: print(f"run: error: {message}", file=sys.stderr) or 2  # one line, exit 2
     error = flags_error(a, workers=1, checkpoint_every=0, total_timesteps=1) if a.suite else "--suite is required"
     if error:
-        return fail(error)
+        return fail("run", error)
     try:
         suite = load_suite(a.suite, a.suites_file)
     except SystemExit as e:  # an unknown suite or a malformed cell: suite.py's message
-        return fail(e)
+        return fail("run", e)
     if not suite.runnable:
         print(f"suite {suite.name} is declared but not runnable here: {suite.not_runnable_reason}")
         return 1
@@ -74,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.total_timesteps:
         too_small = sorted({f"{c.algo} {c.env} ({c.steps:,})" for c, _ in selected if c.steps <= a.total_timesteps})
         if too_small:
-            return fail(f"--total-timesteps {a.total_timesteps:,} must be below the budget of every selected cell: "
-                        f"{', '.join(too_small)}")
+            return fail("run", f"--total-timesteps {a.total_timesteps:,} must be below the budget of every "
+                               f"selected cell: {', '.join(too_small)}")
         selected = [(cell.with_budget(a.total_timesteps), seed) for cell, seed in selected]
         print(f"smoke try: {a.total_timesteps:,} env steps per run, not comparable: no report counts these runs")
 
@@ -111,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import cluster  # submitit: only this backend needs it
         except ImportError as e:
-            return fail(f"--backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt")
+            return fail("run", NO_SUBMITIT.format(e))
     start = time.time()
     with stop_on_signals():  # SIGTERM too: the runs are stopped (with a checkpoint), not left going
         ran = cluster.run_jobs(suite.name, todo, a) if a.backend == "slurm" else run_local(todo, a, start)

@@ -5,7 +5,6 @@ runs. Details: README.md."""
 from __future__ import annotations
 
 import functools
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,13 +14,10 @@ import numpy as np
 from provenance import Checker, recorded_state
 from suite import Cell, Suite, read_result, script_path
 
-
-# ---- statistics over seeds ----------------------------------------------------------------------
 MANY_SEEDS = 5  # from this many finished seeds: the IQM is shown, and a verdict no longer says "few seeds"
+VERDICT_SEEDS = 5  # a cell's verdict (PASS, or FAIL by its mean) needs this many finished current seeds
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
-
-
 mean = functools.partial(np.mean, axis=-1)  # along the last axis: of one sample [n], or of each resample [R, n]
 
 
@@ -61,10 +57,6 @@ def ci_caution(xs: list[float], threshold: float) -> str:
     return text + (f"; few seeds ({n})" if n < MANY_SEEDS else "")
 
 
-# ---- which runs count -----------------------------------------------------------------------------
-VERDICT_SEEDS = 5  # a cell's verdict (PASS, or FAIL by its mean) needs this many finished current seeds
-
-
 def cell_runs(cell: Cell, runs_dir: Path) -> tuple[dict[int, dict], int, int]:
     """seed -> result.json (its folder as "dir") of the settings hash, failed where its final evaluation
     failed; and the counts of its other runs, never counted: (runs with other settings, smoke tries)."""
@@ -72,7 +64,7 @@ def cell_runs(cell: Cell, runs_dir: Path) -> tuple[dict[int, dict], int, int]:
     for d in sorted(runs_dir.glob(f"{cell.slug}__s*__*")):
         r = read_result(d)
         if not d.name.endswith(cell.digest):
-            spec = (r or {}).get("spec") or (json.loads((d / "spec.json").read_text()) if (d / "spec.json").exists() else {})
+            spec = (r or {}).get("spec") or read_result(d, "spec.json") or {}
             smoke.append(spec.get("comparable", True) is False)
             continue
         if r is None:

@@ -1,18 +1,13 @@
 """Speed against the peers: every comparison of ours with a peer's implementation, one tool.
 
-    python benchmarks/speed.py                      # dqn, a2c, ddpg, dqn-atari: logs and ratios to benchmarks/results/speed/
-    python benchmarks/speed.py --only dqn a2c --quick  # tiny budgets (~30 s): the plumbing, not the speed
-    python benchmarks/speed.py --only ddpg --cleanrl ~/cleanrl --cleanrl-python ~/venv-cleanrl/bin/python
-    python benchmarks/speed.py minatar --peer PATH/dqn.py --frames 105000  # one comparison, its own flags
-    python benchmarks/speed.py devices --steps 20000   # GPU against CPU at suite cells' settings
-
-Each comparison is a row of COMPARISONS (`--help` lists them); each run of a side is a fresh child process.
-The sides alternate (in an order rotated per repeat) so that a slow spell on a shared machine hits all of
-them; only the ratio within one invocation means anything. Alone, the tool runs the collected ones one after
-another (never in parallel) into <out>/<name>.log and <out>/<name>.json, which every report shows.
+Each comparison is a row of COMPARISONS (`--help` lists them; commands: benchmarks/README.md); each run of a
+side is a fresh child process. The sides alternate (in an order rotated per repeat) so that a slow spell on a
+shared machine hits all of them; only the ratio within one invocation means anything. Alone, the tool runs the
+collected ones one after another (never in parallel) into <out>/<name>.log and .json, for the reports.
 
 Peers that are not this project's (CleanRL's scripts, MinAtar's examples/dqn.py) run unmodified
-from a checkout given by path, in their own Python where they need one. CleanRL needs gymnasium 0.29:
+from a checkout given by path, in their own Python where they need one. CleanRL needs gymnasium 0.29
+(then `--cleanrl ~/cleanrl --cleanrl-python ~/venv-cleanrl/bin/python`):
     git clone https://github.com/vwxyzjn/cleanrl ~/cleanrl && python3 -m venv ~/venv-cleanrl
     ~/venv-cleanrl/bin/pip install torch==2.13.0 gymnasium==0.29.1 stable-baselines3==2.3.2 tyro tensorboard \\
         jax jaxlib flax optax "shimmy[atari]<1" ale-py==0.8.1 opencv-python-headless   # then ale-import-roms DIR
@@ -42,7 +37,7 @@ from statistics import median
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(BENCH), str(ROOT), str(ROOT / "algos")]
-from cli import cli_flags  # noqa: E402
+from cli import BadInput, cli_flags, fail  # noqa: E402
 from job import machine_info  # noqa: E402
 from provenance import code_state  # noqa: E402
 from render import read_curves  # noqa: E402
@@ -55,7 +50,6 @@ ATARI = "BreakoutNoFrameskip-v4"
 ATARI_OURS = dict(env_id=ATARI, buffer_size="steps", batch_size=32, learning_rate=1e-4, train_every=4, target_every=1_000,
                   end_epsilon=0.01, exploration_fraction=0.1, double_dqn=False, anneal_lr=False, eval_episodes=1, eval_max_frames=400)
 
-# ---- the comparisons as data --------------------------------------------------------------------
 # sides: one this tool runs (`--side`): (our script, its Args settings) or (the SB3 class, its settings:
 # env, n_envs, eval_episodes, action_noise as a share of the action range, `set`: attributes set after);
 # "steps": the run's steps. A peer's script: its path in a CleanRL checkout (run with the `cleanrl` flags),
@@ -150,13 +144,38 @@ COMPARISONS = {
 COLLECTED = [n for n, c in COMPARISONS.items() if c["full"]]  # what `speed.py` alone runs, into every report
 DEFAULT_CELLS = ["classic:dqn:CartPole-v1", "minatar_paper:dqn:MinAtar/Breakout-v0", "atari_cpu:dqn:BreakoutNoFrameskip-v4",
                  "mujoco:ddpg:HalfCheetah-v5", "mujoco:naf:HalfCheetah-v5", "mujoco:a2c:HalfCheetah-v5"]
+# the conv net's kernels to profile_atari; the lines and figures that parse takes for a ratio
+KERNELS = ("aten::mkldnn_convolution", "aten::convolution_backward", "aten::addmm", "aten::mm", "aten::thnn_conv2d",
+           "aten::_convolution", "aten::_slow_conv2d_forward", "aten::_slow_conv2d_backward")
+RATIO_LINE = re.compile(r"ratio|ours/", re.IGNORECASE)
+RATIO = re.compile(r"(?<![>=\d.])(?<!>= )(\d+(?:\.\d+)?)x\b")  # not a bound such as ">= 2x"
+
+# CleanRL's Atari script, unmodified, in its own Python: the first vector-env reset marks the start of its loop
+CLEANRL_LOOP = """
+import json, runpy, sys, time
+import gymnasium as gym
+start = []
+reset = gym.vector.SyncVectorEnv.reset
+def first_reset(self, *args, **kwargs):
+    start.append(time.process_time())
+    return reset(self, *args, **kwargs)
+gym.vector.SyncVectorEnv.reset = first_reset
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+print(json.dumps({"loop_cpu_seconds": time.process_time() - start[0]}))
+"""
+# MinAtar's examples/dqn.py, unmodified, with its frame budget (a module constant) set before its main()
+MINATAR_PEER = """
+import sys, torch
+torch.set_num_threads(1)
+sys.path.insert(0, {folder!r})
+sys.argv = ["dqn.py", "--game", {game!r}, "--output", {output!r}]
+import dqn
+dqn.NUM_FRAMES = {frames}
+dqn.main()
+"""
 
 
-class BadInput(Exception):
-    """A wrong flag value: one line, exit 2."""
-
-
-# ---- the sides of ours and SB3: one run each, in a child process (`--side`), its figures printed as JSON
 def side_run(o, name: str, threads: int | None) -> dict:
     """One run of a side of COMPARISONS on the CPU: its env steps/s of training (ours: the summary's sps;
     SB3: around learn()), its evaluation if it has one, and timed by CPU, its training loop's CPU seconds."""
@@ -207,33 +226,6 @@ def side_run(o, name: str, threads: int | None) -> dict:
     return r
 
 
-# CleanRL's Atari script, unmodified, in its own Python: the first vector-env reset marks the start of its loop
-CLEANRL_LOOP = """
-import json, runpy, sys, time
-import gymnasium as gym
-start = []
-reset = gym.vector.SyncVectorEnv.reset
-def first_reset(self, *args, **kwargs):
-    start.append(time.process_time())
-    return reset(self, *args, **kwargs)
-gym.vector.SyncVectorEnv.reset = first_reset
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-print(json.dumps({"loop_cpu_seconds": time.process_time() - start[0]}))
-"""
-# MinAtar's examples/dqn.py, unmodified, with its frame budget (a module constant) set before its main()
-MINATAR_PEER = """
-import sys, torch
-torch.set_num_threads(1)
-sys.path.insert(0, {folder!r})
-sys.argv = ["dqn.py", "--game", {game!r}, "--output", {output!r}]
-import dqn
-dqn.NUM_FRAMES = {frames}
-dqn.main()
-"""
-
-
-# ---- timing a child process -------------------------------------------------------------------------
 def run_timed(cmd: list[str], cwd: str, env: dict) -> tuple[subprocess.CompletedProcess, float, float]:
     """Run `cmd`; (the finished process, CPU seconds, wall seconds). CPU time, which a busy machine disturbs
     least, is the child's own (os.wait4): children timed at once from two threads each get theirs."""
@@ -262,7 +254,6 @@ def curve(frames: list[int], returns: list[float], total: int, points: int = 100
     return [[at, round(sum(returns[max(0, k - 100):k]) / min(k, 100), 3)] for at, k in ends if k]
 
 
-# ---- the comparison: each side's runs, alternating, and the ratios -----------------------------------
 def command(o, side: str, threads: int | None, scratch: Path) -> list[str]:
     """A run of `side` as a command line: a peer's own script, or this tool as one side (`--side`)."""
     steps = ["--seed", str(o.seed), "--total-timesteps", str(o.total_timesteps), "--learning-starts", str(o.learning_starts)]
@@ -371,8 +362,7 @@ def compare(o) -> int:
                         f"{r['rate'] or 0:,.1f} {unit}/s ({c['rate']}; {r['cpu_seconds']} s CPU, {r['wall_seconds']} s wall{figs})"), flush=True)
             ok = [r for r in runs if r["setting"] == setting and "error" not in r]
             for side in sides:
-                rates = [r["rate"] for r in ok if r["side"] == side and r["rate"]]
-                if rates:
+                if rates := [r["rate"] for r in ok if r["side"] == side and r["rate"]]:
                     lines.append(f"{setting} thread(s): {side} {unit}/s ({c['rate']}) {spread(rates, '')}")
             for a, b in pairs:
                 by = {(r["side"], r["repeat"]): r for r in ok}
@@ -391,10 +381,6 @@ def compare(o) -> int:
     if o.plot:
         plot_curves(o, runs)
     return 1 if any("error" in r for r in runs) else 0
-
-
-KERNELS = ("aten::mkldnn_convolution", "aten::convolution_backward", "aten::addmm", "aten::mm", "aten::thnn_conv2d",
-           "aten::_convolution", "aten::_slow_conv2d_forward", "aten::_slow_conv2d_backward")
 
 
 def profile_atari(o) -> dict:
@@ -432,7 +418,6 @@ def plot_curves(o, runs: list[dict]) -> None:
     fig.savefig(o.plot, dpi=100)
 
 
-# ---- devices: each cell on the CPU and on the GPU -----------------------------------------------------
 def sps_while_learning(run_dir: Path, after: int) -> tuple[float | None, int]:
     """Env steps per wall second between the first and last logged rows past step `after`; (rate, rows)."""
     with open(metrics_file(run_dir)) as f:
@@ -519,11 +504,6 @@ def compare_devices(o) -> int:
     return 0
 
 
-# ---- all of the collected comparisons, one after another, into the reports' records -----------------
-RATIO_LINE = re.compile(r"ratio|ours/", re.IGNORECASE)
-RATIO = re.compile(r"(?<![>=\d.])(?<!>= )(\d+(?:\.\d+)?)x\b")  # not a bound such as ">= 2x"
-
-
 def parse(output: str) -> tuple[list[str], list[float]]:
     """A comparison's closing lines, and every 'N.NNx' on lines that talk about a ratio."""
     lines = [x.rstrip() for x in output.splitlines() if x.strip() and "warn" not in x.lower()]
@@ -535,10 +515,9 @@ def parse(output: str) -> tuple[list[str], list[float]]:
 def run_one(name: str, o: argparse.Namespace, out_dir: Path) -> dict:
     """One collected comparison in a child process (`o`: --quick, --timeout, --cleanrl): its log, and its record
     (<out>/<name>.json) with its closing lines and ratios."""
-    c = COMPARISONS[name]
     shown = out_dir.relative_to(ROOT) if out_dir.is_relative_to(ROOT) else out_dir
     raw = f"{shown}/speed_{name.replace('-', '_')}_raw.json"  # `{raw}` in the flags: the raw JSON beside the record
-    argv = [name, *(a.format(raw=raw) for a in c["quick" if o.quick else "full"])]
+    argv = [name, *(a.format(raw=raw) for a in COMPARISONS[name]["quick" if o.quick else "full"])]
     if o.cleanrl and name == "ddpg":
         argv += ["--cleanrl", str(Path(o.cleanrl).resolve())] + (["--cleanrl-python", o.cleanrl_python] if o.cleanrl_python else [])
     command = " ".join(["python", "benchmarks/speed.py", *argv])
@@ -604,8 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return compare_devices(o) if o.comparison == "devices" else compare(o)
         except BadInput as e:
-            print(f"speed {o.comparison}: error: {e}", file=sys.stderr)
-            return 2
+            return fail(f"speed {o.comparison}", e)
     if o.cleanrl and not (Path(o.cleanrl) / "cleanrl").is_dir():
         p.error(f"--cleanrl {o.cleanrl} is not a CleanRL checkout (no cleanrl/ folder in it)")
     out_dir = Path(o.out or (Path(tempfile.gettempdir()) / "rl-speed-quick" if o.quick else BENCH / "results" / "speed")).resolve()

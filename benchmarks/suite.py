@@ -110,9 +110,9 @@ def script_path(algo: str) -> Path:
     return ROOT / "algos" / f"{algo}.py"
 
 
-def read_result(run_dir: Path) -> dict | None:
+def read_result(run_dir: Path, name: str = "result.json") -> dict | None:
     try:
-        return json.loads((run_dir / "result.json").read_text())
+        return json.loads((run_dir / name).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 

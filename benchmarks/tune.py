@@ -1,9 +1,5 @@
 """Tune one cell of a suite with Optuna: search the script's own flags for the best mean greedy evaluation.
 
-    python benchmarks/tune.py --suite classic --algo a2c --env MountainCar-v0 --trials 40 --workers 2
-    python benchmarks/tune.py --suite classic --algo a2c --env MountainCar-v0 --trials 200 --workers 20 \\
-        --backend slurm --partition cpu --time-limit 120
-
 A trial runs the cell once per seed of `--seeds` with `Args` drawn from the search space; its objective is
 the mean final greedy evaluation, its evaluations go to Optuna's median pruner. Every worker shares the study
 (<study-dir>/journal.log), and the same command continues it; the cell's current settings run first, as the
@@ -32,10 +28,11 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli import OneLineParser, add_slurm_flags, flags_error, fmt_steps, md_row  # noqa: E402
+from cli import (  # noqa: E402
+    NO_SUBMITIT, BadInput, OneLineParser, add_slurm_flags, fail, flags_error, fmt_steps, md_row)
 from job import Job, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
-from suite import BENCH, ROOT, SUITES_FILE, Cell, load_suite, load_suites, metrics_file  # noqa: E402
+from suite import BENCH, ROOT, SUITES_FILE, Cell, load_suite, metrics_file  # noqa: E402
 
 try:  # optional (benchmarks/requirements-cluster.txt): main() says so in one line
     import optuna
@@ -51,15 +48,10 @@ SPACES = tomllib.loads((BENCH / "spaces.toml").read_text())  # the built-in sear
 STUDIES_DIR = ROOT / "runs" / "tuning"  # the default: untracked (.gitignore's runs/); committed studies live in benchmarks/results/tuning/
 
 
-class BadInput(ValueError):
-    """One line for the user, exit 2."""
-
-
 class RunFailed(RuntimeError):
     """A seed's run did not finish ok (NaN stop, crash): the trial fails, the study goes on."""
 
 
-# --- search space -------------------------------------------------------------------------------
 def check_space(algo: str, space: dict, origin: str) -> dict:
     """The space, checked against the script's Args; BadInput names the first problem."""
     if not space:
@@ -121,7 +113,6 @@ def settings_line(settings: dict) -> str:
     return "settings = { " + ", ".join(f"{k} = {toml_value(v)}" for k, v in settings.items()) + " }"
 
 
-# --- one trial ----------------------------------------------------------------------------------
 def eval_rows(job: Job) -> list[tuple[int, float]]:
     """(global_step, eval_return) of the evaluations in the run's metrics.csv so far (whole lines only)."""
     path = metrics_file(job.dir)
@@ -197,7 +188,6 @@ def run_trial(trial, config: dict, state: dict) -> float:
     return statistics.fmean(evals.values())
 
 
-# --- the study: Optuna's journal storage, its retry callback, an enqueued baseline ---------------------
 def open_study(config: dict, worker: int = 0):
     """The study in the config's journal file, with the median pruner and the TPE sampler, seeded per worker
     and past the trials the study holds (a continued study draws anew)."""
@@ -273,7 +263,6 @@ def _work_process(config: dict, worker: int) -> None:  # a local worker process
         work(config, worker)
 
 
-# --- the table ----------------------------------------------------------------------------------
 def fmt(x) -> str:
     return "-" if x is None or x != x else f"{x:.1f}"  # x != x: NaN
 
@@ -348,7 +337,6 @@ def study_markdown(study, config: dict) -> tuple[str, str | None]:
     return "\n".join(lines), block
 
 
-# --- command line -------------------------------------------------------------------------------
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
     p = OneLineParser(prog="benchmarks/tune.py", description=__doc__.splitlines()[0],
                       formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -378,12 +366,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
     if error := flags_error(a, trials=1, workers=1, total_timesteps=1):
         raise BadInput(error)
     try:
-        suites = load_suites(a.suites_file)
-    except OSError as e:
-        raise BadInput(f"cannot read the suites file: {e}") from None
-    if a.suite not in suites:
-        raise BadInput(f"unknown suite {a.suite!r}; the suites: {', '.join(suites)}")
-    suite = load_suite(a.suite, a.suites_file)
+        suite = load_suite(a.suite, a.suites_file)
+    except (OSError, SystemExit) as e:  # a missing file, an unknown suite or a bad cell: suite.py's words
+        raise BadInput(str(e)) from None
     algos = sorted({c.algo for c in suite.cells})
     if a.algo not in algos:
         raise BadInput(f"unknown algorithm {a.algo!r} in suite {a.suite}; its algorithms: {', '.join(algos)}")
@@ -419,8 +404,7 @@ def run_workers(a: argparse.Namespace, config: dict, todo: int) -> int | None:
         try:
             import cluster
         except ImportError as e:
-            print(f"tune: error: --backend slurm needs submitit ({e}): pip install -r benchmarks/requirements-cluster.txt", file=sys.stderr)
-            return 2
+            return fail("tune", NO_SUBMITIT.format(e))
         executor = cluster.make_executor(a, Path(a.submitit_dir or Path(config["study_dir"]) / "submitit"), f"tune-{config['name']}",
                                          a.workers)
         import tune  # this module by its name: a task unpickles tune.work, where __main__.work would not resolve
@@ -469,8 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             raise BadInput(f"the study in {study_dir} was made with another {', '.join(changed)}; "
                            "give a new --study-dir, or the same flags and cell as before")
     except BadInput as e:
-        print(f"tune: error: {e}", file=sys.stderr)
-        return 2
+        return fail("tune", e)
 
     command = "python benchmarks/tune.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     study.set_user_attr("commands", [*study.user_attrs.get("commands", []), command])
