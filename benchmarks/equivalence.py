@@ -2,7 +2,6 @@
 
 Runs the cell's first seed for a prefix of `--steps` env steps (evaluating every N/2) with the old commit's
 and HEAD's deciding files, compares the metrics and records an identical pair. Details: benchmarks/README.md.
-
 Exit status: 0 identical (recorded) or nothing to check (the files are the same); 1 the metrics
 differ, or a side failed (nothing recorded); 2 bad input (one line).
 """

@@ -170,30 +170,9 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
     lines = []  # the title and the date go on top at the end: the date is the last run's, so that the same runs give the same report
     if not suite.runnable:
         lines += [f"**Declared, not runnable here:** {suite.not_runnable_reason}", ""]
-    lines += ["- **eval**: mean greedy return over the script's evaluation episodes (10) of the final policy; "
-              "the mean over seeds with its 95% confidence interval (CI) in brackets (percentile bootstrap over the seeds, "
-              f"{BOOTSTRAP_RESAMPLES:,} resamples, fixed generator seed; from 2 seeds on), then the std over seeds; from "
-              f"{MANY_SEEDS} seeds on also the interquartile mean (IQM: the mean of the middle 50% of the seeds' values) "
-              "with its own CI; then how many seeds reach the threshold. **train**: mean of the last 10 training episodes "
-              "(CleanRL's convention); mean ± std over seeds; beside a reference in the convention *train100* (MinAtar's "
-              "figure: the moving average of 100 training episodes) also the mean of the last 100 (*last 100*).",
-              "- **steps/s**: env steps per second of the training loop (final evaluation excluded), mean over seeds; "
-              "**wall**: mean wall time per run. One torch thread per run.",
-              "- **code**: a run counts only when it is current: it ran with the cell's settings on a clean commit whose "
-              "files that decide its numbers (its script and the `common/` and `harness/` files it imports, "
-              "transitively) are the same as today's, or an equivalence check (`benchmarks/equivalence.py`, "
-              "`results/equivalence.json`) showed that its commit's files give the same metrics for the cell as today's. "
-              "Any other run is *stale*: its commit and the files changed since (or the dirty tree) are shown, its "
-              "figures only where the cell has no current run (marked *stale*). Smoke tries (`--total-timesteps`) never count.",
-              "- **verdict**: against the cell's threshold, from the current runs. Rule *mean*: PASS when the mean over "
-              f"at least {VERDICT_SEEDS} finished seeds meets it; the reason then says whether the CI's lower bound clears "
-              "the threshold too (for a mean below it: whether the CI's upper bound reaches it). Rule *all*, only for a "
-              "cell whose threshold comes with a published result that asks it of every seed: every seed must meet it. "
-              "FAIL gives the reason: below threshold, crashed (or the final evaluation failed), script missing. A cell "
-              f"with runs on other code is *stale*; one with seeds still to run, or fewer than {VERDICT_SEEDS} finished, "
-              "is *partial*, unless its current runs already fail it.",
-              f"- Reproduce a cell into a new folder: `python benchmarks/run.py --suite {suite.name} --algos ALGO --envs ENV "
-              f"--results-dir my_results` then `python benchmarks/report.py --suite {suite.name} --results-dir my_results`.", ""]
+    legend = (Path(__file__).with_name("report_legend.md")).read_text().format(
+        resamples=f"{BOOTSTRAP_RESAMPLES:,}", many_seeds=MANY_SEEDS, verdict_seeds=VERDICT_SEEDS, suite=suite.name)
+    lines += [*legend.splitlines(), ""]  # what each column and verdict means
 
     table = [md_row(["algo", "env", "steps", "seeds ok", "eval: mean [95% CI]", "train (last 10)", "steps/s", "wall/run",
                      "threshold", "references", "verdict"]), "|---" * 11 + "|"]

@@ -2,7 +2,6 @@
 
 Every run is `python benchmarks/job.py <spec.json>`, `--workers` at a time, as local processes or a SLURM job
 array (cluster.py); ok runs are skipped, stopped ones resumed. Details: benchmarks/README.md.
-
 Exit status: 0 when every selected run is ok; 1 when any failed, or its script is missing; 2 bad input (one
 line); 130 interrupted (Ctrl-C, or SIGTERM, passed on to the runs: they write a checkpoint and stop).
 """

@@ -4,13 +4,8 @@ Each comparison is a row of COMPARISONS (`--help` lists them; commands: benchmar
 side is a fresh child process. The sides alternate (in an order rotated per repeat) so that a slow spell on a
 shared machine hits all of them; only the ratio within one invocation means anything. Alone, the tool runs the
 collected ones one after another (never in parallel) into <out>/<name>.log and .json, for the reports.
-
-Peers that are not this project's (CleanRL's scripts, MinAtar's examples/dqn.py) run unmodified
-from a checkout given by path, in their own Python where they need one. CleanRL needs gymnasium 0.29
-(then `--cleanrl ~/cleanrl --cleanrl-python ~/venv-cleanrl/bin/python`):
-    git clone https://github.com/vwxyzjn/cleanrl ~/cleanrl && python3 -m venv ~/venv-cleanrl
-    ~/venv-cleanrl/bin/pip install torch==2.13.0 gymnasium==0.29.1 stable-baselines3==2.3.2 tyro tensorboard \\
-        jax jaxlib flax optax "shimmy[atari]<1" ale-py==0.8.1 opencv-python-headless   # then ale-import-roms DIR
+Peers that are not this project's (CleanRL's scripts, MinAtar's examples/dqn.py) run unmodified from a
+checkout given by path, in their own Python where they need one (CleanRL's: docs/speed.md, the set-up).
 """
 
 from __future__ import annotations
@@ -180,7 +175,6 @@ def side_run(o, name: str, threads: int | None) -> dict:
     """One run of a side of COMPARISONS on the CPU: its env steps/s of training (ours: the summary's sps;
     SB3: around learn()), its evaluation if it has one, and timed by CPU, its training loop's CPU seconds."""
     import torch
-
     target, settings = COMPARISONS[o.comparison]["sides"][name]
     settings = {k: o.total_timesteps if v == "steps" else v for k, v in settings.items()}
     run = dict(seed=o.seed, total_timesteps=o.total_timesteps, learning_starts=o.learning_starts, torch_threads=threads, device="cpu")
@@ -199,12 +193,10 @@ def side_run(o, name: str, threads: int | None) -> dict:
         import numpy as np
         import stable_baselines3
         from stable_baselines3.common import env_util, evaluation, noise, vec_env
-
         cls, env_id, episodes = getattr(stable_baselines3, target), settings.pop("env"), settings.pop("eval_episodes", 0)
         n_envs, later = settings.pop("n_envs", 1), settings.pop("set", {})
         if env_id == ATARI:  # the DQN paper's preprocessing, four frames stacked
             import ale_py
-
             gym.register_envs(ale_py)  # gymnasium 1.x finds ALE's ids only once registered
             env = vec_env.VecFrameStack(env_util.make_atari_env(env_id, n_envs=1, seed=o.seed), n_stack=4)
         else:
@@ -300,7 +292,6 @@ def run_side(o, side: str, setting: str, seed: int, scratch: Path) -> dict:
             returns, frames = [x for _, x in episodes], [step for step, _ in episodes]
         else:
             import torch
-
             data = torch.load(str(folder / "peer") + "_data_and_weights", weights_only=False)
             returns, frames = [float(x) for x in data["returns"]], [int(x) for x in data["frame_stamps"]]
         r.update(episodes=len(returns), last_100=sum(returns[-100:]) / len(returns[-100:]) if returns else None,
@@ -322,7 +313,6 @@ def spread(xs: list[float], unit: str = "x") -> str:
 def compare(o) -> int:
     """The sides' runs, `--repeats` times for each `--threads` setting, then each pair's ratio per repeat."""
     import torch  # for the record's version only: the runs are child processes
-
     c = COMPARISONS[o.comparison]
     for s in o.threads:
         if not (s.isdigit() and int(s) > 0 or s == "default" and s in c["defaults"]["threads"]):
@@ -386,7 +376,6 @@ def compare(o) -> int:
 def profile_atari(o) -> dict:
     """dqn-atari: one more run of ours and SB3 under the torch profiler, one thread: the conv net's kernels' share."""
     from torch.profiler import ProfilerActivity, profile
-
     profiles = {}
     for name in ("ours", "sb3"):
         start = time.perf_counter()
@@ -405,7 +394,6 @@ def profile_atari(o) -> dict:
 def plot_curves(o, runs: list[dict]) -> None:
     """minatar --plot: both sides' last-100 training return against frames, each repeat a line."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing to close
-
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
     for name, color, label in (("ours", "tab:blue", "ours (algos/dqn.py)"), ("peer", "tab:orange", "MinAtar's dqn.py")):
@@ -469,7 +457,6 @@ def device_run(spec: str, cell, device: str, o, scratch: Path) -> dict:
 
 def compare_devices(o) -> int:
     import torch
-
     if any(d.startswith("cuda") for d in o.devices) and not torch.cuda.is_available():
         raise BadInput("--devices names cuda, but torch sees no CUDA GPU")
     cells = {spec: find_cell(spec) for spec in o.cells}  # a wrong name fails before any run

@@ -4,7 +4,6 @@ A trial runs the cell once per seed of `--seeds` with `Args` drawn from the sear
 the mean final greedy evaluation, its evaluations go to Optuna's median pruner. Every worker shares the study
 (<study-dir>/journal.log), and the same command continues it; the cell's current settings run first, as the
 baseline a settings line must beat. Output: <study-dir>/STUDY.md. Details: benchmarks/README.md.
-
 Exit status: 0 done; 1 no searched trial completed; 2 bad input (one line); 130 interrupted (Ctrl-C or SIGTERM).
 """
 
@@ -39,7 +38,6 @@ try:  # optional (benchmarks/requirements-cluster.txt): main() says so in one li
     from optuna.storages import JournalStorage, RetryHeartbeatStaleTrialCallback as Retry
     from optuna.storages.journal import JournalFileBackend
     from optuna.trial import TrialState
-
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the retry callback's
 except ImportError:
     optuna = None
@@ -408,7 +406,6 @@ def run_workers(a: argparse.Namespace, config: dict, todo: int) -> int | None:
         executor = cluster.make_executor(a, Path(a.submitit_dir or Path(config["study_dir"]) / "submitit"), f"tune-{config['name']}",
                                          a.workers)
         import tune  # this module by its name: a task unpickles tune.work, where __main__.work would not resolve
-
         tasks = [cluster.StudyTask(tune.work, config, w) for w in range(min(a.workers, todo))]
         jobs = executor.submit_array(tasks) if a.submitit_cluster == "slurm" else [executor.submit(t) for t in tasks]
         print(f"submitted {len(jobs)} workers ({jobs[0].job_id.split('_')[0]}); submitit files: {executor.folder}", flush=True)
