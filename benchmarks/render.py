@@ -14,7 +14,7 @@ import numpy as np
 from cli import cli_flags, fmt_steps, md_row
 from provenance import Checker, recorded_state
 from selection import BOOTSTRAP_RESAMPLES, MANY_SEEDS, VERDICT_SEEDS, Judged, bootstrap_ci, iqm, judge_suite
-from suite import RESULTS_DIR, ROOT, SUITES_FILE, Cell, Suite, load_references, load_suite, metrics_file
+from suite import LEGEND_FILE, RESULTS_DIR, ROOT, SUITES_FILE, Cell, Suite, load_references, load_suite, metrics_file
 
 README = ROOT / "README.md"  # its result tables: between the comments MARKER finds
 MARKER = re.compile(r"(<!-- results:([\w-]+):start -->\n)(.*?)(<!-- results:\2:end -->)", re.DOTALL)
@@ -170,9 +170,8 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
     lines = []  # the title and the date go on top at the end: the date is the last run's, so that the same runs give the same report
     if not suite.runnable:
         lines += [f"**Declared, not runnable here:** {suite.not_runnable_reason}", ""]
-    legend = (Path(__file__).with_name("report_legend.md")).read_text().format(
-        resamples=f"{BOOTSTRAP_RESAMPLES:,}", many_seeds=MANY_SEEDS, verdict_seeds=VERDICT_SEEDS, suite=suite.name)
-    lines += [*legend.splitlines(), ""]  # what each column and verdict means
+    lines += [*LEGEND_FILE.read_text().format(resamples=f"{BOOTSTRAP_RESAMPLES:,}", many_seeds=MANY_SEEDS,
+                                              verdict_seeds=VERDICT_SEEDS, suite=suite.name).splitlines(), ""]
 
     table = [md_row(["algo", "env", "steps", "seeds ok", "eval: mean [95% CI]", "train (last 10)", "steps/s", "wall/run",
                      "threshold", "references", "verdict"]), "|---" * 11 + "|"]

@@ -19,6 +19,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 SUITES_FILE = BENCH / "suites.toml"
 REFERENCES_FILE = BENCH / "references.toml"
+LEGEND_FILE = BENCH / "report_legend.md"  # what REPORT.md's columns and verdicts mean
 RESULTS_DIR = BENCH / "results"
 
 
