@@ -298,6 +298,9 @@ def next_actions(greedy: Callable[[np.ndarray], np.ndarray], next_obs: np.ndarra
     episode was truncated: `next_obs` is then the new episode's first observation, and the bootstrap action
     is sampled at the true final observation `real_next_obs` (never taken), in the same batched forward."""
     cut = np.flatnonzero(truncated)
+    if len(cut) == 0:  # the common case: no copy of the observations
+        actions = select_actions(greedy, next_obs, epsilon, n_actions, rng)
+        return actions, actions
     both = select_actions(greedy, np.concatenate([next_obs, real_next_obs[cut]]), epsilon, n_actions, rng)  # [B + cut]
     actions, bootstrap = both[: len(next_obs)], both[: len(next_obs)].copy()
     bootstrap[cut] = both[len(next_obs) :]
