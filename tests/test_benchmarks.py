@@ -497,6 +497,21 @@ def test_speed_devices_names_a_wrong_cell_in_one_line(cells, message):
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("speed devices: error: --cells") and message in lines[0]
 
 
+def test_device_check_names_only_suite_cells_and_refuses_an_unknown_step(tmp_path):
+    """benchmarks/device_check.sh runs on a lent GPU, where a wrong name costs the call: each cell it
+    names is a suite cell, every step has its branch, and an unknown step stops it before it starts."""
+    script = ROOT / "benchmarks" / "device_check.sh"
+    text = script.read_text()
+    cells = set(re.findall(r"\b[a-z_]+:[a-z_0-9]+:[\w/-]+-v\d+\b", text))
+    assert {c.split(":")[1] for c in cells} == {"dqn", "n_step_q", "sarsa", "a2c", "ddpg", "naf"}
+    for spec in cells:
+        speed.find_cell(spec)
+    steps = re.search(r'^STEPS="([^"]+)"', text, re.MULTILINE).group(1).split()
+    assert steps and all(re.search(rf"^\s+{s}\)", text, re.MULTILINE) for s in steps)
+    r = subprocess.run(["bash", str(script), "nosuch"], capture_output=True, text=True, env={"OUT": str(tmp_path / "out"), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 2 and r.stdout.startswith("unknown step nosuch: ddpg") and not (tmp_path / "out").exists()
+
+
 def test_a_smoke_sweep_ends_with_where_its_runs_are_not_a_report_command(tmp_path, capsys):
     """A report counts no smoke try (it would say "no finished runs yet"): the runner's last line says
     what the smoke try is for and where its figures are; a full sweep ends with its report command."""
