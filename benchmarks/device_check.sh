@@ -90,7 +90,7 @@ run_step() {  # NAME MIN_SECONDS CAP_SECONDS COMMAND...: the command under timeo
     local left=$((DEADLINE - SECONDS))
     if [ $left -lt "$min" ]; then echo "== $name: skipped, ${left} s left"; return; fi
     echo "== $name ($(date +%T), limit $((cap < left ? cap : left)) s): $*"
-    timeout $((cap < left ? cap : left)) "$@" > "$W/$name.log" 2>&1; local rc=$?
+    timeout -k 20 $((cap < left ? cap : left)) "$@" > "$W/$name.log" 2>&1; local rc=$?  # KILL 20 s after an unheeded TERM
     tr '\r' '\n' < "$W/$name.log" | grep -v '^\s*$' | tail -${TAIL:-14}
     [ $rc -eq 0 ] || echo "== $name: exit $rc$([ $rc -eq 124 ] && echo ' (its time ran out)')"
 }
