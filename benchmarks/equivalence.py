@@ -130,7 +130,7 @@ def check(suite: str, algo: str, env: str, old: str, steps: int | None, record_f
     record = {"suite": suite, "algo": algo, "env": env, "hash": cell.digest, "seed": cell.seeds[0], "steps": steps,
               "old": {"commit": old_commit, "files": old_files}, "new": {"commit": checker.head, "files": new_files},
               "rows": len(new_rows), "date": time.strftime("%Y-%m-%d"),
-              "machine": {k: machine[k] for k in ("platform", "cpu", "cpu_count", "versions")}}
+              "machine": {k: v for k, v in machine.items() if k != "load_average"}}
     records = [*load_records(record_file), record]
     Path(record_file).write_text(json.dumps({"records": records}, indent=1) + "\n")
     print(f"IDENTICAL: {len(new_rows)} metrics rows and the final evaluation; recorded in {record_file}")

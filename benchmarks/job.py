@@ -29,16 +29,18 @@ CODE = ("commit", "dirty", "dirty_files")  # what a run records of the code it r
 
 
 def machine_info() -> dict:
-    cpu = platform.processor() or ""
-    with contextlib.suppress(OSError):
-        cpu = next((x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")), cpu)
+    """The platform, the package versions, and what harness.run.machine() records of the CPU and its kernels."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from harness.run import machine
+
     versions = {"python": platform.python_version()}
     for pkg in ("torch", "gymnasium", "numpy", "mujoco", "Box2D"):
         versions[pkg] = None
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[pkg] = importlib.metadata.version(pkg.lower())
-    return {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
-            "load_average": [round(x, 2) for x in os.getloadavg()], "versions": versions}
+    return {"platform": platform.platform(), **machine(), "load_average": [round(x, 2) for x in os.getloadavg()],
+            "versions": versions}
 
 
 def build_args(module, spec: dict):

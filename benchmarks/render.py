@@ -132,8 +132,30 @@ def speed_section(speed_dir: Path) -> list[str]:
     return lines + [""]
 
 
+def machine_kind(run: dict) -> str | None:
+    """The machine kind a run's floats depend on (harness.run.machine): from its summary, or from result.json's
+    machine; None for runs made before it was recorded."""
+    return ((run.get("summary") or {}).get("machine") or {}).get("kind") or (run.get("machine") or {}).get("kind")
+
+
+def machine_labels(all_runs: list[dict]) -> dict[str, str]:
+    """kind -> M1, M2, ... in order of first appearance, for the Runs table's machine column."""
+    kinds = dict.fromkeys(k for r in all_runs if r["status"] in ("ok", "failed") and (k := machine_kind(r)))
+    return {k: f"M{i}" for i, k in enumerate(kinds, 1)}
+
+
 def machine_section(all_runs: list[dict]) -> list[str]:
     lines, seen = ["## Machine and versions", ""], {}
+    finished = [r for r in all_runs if r["status"] in ("ok", "failed")]
+    labels = machine_labels(all_runs)
+    if finished:
+        unknown = [r for r in finished if not machine_kind(r)]
+        models = sorted({(r.get("machine") or {}).get("cpu") or "?" for r in unknown})
+        lines.append(f"- Runs from {len(labels)} machine kind{'s' if len(labels) != 1 else ''} (CPU vendor and model, "
+                     "torch's CPU capability, BLAS, kernel variables: what a seed's floats depend on; the Runs table's "
+                     "machine column)" + (f", and {len(unknown)} run{'s' if len(unknown) != 1 else ''} made before the "
+                                          f"kind was recorded (CPU model: {', '.join(models)})" if unknown else "") + ".")
+        lines += [f"  - {label}: {kind} ({sum(machine_kind(r) == kind for r in finished)} runs)" for kind, label in labels.items()]
     for m in (r["machine"] for r in all_runs if r.get("machine")):
         key = (m.get("cpu"), m.get("cpu_count"), m.get("platform"), json.dumps(m.get("versions"), sort_keys=True))
         seen.setdefault(key, []).append(m)
@@ -177,6 +199,7 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
                      "threshold", "references", "verdict"]), "|---" * 11 + "|"]
     ref_ids, details, all_runs, drawn = [], [], [], []
     counts = {k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")}
+    labels = machine_labels([r for j in judged for r in j.runs.values()])
     measured_seconds, est_missing = 0.0, []  # est_missing: (cell, seeds without a current run, mean wall of its runs or None)
     for j in judged:
         cell, runs = j.cell, j.runs
@@ -212,12 +235,13 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
             ev, tr = (fmt_ms([s[k]] if s.get(k) is not None else []) for k in ("eval_return_mean", "train_return_last10"))
             code = short_commit(recorded_state(r)) if r["status"] in ("ok", "failed") else "-"
             code = f"**stale**: {r['stale']}" if r.get("stale") else code + f": {r['current_by']}" if r.get("current_by") else code
+            where = labels.get(machine_kind(r), "-") if r["status"] in ("ok", "failed") else "-"
             details.append(md_row([cell.algo, cell.env, seed, r["status"], ev, tr, s.get("sps", "-"), s.get("wall_seconds", "-"),
-                                   code.replace("|", "\\|"), str(r.get("error") or "").replace("|", "\\|")[:200] or "-",
+                                   where, code.replace("|", "\\|"), str(r.get("error") or "").replace("|", "\\|")[:200] or "-",
                                    f"[{rel.name}]({rel.as_posix()})"]))
         if j.older or j.smoke:
             ignored = [f"{j.older} run(s) with older settings"] * bool(j.older) + [f"{j.smoke} smoke tr{'ies' if j.smoke > 1 else 'y'}"] * bool(j.smoke)
-            details.append(f"| {cell.algo} | {cell.env} | - | {' and '.join(ignored)} ignored | | | | | | | |")
+            details.append(f"| {cell.algo} | {cell.env} | - | {' and '.join(ignored)} ignored | | | | | | | | |")
         png = out_dir / "plots" / f"{cell.slug}.png"
         if plots and j.shown and plot_cell(cell, j.shown, [refs[i] for i in cell.references if i in refs], png, stale=j.shown_stale):
             drawn.append((cell, png))
@@ -266,8 +290,8 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
         if tb := r.get("traceback") or "\n".join(r.get("log_tail") or []):
             lines += ["", "  ```", *("  " + x for x in tb.strip().splitlines()[-8:]), "  ```"]
 
-    lines += ["", "## Runs", "", "| algo | env | seed | status | eval | train (last 10) | steps/s | wall s | code | error | folder |",
-              "|---|---|---|---|---|---|---|---|---|---|---|", *details, "",
+    lines += ["", "## Runs", "", "| algo | env | seed | status | eval | train (last 10) | steps/s | wall s | machine | code | error | folder |",
+              "|---" * 12 + "|", *details, "",
               "## Settings of each cell", "", *(settings_line(j.cell) for j in judged), ""]
     lines += speed_section(results_dir / "speed")
     lines += machine_section(all_runs)

@@ -4,9 +4,9 @@ runs. Details: README.md."""
 
 from __future__ import annotations
 
-import functools
 import statistics
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -18,17 +18,34 @@ MANY_SEEDS = 5  # from this many finished seeds: the IQM is shown, and a verdict
 VERDICT_SEEDS = 5  # a cell's verdict (PASS, or FAIL by its mean) needs this many finished current seeds
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
-mean = functools.partial(np.mean, axis=-1)  # along the last axis: of one sample [n], or of each resample [R, n]
+
+
+def ordered_sum(x: np.ndarray) -> np.ndarray:
+    """The sum along the last axis of the values sorted, added left to right (a cumulative sum): the same float
+    on every CPU and for every order of the seeds. numpy's sum and dot products add in blocks whose order
+    follows the CPU's vector width and the BLAS, which moves the last bit (and, at a tie, a printed digit)."""
+    return np.cumsum(np.sort(np.asarray(x, dtype=float), axis=-1), axis=-1)[..., -1]
+
+
+def mean(x) -> float | np.ndarray:
+    """Mean along the last axis: of one sample [n] in exact rational arithmetic, of each resample [R, n] by
+    ordered_sum; either way the same on every CPU."""
+    x = np.asarray(x, dtype=float)
+    return float(sum(map(Fraction, x), Fraction(0)) / len(x)) if x.ndim == 1 else ordered_sum(x) / x.shape[-1]
 
 
 def iqm(x) -> float | np.ndarray:
     """Interquartile mean along the last axis, values straddling the 25% or 75% point weighted by their part
-    inside (n = 5: weights 0, .3, .4, .3, 0); rliable's IQM for n a multiple of 4 (benchmarks/README.md)."""
+    inside (n = 5: weights 0, .3, .4, .3, 0); rliable's IQM for n a multiple of 4 (benchmarks/README.md).
+    One sample [n] in exact rational arithmetic, each resample [R, n] with its weighted sorted values added
+    left to right: the same on every CPU (ordered_sum)."""
     x = np.sort(np.asarray(x, dtype=float), axis=-1)
     n = x.shape[-1]
     i = np.arange(n)
-    inside = np.clip(np.minimum(i + 1, 0.75 * n) - np.maximum(i, 0.25 * n), 0.0, None)  # [n], in units of 1/n
-    return x @ (inside / (0.5 * n))
+    inside = np.clip(np.minimum(i + 1, 0.75 * n) - np.maximum(i, 0.25 * n), 0.0, None)  # [n], multiples of 1/4: exact
+    if x.ndim == 1:
+        return float(sum(Fraction(w) * Fraction(v) for w, v in zip(inside, x)) / Fraction(n, 2))
+    return np.cumsum(x * inside, axis=-1)[..., -1] / (0.5 * n)
 
 
 def bootstrap_ci(x, statistic=mean, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES,

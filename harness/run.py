@@ -18,6 +18,7 @@ import io
 import json
 import math
 import os
+import platform
 import random
 import re
 import signal
@@ -160,6 +161,28 @@ def seed_all(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+KERNEL_VARIABLES = ("MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "OPENBLAS_CORETYPE")
+
+
+def machine() -> dict:
+    """Where a run is made, as far as its floats depend on it: MKL, oneDNN and ATen choose their kernels by CPU
+    (and by the KERNEL_VARIABLES set), so a seed's metrics reproduce bit for bit only on the same `kind`."""
+    cpu = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            cpu.setdefault(key.strip(), value.strip())
+    blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    info = {"cpu": cpu.get("model name") or platform.processor() or platform.machine(),
+            "vendor": cpu.get("vendor_id") or platform.machine(),
+            "capability": torch.backends.cpu.get_cpu_capability(), "blas": blas.group(1) if blas else None,
+            "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+            "kernel_variables": {k: os.environ[k] for k in KERNEL_VARIABLES if k in os.environ}}
+    variables = " ".join(f"{k}={v}" for k, v in info["kernel_variables"].items())
+    info["kind"] = " ".join(filter(None, (info["vendor"], info["cpu"], info["capability"], info["blas"], variables)))
+    return info
 
 
 def launched() -> bool:  # one of several torchrun workers
@@ -598,6 +621,7 @@ class Run:
             "checkpoint_seconds": self.checkpoint_seconds, "checkpoint_bytes": self.checkpoint_bytes,
             **({"compile_seconds": round(self.compile_seconds, 2)} if self.args.compile or self.args.cudagraphs else {}),
             "versions": {"torch": torch.__version__, "gymnasium": gym.__version__, "numpy": np.__version__},
+            "machine": machine(),
         }
         for sig, handler in self._handlers.items():
             signal.signal(sig, handler)

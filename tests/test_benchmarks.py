@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import json
+import operator
 import re
 import shutil
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import job  # noqa: E402
+import selection  # noqa: E402
+from harness import run as harness_run  # noqa: E402
 import provenance  # noqa: E402
 import report  # noqa: E402
 import run  # noqa: E402
@@ -87,6 +92,9 @@ def test_runner_runs_each_seed_in_its_folder(tiny):
         assert (p / "log.txt").stat().st_size > 0
         assert list(p.glob("*/metrics.csv")), "the script's run folder lives inside the runner's"
         assert result["machine"]["versions"]["torch"]
+        machine = result["summary"]["machine"]  # where the run's floats were made (harness.run.machine)
+        assert machine["torch_threads"] == 1 and machine["kind"] == result["machine"]["kind"]
+        assert machine["vendor"] and machine["cpu"] and machine["capability"] and "blas" in machine
         code = provenance.code_state()  # what the runs recorded of the code: the commit and the dirty flag, explicitly
         assert result["commit"] == code["commit"] and len(result["commit"]) == 40
         assert result["dirty"] is code["dirty"] and result["dirty_files"] == code["dirty_files"]
@@ -133,6 +141,9 @@ def test_report_has_table_verdicts_and_plot(tiny, current):
     assert not any(x.startswith("| no_such_algo |") for x in text.splitlines()), "a cell without runs is listed only when selected"
     assert "Not listed: 1 cell without runs (no_such_algo CartPole-v1)" in text
     assert "## Failures" in text and "## Machine and versions" in text and "torch 2" in text
+    kind = harness_run.machine()["kind"]
+    assert f"- Runs from 1 machine kind (" in text and f"  - M1: {kind} (" in text, "the report names its machine kinds"
+    assert re.search(r"^\| dqn \| CartPole-v1 \| 1 \| ok \|.*\| M1 \|", text, re.M), "each run's row names its machine"
     assert "python algos/dqn.py --env CartPole-v1 --seed 1 --total-timesteps 300" in text
     png = tiny["results"] / "tiny" / "plots" / "dqn__CartPole-v1.png"
     try:  # plotting is a benchmarks-only dependency: the core install (requirements.txt) has no matplotlib
@@ -313,6 +324,30 @@ def test_iqm_is_the_mean_of_the_middle_half():
     assert report.iqm([7.0]) == pytest.approx(7.0)
     rows = np.array([[100.0, 2.0, 0.0, 10.0, 1.0], [1.0, 2.0, 3.0, 4.0, 5.0]])
     assert report.iqm(rows) == pytest.approx([4.1, 3.0]), "one IQM per row, as the bootstrap asks"
+
+
+def test_the_report_statistics_are_the_same_on_every_cpu_and_in_every_order_of_the_seeds():
+    """What a report prints must not move with the CPU: numpy's sums and dot products add in an order that
+    follows the vector width and the BLAS. One sample's mean and IQM are exactly rounded, each resample's are
+    its sorted values added left to right, so they equal the same sums done in plain Python."""
+    def exact_iqm(v):  # the weights in quarters of 1/n, all products and the sum in rationals
+        n = len(v)
+        weights = (max(0.0, min(i + 1, 0.75 * n) - max(i, 0.25 * n)) for i in range(n))
+        return float(sum(Fraction(w) * Fraction(x) for w, x in zip(weights, sorted(v))) / Fraction(n, 2))
+
+    # the a2c MinAtar/SpaceInvaders-v1 seeds whose IQM, 126.85 exactly rounded, a dot product writes
+    # 126.85000000000001 on some CPUs, which prints 126.9 instead of 126.8
+    tie = [119.4, 136.1, 139.8, 125.5, 114.5]
+    assert report.iqm(tie) == 126.85 and f"{report.iqm(tie):.1f}" == "126.8"
+    rng = np.random.default_rng(3)
+    for n in (5, 8, 10, 17):
+        x = rng.normal(100.0, 30.0, size=n).round(1)
+        assert report.iqm(x) == exact_iqm(x) and selection.mean(x) == float(sum(map(Fraction, x)) / n)
+        for perm in (x[::-1], rng.permutation(x)):
+            assert report.iqm(perm) == report.iqm(x) and selection.mean(perm) == selection.mean(x)
+        resamples = x[rng.integers(0, n, size=(200, n))]  # [R, n], as bootstrap_ci draws them
+        in_python = [functools.reduce(operator.add, sorted(row)) / n for row in resamples.tolist()]
+        assert selection.mean(resamples).tolist() == in_python, "each resample's sum: sorted, left to right"
 
 
 def test_iqm_is_rliables_where_n_is_a_multiple_of_4():
