@@ -135,6 +135,13 @@ COMPARISONS = {
                "the machine has the cores, else one at a time",
         figure="env steps per wall second while learning: between the first and last metrics.csv row past learning_starts",
         defaults=dict(total_timesteps=12_000, threads=["1"]), full=None, quick=None),
+    "gemm": dict(
+        what="the 256-wide layers' arithmetic floor: fp32 [256, 256] @ [256, 256] on one thread, in torch (MKL: its matmul and "
+             "nn.Linear), numpy (its OpenBLAS) and JAX/XLA (with --cleanrl-python, CleanRL's environment), each under both "
+             "kernel sets (the CPU's own, and SECOND_KERNELS: MKL_CBWR=COMPATIBLE, ATen at AVX2, OpenBLAS as Haswell)",
+        timing="a child process per library and kernel set, one thread, pinned to one core; the best of 7 blocks of calls",
+        figure="microseconds per product and GFLOP/s",
+        defaults=dict(threads=["1"]), full=None, quick=None),
 }
 COLLECTED = [n for n, c in COMPARISONS.items() if c["full"]]  # what `speed.py` alone runs, into every report
 DEFAULT_CELLS = ["classic:dqn:CartPole-v1", "minatar_paper:dqn:MinAtar/Breakout-v0", "atari_cpu:dqn:BreakoutNoFrameskip-v4",
@@ -142,6 +149,37 @@ DEFAULT_CELLS = ["classic:dqn:CartPole-v1", "minatar_paper:dqn:MinAtar/Breakout-
 # the conv net's kernels to profile_atari; the lines and figures that parse takes for a ratio
 KERNELS = ("aten::mkldnn_convolution", "aten::convolution_backward", "aten::addmm", "aten::mm", "aten::thnn_conv2d",
            "aten::_convolution", "aten::_slow_conv2d_forward", "aten::_slow_conv2d_backward")
+SECOND_KERNELS = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2", "OPENBLAS_CORETYPE": "Haswell"}
+GEMM_SIZE = 256
+# one library's product, timed in its own process: the best of 7 blocks, each long enough to time
+GEMM_CHILD = """
+import json, sys, time
+lib, n = sys.argv[1], int(sys.argv[2])
+if lib == "jax":
+    import jax, jax.numpy as jnp
+    a, b = (jax.random.normal(jax.random.PRNGKey(i), (n, n), jnp.float32) for i in (0, 1))
+    product = jax.jit(lambda x, y: x @ y)
+    call = lambda: product(a, b).block_until_ready()
+elif lib == "numpy":
+    import numpy as np
+    a, b = (np.random.default_rng(i).standard_normal((n, n), dtype=np.float32) for i in (0, 1))
+    call = lambda: a @ b
+else:
+    import torch
+    torch.set_num_threads(1)
+    torch.set_grad_enabled(False)
+    a, b, layer = torch.randn(n, n), torch.randn(n, n), torch.nn.Linear(n, n)
+    call = (lambda: a @ b) if lib == "torch" else (lambda: layer(a))
+calls = 200
+blocks = []
+for _ in range(8):
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    blocks.append((time.perf_counter() - start) / calls)
+best = min(blocks[1:])  # the first block warms up (JAX compiles)
+print(json.dumps({"lib": lib, "us": round(best * 1e6, 1), "gflops": round(2 * n ** 3 / best / 1e9, 1)}))
+"""
 RATIO_LINE = re.compile(r"ratio|ours/", re.IGNORECASE)
 RATIO = re.compile(r"(?<![>=\d.])(?<!>= )(\d+(?:\.\d+)?)x\b")  # not a bound such as ">= 2x"
 
@@ -491,6 +529,25 @@ def compare_devices(o) -> int:
     return 0
 
 
+def compare_gemm(o) -> int:
+    """gemm: each library's [256, 256] product under the CPU's own kernels and under SECOND_KERNELS."""
+    libs = [("torch", sys.executable), ("torch-linear", sys.executable), ("numpy", sys.executable)]
+    libs += [("jax", o.cleanrl_python)] if o.cleanrl_python != "python3" else []
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    results = []
+    for kernels, variables in (("own", {}), ("second", SECOND_KERNELS)):
+        for lib, python in libs:
+            env = {**os.environ, **ONE_THREAD_ENV, "OPENBLAS_NUM_THREADS": "1", **variables}
+            done = subprocess.run([*pin, python, "-c", GEMM_CHILD, lib, str(GEMM_SIZE)], env=env, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise BadInput(f"{lib} under the {kernels} kernels failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+            results.append({**json.loads(done.stdout.strip().splitlines()[-1]), "kernels": kernels, "variables": variables})
+            print(f"{kernels:7s} kernels  {lib:13s} {results[-1]['us']:8.1f} us  {results[-1]['gflops']:6.1f} GFLOP/s", flush=True)
+    write(o.out, {"settings": {"size": GEMM_SIZE, "threads": 1}, "machine": machine_info(), "code": code_state(),
+                  "date": time.strftime("%Y-%m-%d"), "runs": results})
+    return 0
+
+
 def parse(output: str) -> tuple[list[str], list[float]]:
     """A comparison's closing lines, and every 'N.NNx' on lines that talk about a ratio."""
     lines = [x.rstrip() for x in output.splitlines() if x.strip() and "warn" not in x.lower()]
@@ -568,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(side_run(o, o.side, o.side_threads)))
             return 0
         try:
-            return compare_devices(o) if o.comparison == "devices" else compare(o)
+            return {"devices": compare_devices, "gemm": compare_gemm}.get(o.comparison, compare)(o)
         except BadInput as e:
             return fail(f"speed {o.comparison}", e)
     if o.cleanrl and not (Path(o.cleanrl) / "cleanrl").is_dir():
