@@ -112,6 +112,8 @@ def main(a: EvalArgs) -> int:
         as_in_the_run["scale_obs"] = args.scale_obs
     returns = evaluate(act, functools.partial(module.make_env, args.env_id, **as_in_the_run), episodes, seed, video_dir)
     print(f"{algo} on {args.env_id}: return {returns.mean():.2f} +- {returns.std():.2f} over {episodes} episodes")
+    if video_dir:
+        print(f"videos: {video_dir}/ ({len(list(Path(video_dir).glob('*.mp4')))} MP4 files)")
     return 0
 
 

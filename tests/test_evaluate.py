@@ -26,6 +26,19 @@ def test_defaults_reproduce_the_runs_eval_return(tmp_path, capsys, monkeypatch, 
     assert expected in capsys.readouterr().out
 
 
+def test_capture_video_says_where_the_videos_went(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("moviepy")
+    import dqn
+
+    monkeypatch.setitem(sys.modules, "dqn", dqn)
+    summary = dqn.train(probes.tiny_args(dqn, "dqn", tmp_path, seed=3, total_timesteps=300, eval_episodes=1, save_model=True,
+                                         device="cpu"))
+    capsys.readouterr()
+    assert evaluate.main(evaluate.EvalArgs(run=Path(summary["run_dir"]), episodes=2, capture_video=True)) == 0
+    videos = Path(summary["run_dir"]) / "eval_videos"
+    assert f"videos: {videos}/ (2 MP4 files)" in capsys.readouterr().out and len(list(videos.glob("*.mp4"))) == 2
+
+
 @pytest.mark.parametrize("algo", ["dqn", "n_step_q", "sarsa"])
 def test_scale_obs_reaches_every_env_of_the_run_and_evaluate_py(tmp_path, capsys, monkeypatch, algo):
     """--scale-obs rescales the training envs, the evaluation envs and evaluate.py's envs alike:

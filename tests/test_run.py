@@ -305,6 +305,29 @@ def test_a_missing_extra_is_one_line_naming_its_requirements_file(tmp_path, caps
     assert len(err.splitlines()) == 1 and err.endswith("(this project's extra: pip install -r requirements-box2d.txt)"), err
 
 
+class UnboundedActions:  # Pendulum with an action space without finite bounds (the env itself clips)
+    def __new__(cls, **kwargs):
+        import gymnasium as gym
+        import numpy as np
+
+        env = gym.make("Pendulum-v1", **kwargs).unwrapped
+        env.action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+        return env
+
+
+@pytest.mark.parametrize("algo", ["ddpg", "naf"])
+def test_ddpg_and_naf_refuse_actions_without_finite_bounds(tmp_path, capsys, algo):
+    """Their actor's tanh output is scaled to the action bounds: infinite ones are refused in one line, exit 2."""
+    import gymnasium as gym
+
+    if "UnboundedActions-v0" not in gym.registry:
+        gym.register("UnboundedActions-v0", entry_point=UnboundedActions, max_episode_steps=200)
+    module = importlib.import_module(algo)
+    assert module.main(probes.tiny_args(module, algo, tmp_path, env_id="UnboundedActions-v0")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{algo} needs finite action bounds to scale its tanh output" in err, err
+
+
 def test_the_shared_loop_checks_say_what_is_wrong():
     """check_spaces, check(nonnegative=...), Run.stop_if_nan and Run.evaluation_due, which every script's loop uses."""
     import gymnasium as gym
