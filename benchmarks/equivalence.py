@@ -94,9 +94,9 @@ def check(suite: str, algo: str, env: str, old: str, steps: int | None, record_f
     if (old_commit := checker.resolve(old)) is None:
         raise BadInput(f"--old {old}: not a commit of this repository")
     old_files, new_files = checker.deciding(old_commit, algo), checker.deciding(checker.head, algo)
-    if old_files == new_files:
-        print(f"{algo} {env}: the deciding files of {old_commit[:7]} and HEAD ({checker.head[:7]}) are the same: "
-              "its runs count already, nothing to check")
+    if checker.same_code(old_files, new_files):
+        print(f"{algo} {env}: the deciding files of {old_commit[:7]} and HEAD ({checker.head[:7]}) are the same code "
+              "(docstrings, comments and layout aside): its runs count already, nothing to check")
         return 0
     changed = sorted(p for p in set(old_files) | set(new_files) if old_files.get(p) != new_files.get(p))
     dirty = [p for p in (code_state(root).get("dirty_files") or []) if p in new_files]

@@ -1,14 +1,16 @@
 """Where a run came from, and whether its numbers still hold for today's code.
 
 A run is current when it ran on a clean commit whose deciding files (its script and what it imports,
-transitively) are HEAD's blobs, or an equivalence record says they give the same metrics. Everything is read
-from git, never from the working tree. Details: benchmarks/README.md, "The report".
+transitively) are HEAD's as code: the same syntax trees once docstrings are dropped (comments, blank lines and
+formatting are not in a syntax tree), or an equivalence record says they give the same metrics. Everything is
+read from git, never from the working tree. Details: benchmarks/README.md, "The report".
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import itertools
 import json
 import subprocess
@@ -78,6 +80,26 @@ def imported_modules(source: str, package: str | None) -> list[str]:
     return list(dict.fromkeys(p for p in prefixes if p))
 
 
+def code_digest(source: str) -> str:
+    """What of a Python file can decide a run's numbers, as a digest: its syntax tree without the string
+    statements (docstrings, the dataclass fields' help), so that a comment, a docstring or a reformat leaves a run
+    current; the text's own digest where it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return hashlib.sha1(source.encode()).hexdigest()
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            if isinstance(body, list) and any(is_string_statement(x) for x in body):
+                setattr(node, field, [x for x in body if not is_string_statement(x)] or [ast.Pass()])
+    return hashlib.sha1(ast.dump(tree).encode()).hexdigest()
+
+
+def is_string_statement(node: ast.AST) -> bool:  # a docstring, or a string on its own line: no effect on a run
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
 def deciding_paths(script: str, files: dict[str, str], read) -> list[str]:
     """`script` and the files of the tree (`files`: path -> blob, `read(blob)`: its text) it imports, transitively,
     a module resolving against the repository's root and the script's own folder (the scripts' sys.path)."""
@@ -105,7 +127,7 @@ class Checker:
 
     def __init__(self, root: Path = ROOT, equivalence_file: Path | None = EQUIVALENCE_FILE, head: str = "HEAD"):
         self.root = Path(root)
-        for name in ("resolve", "tree", "read", "deciding"):  # each git lookup once per checker
+        for name in ("resolve", "tree", "read", "deciding", "code"):  # each git lookup once per checker
             setattr(self, name, functools.cache(getattr(self, name)))
         try:
             self.head = git(["rev-parse", "--verify", f"{head}^{{commit}}"], self.root).stdout.strip()
@@ -125,6 +147,20 @@ class Checker:
 
     def read(self, blob: str) -> str:
         return git(["cat-file", "blob", blob], self.root).stdout
+
+    def code(self, blob: str) -> str:
+        """The blob's code_digest (the blob itself where git no longer has it)."""
+        try:
+            return code_digest(self.read(blob))
+        except GitError:
+            return blob
+
+    def as_code(self, files: dict[str, str]) -> frozenset:
+        """path -> blob as (path, code_digest) pairs: what two sets of deciding files are compared by."""
+        return frozenset((path, self.code(blob)) for path, blob in files.items())
+
+    def same_code(self, old: dict[str, str], new: dict[str, str]) -> bool:
+        return old == new or (set(old) == set(new) and self.as_code(old) == self.as_code(new))
 
     def deciding(self, commit: str, algo: str) -> dict[str, str]:
         """path -> blob of the files that decide a run of `algo` at `commit`."""
@@ -151,25 +187,26 @@ class Checker:
             if touched is None or touched:
                 what = "uncommitted changes" if touched is None else f"uncommitted changes to {', '.join(touched)}"
                 return Freshness(False, f"commit {short} with a dirty tree ({what})")
-        if old == new:
+        if self.same_code(old, new):
             return Freshness(True, "")
         if via := self.equivalent(old, new, cell_key):
             return Freshness(True, "current by equivalence check " + "; then ".join(
                 f"of {r['old']['commit'][:7]} with {r['new']['commit'][:7]}, {r['steps']:,} steps" for r in via))
-        changed = sorted(p for p in set(old) | set(new) if old.get(p) != new.get(p))
+        changed = sorted(p for p in set(old) | set(new) if p not in old or p not in new or self.code(old[p]) != self.code(new[p]))
         return Freshness(False, f"commit {short}: {', '.join(changed)} changed since")
 
     def equivalent(self, old: dict[str, str], new: dict[str, str], cell_key: tuple[str, str, str]) -> list[dict] | None:
-        """The chain of this cell's equivalence records (old files -> new files, same metrics) from `old` to `new`; None if none."""
+        """The chain of this cell's equivalence records (old files -> new files, same metrics) from `old` to `new`; None if none.
+        Files are compared as code (as_code): a record holds for files that differ from its own in docstrings and layout only."""
         records = [r for r in self.records if (r["algo"], r["env"], r["hash"]) == cell_key]
-        start, goal = frozenset(old.items()), frozenset(new.items())
+        start, goal = self.as_code(old), self.as_code(new)
         paths, todo = {start: []}, [start]  # files reached -> the records from `old` to them
         for at in todo:  # breadth first: todo grows while it is walked
             if at == goal:
                 return paths[at]
             for r in records:
-                nxt = frozenset(r["new"]["files"].items())
-                if frozenset(r["old"]["files"].items()) == at and nxt not in paths:
+                nxt = self.as_code(r["new"]["files"])
+                if self.as_code(r["old"]["files"]) == at and nxt not in paths:
                     paths[nxt] = paths[at] + [r]
                     todo.append(nxt)
         return None

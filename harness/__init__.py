@@ -1,3 +1,2 @@
-"""Run plumbing, apart from the algorithm parts in common/: `run`, `checkpoint` (writing one) and `errors`;
-`resume`, `extras` and `distributed` are imported only when a flag or torchrun asks for them. This file
-imports nothing."""
+"""Run plumbing, apart from common/'s algorithm parts: `run`, `checkpoint` (writing one), `errors`; `resume`,
+`extras` and `distributed` are imported only when a flag or torchrun asks for them. Imports nothing."""

@@ -1,9 +1,8 @@
 """Writing checkpoints, in every run (a stop signal writes one): atomic files, code-free content (`weights_only`
 loading refuses numpy: `pack` stores arrays as tagged tensors), every generator, and each sub-env's state with
-its wrappers (the time limit's step count, the generator; MuJoCo's through `mj_getState`, so stepping on is
-bitwise identical). An env holding anything else (e.g. a Box2D world) cannot be captured: `env_state` says
-why, and the script restarts the episodes on resume. What a checkpoint holds is the script's dict. Reading
-one back: harness/resume.py, imported with --resume only.
+its wrappers (the time limit's count, the generator; MuJoCo's through `mj_getState`: stepping on is bitwise
+identical). Anything else (a Box2D world) cannot be captured: `env_state` says why, and the script restarts
+the episodes on resume. The script's dict is what a checkpoint holds; harness/resume.py reads one back.
 """
 
 from __future__ import annotations

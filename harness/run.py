@@ -1,11 +1,10 @@
 """Run plumbing shared by every script; nothing here knows an algorithm: the run flags (`RunArgs`, `check`,
 `setup`, `parse_args`), the run folder, progress line, signals and checkpoints (`Run`), `evaluate`, `main`.
 
-Exit status: 0 done; 1 a NaN loss, a lost worker, a failed final evaluation (summary and model kept) or a
-bug (its traceback; metrics.csv and summary.json keep the error); 2 bad input (`InputError`), one line;
-75 stopped by SIGTERM or SIGUSR1 (SLURM sends one before a job's time limit) at the next step boundary,
-after writing a checkpoint; 130 Ctrl-C, which with `--checkpoint-every` first waits for the step boundary
-and writes a checkpoint (a second Ctrl-C stops at once).
+Exit status: 0 done; 1 a NaN loss, a lost worker, a failed final evaluation (summary and model kept) or a bug
+(its traceback; metrics.csv and summary.json keep the error); 2 bad input (`InputError`), one line; 75 stopped
+by SIGTERM or SIGUSR1 (SLURM's before a time limit) at the next step boundary, after writing a checkpoint;
+130 Ctrl-C, which with `--checkpoint-every` first waits for the step boundary and writes a checkpoint.
 """
 
 from __future__ import annotations
@@ -94,9 +93,8 @@ class RunArgs:
 
 def check(args: RunArgs, conditions: list[tuple[bool, str]] = (), positive: tuple[str, ...] = (),
           fractions: tuple[str, ...] = (), nonnegative: tuple[str, ...] = ()) -> None:
-    """InputError naming the first bad value: the run flags, then the script's fields in `positive` (> 0, or
-    None where None is allowed), `fractions` (in [0, 1]) and `nonnegative` (>= 0), then its `conditions`
-    ((ok, message) pairs)."""
+    """InputError naming the first bad value: the run flags, then the fields in `positive` (> 0, or None where
+    allowed), `fractions` (in [0, 1]), `nonnegative` (>= 0), then `conditions` ((ok, message) pairs)."""
     if args.compile or args.cudagraphs:  # harness/extras.py: imported with the flags only
         from harness.extras import compile_checks
     flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
@@ -122,8 +120,8 @@ def check(args: RunArgs, conditions: list[tuple[bool, str]] = (), positive: tupl
 
 def check_spaces(envs: gym.vector.VectorEnv, algo: str, env_id: str, discrete: bool = True, continuous: bool = False,
                  bounded: bool = False) -> None:
-    """InputError (the envs closed) unless `envs` fit `algo`: Discrete actions where `discrete`, a 1-D Box of them
-    where `continuous` (with finite bounds where `bounded`), Box observations, images with discrete actions only."""
+    """InputError (envs closed) unless `envs` fit `algo`: the action kinds asked (finite bounds if `bounded`),
+    Box observations, images with Discrete actions only."""
     space, obs = envs.single_action_space, envs.single_observation_space
     box, kinds = isinstance(space, gym.spaces.Box), ["Discrete"] * discrete + ["1-D Box"] * continuous
     kinds = "continuous (Box)" if kinds == ["1-D Box"] else " or a ".join(kinds)
@@ -150,8 +148,7 @@ def setup(args: RunArgs) -> torch.device:
 
 
 def _device(args: RunArgs) -> torch.device:
-    """--device; auto is cuda only where a GPU was measured faster than one CPU core (Atari's conv net,
-    docs/speed.md "On a GPU"): elsewhere an update is a few small kernels and every env step a round trip."""
+    """--device; auto is cuda only where a GPU was measured faster than a CPU core (Atari: docs/speed.md)."""
     atari = args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id
     gpu = args.device == "cuda" or (args.device == "auto" and atari and torch.cuda.is_available())
     return torch.device("cuda" if gpu else "cpu")
@@ -167,8 +164,7 @@ KERNEL_VARIABLES = ("MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY"
 
 
 def machine() -> dict:
-    """Where a run is made, as far as its floats depend on it: MKL, oneDNN and ATen choose their kernels by CPU
-    (and by the KERNEL_VARIABLES set), so a seed's metrics reproduce bit for bit only on the same `kind`."""
+    """What a run's floats depend on: MKL, oneDNN, ATen pick kernels by CPU and KERNEL_VARIABLES (`kind`)."""
     cpu = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -189,8 +185,7 @@ def launched() -> bool:  # one of several torchrun workers
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-# harness.distributed's calls for one process (one worker, rank 0, nothing to average or check), so that a
-# script imports torch.distributed only under torchrun
+# harness.distributed's calls for one process (rank 0 of 1): torch.distributed is imported only under torchrun
 _ONE_PROCESS = types.SimpleNamespace(
     WorkerError=WorkerError, init=lambda device=None, timeout=None: 1, rank=lambda: 0, is_main=lambda: True,
     world_size=lambda: 1, check_same=lambda config, what="arguments": None, gather=lambda tensor: tensor,
@@ -212,9 +207,8 @@ class Stopped(Exception):
 
 
 def flush_denormals() -> bool:
-    """Make torch flush subnormal floats (below ~1.2e-38) to zero; returns the previous setting. Adam's and
-    RMSprop's moment estimates of often-zero gradients (sparse grids, dead ReLUs) decay into that range, where
-    x86 arithmetic is ~100x slower. torch has no getter: the setting is read off a product subnormal unless flushed."""
+    """Make torch flush subnormals (< ~1.2e-38) to zero; returns the previous setting (read off a product).
+    Adam's and RMSprop's moments of often-zero gradients decay there, where x86 arithmetic is ~100x slower."""
     before = (torch.tensor(1e-30) * 1e-10).item() == 0.0
     torch.set_flush_denormal(True)
     return before
@@ -224,7 +218,6 @@ def _first_line(e: BaseException) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else ""
 
 
-# command line ----------------------------------------------------------------------------------
 def _cli(args_class, description: str, default=None):
     """tyro.cli, its boxed error messages (a value it cannot parse, an unknown flag) one `error:` line, exit 2."""
     captured = io.StringIO()
@@ -266,8 +259,7 @@ def parse_args(args_class, doc: str):
 
 @contextlib.contextmanager
 def bad_input():
-    """A ValueError or gymnasium error inside becomes InputError: around calls that fail only from what the user
-    asked for (making the envs from an id and its flags)."""
+    """A ValueError or gymnasium error inside becomes InputError: around what fails only on bad input."""
     try:
         yield
     except InputError:
@@ -291,8 +283,7 @@ def refuse_workers(algo: str) -> None:
 
 def evaluate(act: Callable[[np.ndarray], np.ndarray], make_envs: Callable[[int, str | None], gym.vector.VectorEnv],
              episodes: int, seed: int, video_dir: str | None = None) -> np.ndarray:
-    """[episodes] returns of the policy `act`, one episode per env of `make_envs(n, video_dir)`, each recording
-    its first (evaluation) episode whole where there is a video folder."""
+    """[episodes] returns of the policy `act`: the first episode of each env of `make_envs(n, video_dir)`."""
     envs = make_envs(episodes, video_dir)
     try:
         obs, _ = envs.reset(seed=seed)
@@ -306,7 +297,6 @@ def evaluate(act: Callable[[np.ndarray], np.ndarray], make_envs: Callable[[int, 
     return returns
 
 
-# the run ---------------------------------------------------------------------------------------
 class Run:
     """The run folder `<run_dir>/<env>__<algo>__<seed>__<time>/` (or the one `--resume` reopens), its files,
     the progress line, signals and checkpoints. `write=False` (torchrun workers but rank 0): only the timers."""
@@ -365,7 +355,6 @@ class Run:
         print(f"{algo}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {_device(args)}"
               f"{f' x {world} workers' if world > 1 else ''}; run folder {self.path}", flush=True)
 
-    # folder and files
     def _new_folder(self, config: dict) -> Path:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         env = self.args.env_id.replace("/", "-")  # ALE/Breakout-v5 -> ALE-Breakout-v5: one folder, not two
@@ -391,7 +380,6 @@ class Run:
 
         return compiled(self, fn, cuda=_device(self.args).type == "cuda")
 
-    # logging
     def log(self, global_step: int, **metrics: float) -> None:
         unknown = metrics.keys() - self.columns
         if unknown:  # a metric added to the script without its column
@@ -415,8 +403,7 @@ class Run:
             self.ep_return[i], self.ep_length[i] = 0.0, 0
 
     def _eta(self, global_step: int, now: float) -> float:
-        """Seconds left at the rate of the last minute of the current phase (after heatup: learning
-        steps cost more than random ones, so the rate since the start would promise too much)."""
+        """Seconds left at the last minute's rate in this phase (learning steps cost more than heatup's)."""
         if self.marks and (self.marks[-1][1] <= self.heatup) != (global_step <= self.heatup):
             self.marks.clear()  # a new phase
         self.marks.append((now, global_step))
@@ -428,8 +415,7 @@ class Run:
         return (self.total - global_step) / max(rate, 1e-9)
 
     def progress(self, global_step: int, force: bool = False) -> None:
-        """A line with steps, steps/s, ETA and recent return: redrawn on a terminal, every 10% in a log; the
-        clock is read at most every 1,000 steps."""
+        """Steps, steps/s, ETA, recent return: redrawn on a terminal, every 10% in a log."""
         if global_step < self.next_check and not force:
             return
         self.next_check = global_step + 1000
@@ -472,7 +458,6 @@ class Run:
         self.log(global_step, eval_return=float(returns.mean()), eval_return_std=float(returns.std()))
         return returns
 
-    # signals and checkpoints
     def _catch_signals(self) -> None:
         if threading.current_thread() is not threading.main_thread() or launched():
             return  # torchrun workers keep the default: all must stop at the same update
@@ -511,9 +496,8 @@ class Run:
         return bool(every) and (global_step >= self.args.total_timesteps or global_step // every > prev_step // every)
 
     def save_checkpoint(self, global_step: int, envs: gym.vector.VectorEnv, obs: np.ndarray, state: dict) -> None:
-        """The script's `state` with the step, the envs (their state and observation `obs`), the running episodes,
-        the generators and the metrics written so far; then Stopped if a signal asked for a stop. At the end the
-        file is written after the final evaluation, so that a run extended from it keeps that evaluation."""
+        """`state` with the step, envs and `obs`, running episodes, generators and metrics; then Stopped on a
+        stop signal. The last one is written after the final evaluation (which an extended run keeps)."""
         if self.write:
             env, note = checkpoint.env_state(envs)
             content = {
@@ -540,9 +524,8 @@ class Run:
         self.checkpoint_bytes = (self.path / "checkpoint.pt").stat().st_size
 
     def begin(self, envs: gym.vector.VectorEnv, seed: int) -> tuple[np.ndarray, int, dict | None]:
-        """(obs, global_step, state): a new run's envs reset with `seed`, step 0 and no state; a resumed run's
-        observation, step and script state, with the generators, envs and running episodes put back (envs
-        whose state was not captured are reset instead, and the state's `envs_restarted` says so)."""
+        """(obs, global_step, state): a new run's envs reset with `seed`, 0, None; a resumed run's, with
+        generators, envs (reset where not captured: state["envs_restarted"]) and episodes put back."""
         if self.saved is None:
             return envs.reset(seed=seed)[0], 0, None
         from harness.resume import restore
@@ -568,9 +551,8 @@ class Run:
 
     @contextlib.contextmanager
     def training(self, envs: gym.vector.VectorEnv):
-        """The training loop's frame, subnormal floats flushed to zero. Ctrl-C, a stop signal, a NaN loss or a
-        lost worker end it with one line; any other exception is a bug, recorded in metrics.csv and summary.json
-        and raised again. The envs are closed on every path."""
+        """The loop's frame (subnormals flushed): Ctrl-C, a stop signal, NaN, a lost worker end it in a line;
+        any other exception is a bug, recorded in metrics.csv and summary.json, raised. Envs closed."""
         flush_before = flush_denormals()
         try:
             yield
@@ -589,8 +571,7 @@ class Run:
             torch.set_flush_denormal(flush_before)
 
     def final_evaluation(self, act, make_envs, global_step: int) -> None:
-        """The last evaluation, after the training time is taken; the run is then complete. A failure
-        (e.g. no renderer for the video) costs the evaluation, not the run."""
+        """The last evaluation, after the training time is taken; its failure costs it, not the run."""
         self.train_seconds, message = self.elapsed() - self.compile_seconds, None
         try:
             returns = self.evaluate(act, make_envs, global_step)
@@ -603,8 +584,8 @@ class Run:
         self.eval_returns, self.error, self.completed = returns, message, True
 
     def finish(self, global_step: int, model: nn.Module | dict | None = None, **fields) -> dict:
-        """`model` (a module, or a dict of state dicts) in model.pt with --save-model unless a NaN loss or a bug
-        stopped the run; summary.json with the common fields and the script's; the signal handlers given back."""
+        """model.pt (`model`: a module or state dicts) with --save-model unless NaN or a bug stopped it;
+        summary.json with the common fields and the script's; the signal handlers given back."""
         kept = self.completed or self.error in ("interrupted", "preempted")
         if model is not None and self.write and self.args.save_model and kept:
             torch.save(model.state_dict() if isinstance(model, nn.Module) else model, self.path / "model.pt")
@@ -643,8 +624,7 @@ class Run:
 
 
 def main(algo: str, train: Callable, args) -> int:
-    """Run `train(args)`; the exit status (module docstring) from its summary. Bad input and workers that cannot
-    form a group: one line, exit 2; any other exception is a bug (its traceback, exit 1)."""
+    """Run `train(args)`; the exit status (module docstring) from its summary; 2 on bad input (one line)."""
     try:
         summary = train(args)
     except (InputError, WorkerError) as e:

@@ -143,6 +143,28 @@ def test_a_run_from_another_commit_turns_a_passing_cell_stale(repo, tmp_path):
     assert judged.verdict == "stale" and "seeds 1, 2, 3, 5: commit" in judged.reason and list(judged.current_ok) == [4]
 
 
+def test_a_change_to_docstrings_comments_or_layout_leaves_the_runs_current(repo, tmp_path, capsys):
+    """Provenance compares the deciding files' syntax trees without their string statements: a docstring, a
+    comment, a field's help or a reformat decides no number; a change to a string the code uses does."""
+    a = first(repo)
+    runs = tmp_path / "runs"
+    fake_runs(runs, {"commit": a, "dirty": False, "dirty_files": []})
+    edited = TOY.replace('"""A toy script."""', '"""A toy script, documented."""').replace(
+        '    seed: int = 1\n', '    seed: int = 1\n    """the seed"""\n').replace(
+        "    rng = random.Random(args.seed)", "    # one generator for the run\n    rng = random.Random(\n        args.seed,\n    )")
+    commit(repo, {"algos/dqn.py": edited, "common/scale.py": "SCALE = (1.0)  # the scale\n"}, "docstrings, comments, layout")
+    checker = provenance.Checker(repo, equivalence_file=None)
+    assert judge(runs, checker).verdict == "PASS", "the same code: its runs count, no equivalence check needed"
+    (suites := tmp_path / "suites.toml").write_text(SUITES)
+    assert equivalence.check("toy", "dqn", "Toy-v0", a, None, tmp_path / "eq.json", suites_file=suites, root=repo) == 0
+    assert "are the same code (docstrings, comments and layout aside)" in capsys.readouterr().out
+    assert not (tmp_path / "eq.json").exists(), "nothing to check, nothing recorded"
+
+    commit(repo, {"algos/dqn.py": edited.replace('"Toy-v0"', '"Toy-v1"')}, "a string the code uses")
+    judged = judge(runs, provenance.Checker(repo, equivalence_file=None))
+    assert judged.verdict == "stale" and "algos/dqn.py changed since" in judged.reason
+
+
 def test_a_run_from_a_dirty_tree_is_stale(repo, tmp_path):
     a = first(repo)
     runs = tmp_path / "runs"
@@ -176,7 +198,8 @@ def test_an_equivalence_check_makes_an_older_commits_runs_current(repo, tmp_path
     suites.write_text(SUITES)
     runs = tmp_path / "runs"
     fake_runs(runs, {"commit": a, "dirty": False, "dirty_files": []})
-    b = commit(repo, {"algos/dqn.py": TOY.replace('"""A toy script."""', '"""A toy script, renamed parts."""')}, "docstring")
+    b = commit(repo, {"algos/dqn.py": TOY.replace("random.Random(args.seed)", "random.Random(int(args.seed))")},
+               "code that gives the same numbers")
     assert judge(runs, provenance.Checker(repo, equivalence_file=record)).verdict == "stale"
 
     assert equivalence.check("toy", "dqn", "Toy-v0", a[:7], None, record, suites, root=repo) == 0
