@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SUMMARY_KEYS = {
     "algo", "env", "seed", "total_timesteps", "num_envs", "device", "wall_seconds", "sps", "eval_return_mean",
     "eval_return_std", "eval_episodes", "train_return_last10", "completed", "error", "updates", "run_dir", "versions",
-    "resumed_at", "envs_on_resume", "checkpoint_seconds", "checkpoint_bytes",
+    "machine", "resumed_at", "envs_on_resume", "checkpoint_seconds", "checkpoint_bytes",
 }
 
 
