@@ -127,7 +127,7 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
 
         return record_first_episode(pixels.make(env_id, training, render_mode="rgb_array"), video_dir, i)
 
-    with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
+    with bad_input(env_id):  # an unknown id, an env that refuses the settings, a missing env package
         pixels.kind(env_id)
         envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)],
                                         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
@@ -180,6 +180,17 @@ class ActorCritic(nn.Module):
         x = obs if self.obs_norm is None else self.obs_norm(obs)
         h = self.actor_torso(x) if self.critic_torso is None else self.critic_torso(x)
         return self.value_head(h).squeeze(-1)  # [N]
+
+
+def build_network(args: Args, envs: gym.vector.VectorEnv) -> ActorCritic:
+    space = envs.single_action_space
+    discrete = isinstance(space, gym.spaces.Discrete)
+    if args.bounded_mean and not discrete and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+        raise InputError(f"--bounded-mean needs finite action bounds; {args.env_id} has {space}")
+    return ActorCritic(
+        obs_shape(envs.single_observation_space), int(space.n) if discrete else int(space.shape[0]), discrete,
+        tuple(args.hidden_sizes), args.shared_torso, args.activation, args.normalize_obs, args.log_std_init,
+        (space.low, space.high) if args.bounded_mean and not discrete else None)
 
 
 # 5. Algorithm -----------------------------------------------------------------------------------
@@ -256,6 +267,42 @@ def sample_actions(head: np.ndarray, std: np.ndarray | None, rng: np.random.Gene
         u = rng.random((len(head), 1)) * cdf[:, -1:]  # inverse-CDF sampling, one uniform per env
         return np.minimum((cdf < u).sum(1), head.shape[1] - 1)
     return (head + std * rng.standard_normal(head.shape)).astype(np.float32)
+
+
+def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, *obs_shape] -> policy head [B, A] without gradient, as a numpy function: forward()'s, or
+    on CPU a numpy copy of a plain MLP actor (common.fastpath.numpy_mlp: at a few envs torch's per-op
+    dispatch costs more than the arithmetic) on zero-copy views of the parameters and normaliser
+    buffers, checked against forward() on a probe batch. Build it again after loading weights."""
+    def head_forward(obs: np.ndarray) -> np.ndarray:
+        x = torch.as_tensor(obs, device=device).reshape(len(obs), *net.obs_shape)
+        with torch.no_grad():  # images stay uint8: the torso converts them
+            return net(x if x.dtype == torch.uint8 else x.float())[0].cpu().numpy()
+
+    mlp = numpy_mlp([*net.actor_torso, net.policy_head], device, net, net.critic_torso, net.value_head, net.log_std)
+    if mlp is None:  # not on CPU, or not a plain MLP actor
+        return head_forward
+    norm = net.obs_norm
+    stats = None if norm is None else (norm.mean.numpy(), norm.var.numpy())
+    bounds = None if net.mean_center is None else (net.mean_center.numpy(), net.mean_half_range.numpy())
+
+    def head_numpy(obs: np.ndarray) -> np.ndarray:  # forward(): normalise, the MLP, bound the mean
+        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        if stats is not None:
+            x = np.clip((x - stats[0]) / np.sqrt(stats[1] + norm.eps), -norm.clip, norm.clip).astype(np.float32)
+        x = mlp(x)  # [B, A]
+        return x if bounds is None else bounds[0] + bounds[1] * np.tanh(x)
+
+    return checked(head_numpy, head_forward, f"{ALGO} policy", probe=probe_batch(net.obs_shape))
+
+
+def greedy_policy(net: ActorCritic, device: torch.device, action_space: gym.Space) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, *obs_shape] -> argmax of the logits [B], or the Gaussian mean clipped to the bounds [B, A]."""
+    head = numpy_head(net, device)
+    if isinstance(action_space, gym.spaces.Discrete):
+        return lambda obs: head(obs).argmax(1)
+    low, high = action_space.low, action_space.high
+    return lambda obs: np.clip(head(obs), low, high)
 
 
 # 6. Training ------------------------------------------------------------------------------------
@@ -364,7 +411,7 @@ def train(args: Args) -> dict:
 main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
 
 
-# Acting, checks and saved policies ---------------------------------------------------------------
+# Input checks and saved policies -----------------------------------------------------------------
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     make_env(args.env_id, 1).close()  # an unknown id, the wrong action space
@@ -378,55 +425,8 @@ def validate(args: Args) -> None:
     ])
 
 
-def build_network(args: Args, envs: gym.vector.VectorEnv) -> ActorCritic:
-    space = envs.single_action_space
-    discrete = isinstance(space, gym.spaces.Discrete)
-    if args.bounded_mean and not discrete and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
-        raise InputError(f"--bounded-mean needs finite action bounds; {args.env_id} has {space}")
-    return ActorCritic(
-        obs_shape(envs.single_observation_space), int(space.n) if discrete else int(space.shape[0]), discrete,
-        tuple(args.hidden_sizes), args.shared_torso, args.activation, args.normalize_obs, args.log_std_init,
-        (space.low, space.high) if args.bounded_mean and not discrete else None)
-
-
-def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> policy head [B, A] without gradient, as a numpy function: forward()'s, or
-    on CPU a numpy copy of a plain MLP actor (common.fastpath.numpy_mlp: at a few envs torch's per-op
-    dispatch costs more than the arithmetic) on zero-copy views of the parameters and normaliser
-    buffers, checked against forward() on a probe batch. Build it again after loading weights."""
-    def head_forward(obs: np.ndarray) -> np.ndarray:
-        x = torch.as_tensor(obs, device=device).reshape(len(obs), *net.obs_shape)
-        with torch.no_grad():  # images stay uint8: the torso converts them
-            return net(x if x.dtype == torch.uint8 else x.float())[0].cpu().numpy()
-
-    mlp = numpy_mlp([*net.actor_torso, net.policy_head], device, net, net.critic_torso, net.value_head, net.log_std)
-    if mlp is None:  # not on CPU, or not a plain MLP actor
-        return head_forward
-    norm = net.obs_norm
-    stats = None if norm is None else (norm.mean.numpy(), norm.var.numpy())
-    bounds = None if net.mean_center is None else (net.mean_center.numpy(), net.mean_half_range.numpy())
-
-    def head_numpy(obs: np.ndarray) -> np.ndarray:  # forward(): normalise, the MLP, bound the mean
-        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
-        if stats is not None:
-            x = np.clip((x - stats[0]) / np.sqrt(stats[1] + norm.eps), -norm.clip, norm.clip).astype(np.float32)
-        x = mlp(x)  # [B, A]
-        return x if bounds is None else bounds[0] + bounds[1] * np.tanh(x)
-
-    return checked(head_numpy, head_forward, f"{ALGO} policy", probe=probe_batch(net.obs_shape))
-
-
-def greedy_policy(net: ActorCritic, device: torch.device, action_space: gym.Space) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> argmax of the logits [B], or the Gaussian mean clipped to the bounds [B, A]."""
-    head = numpy_head(net, device)
-    if isinstance(action_space, gym.spaces.Discrete):
-        return lambda obs: head(obs).argmax(1)
-    low, high = action_space.low, action_space.high
-    return lambda obs: np.clip(head(obs), low, high)
-
-
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
-    """Greedy policy from a `--save-model` file (observation statistics included), for evaluate.py."""
+    """Greedy policy from a `--save-model` file (observation statistics included), for tools/evaluate.py."""
     envs = make_env(args.env_id, 1)
     net, space = build_network(args, envs), envs.single_action_space
     envs.close()

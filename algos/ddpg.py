@@ -104,7 +104,7 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
         from harness.extras import record_first_episode  # only where videos are recorded
         return record_first_episode(gym.make(env_id, render_mode="rgb_array"), video_dir, i)
 
-    with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
+    with bad_input(env_id):  # an unknown id, an env that refuses the settings, a missing env package
         try:
             gym.spec(env_id)
         except gym.error.Error as e:
@@ -195,6 +195,25 @@ def actor_loss(actor: nn.Module, critic: nn.Module, obs: torch.Tensor) -> torch.
     return -critic(obs, actor(obs)).mean()
 
 
+def deterministic_policy(actor: Actor, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, *obs_shape] -> mu(obs) [B, A], no noise, in numpy: through `forward()`, or on CPU a numpy copy
+    of a plain MLP actor while they agree (common.fastpath: faster at batch 1). Rebuild it after a load."""
+    def act_forward(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
+            return actor(x).cpu().numpy()
+
+    net_numpy = numpy_mlp(list(getattr(actor, "net", [])), device, actor)  # None: act through forward()
+    if net_numpy is None:
+        return act_forward
+    scale, bias = actor.action_scale.numpy(), actor.action_bias.numpy()  # [A], zero-copy views
+
+    def act_numpy(obs: np.ndarray) -> np.ndarray:
+        return bias + scale * np.tanh(net_numpy(obs))
+
+    return checked(act_numpy, act_forward, f"{ALGO} policy", probe_batch((net_numpy.in_features,)))
+
+
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
@@ -281,26 +300,7 @@ def train(args: Args) -> dict:
 main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
 
 
-# Acting, checks and saved policies ---------------------------------------------------------------
-def deterministic_policy(actor: Actor, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> mu(obs) [B, A], no noise, in numpy: through `forward()`, or on CPU a numpy copy
-    of a plain MLP actor while they agree (common.fastpath: faster at batch 1). Rebuild it after a load."""
-    def act_forward(obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
-            return actor(x).cpu().numpy()
-
-    net_numpy = numpy_mlp(list(getattr(actor, "net", [])), device, actor)  # None: act through forward()
-    if net_numpy is None:
-        return act_forward
-    scale, bias = actor.action_scale.numpy(), actor.action_bias.numpy()  # [A], zero-copy views
-
-    def act_numpy(obs: np.ndarray) -> np.ndarray:
-        return bias + scale * np.tanh(net_numpy(obs))
-
-    return checked(act_numpy, act_forward, f"{ALGO} policy", probe_batch((net_numpy.in_features,)))
-
-
+# Input checks and saved policies -----------------------------------------------------------------
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     env_id = args.env_id
@@ -323,7 +323,7 @@ def validate(args: Args) -> None:
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
-    """Deterministic policy from a `--save-model` file (state dicts, weights_only=True), for evaluate.py."""
+    """Deterministic policy from a `--save-model` file (state dicts, weights_only=True), for tools/evaluate.py."""
     envs = make_env(args.env_id, 1)
     actor = Actor(int(np.prod(envs.single_observation_space.shape)), envs.single_action_space, tuple(args.hidden_sizes))
     envs.close()

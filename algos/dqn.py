@@ -130,7 +130,7 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
 
         return record_first_episode(pixels.make(env_id, training, "rgb_array", scale_obs, max_frames), video_dir, i)
 
-    with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
+    with bad_input(env_id):  # an unknown id, an env that refuses the settings, a missing env package
         pixels.kind(env_id)
         envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)],
                                         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
@@ -193,6 +193,26 @@ def dqn_loss(q_online: nn.Module, q_target: nn.Module, batch: Batch, gamma: floa
     targets = dqn_targets(q_target, q_online, batch.rewards, batch.next_obs, batch.terminated, gamma, double_dqn)
     q = q_online(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)  # [B]
     return (F.mse_loss if loss == "mse" else F.smooth_l1_loss)(q, targets), q.mean()
+
+
+def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B] in numpy: through `forward()`, or on CPU a numpy MLP
+    while it gives forward()'s Q-values (common.fastpath). Build it again after loading weights."""
+    def q_forward(obs: np.ndarray) -> np.ndarray:
+        x = torch.as_tensor(obs, device=device)
+        with torch.no_grad():
+            return q_net(x if x.dtype == torch.uint8 else x.float()).cpu().numpy()  # [B, A]
+
+    q_values = checked(numpy_mlp(list(getattr(q_net, "net", [])), device, q_net), q_forward, f"{ALGO} greedy policy")
+    return lambda obs: q_values(obs).argmax(1)
+
+
+def evaluation_policy(greedy: Callable, epsilon: float, n_actions: int, seed: int, step: int) -> Callable[[np.ndarray], np.ndarray]:
+    """`greedy`, or epsilon-greedy on a generator of its own, seeded from the run's seed and the step."""
+    if epsilon == 0.0:
+        return greedy
+    rng = np.random.default_rng([seed, step])
+    return lambda obs: select_actions(greedy, obs, epsilon, n_actions, rng)
 
 
 # 6. Training ------------------------------------------------------------------------------------
@@ -285,27 +305,7 @@ def train(args: Args) -> dict:
 main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
 
 
-# Acting, checks and saved policies ---------------------------------------------------------------
-def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B] in numpy: through `forward()`, or on CPU a numpy MLP
-    while it gives forward()'s Q-values (common.fastpath). Build it again after loading weights."""
-    def q_forward(obs: np.ndarray) -> np.ndarray:
-        x = torch.as_tensor(obs, device=device)
-        with torch.no_grad():
-            return q_net(x if x.dtype == torch.uint8 else x.float()).cpu().numpy()  # [B, A]
-
-    q_values = checked(numpy_mlp(list(getattr(q_net, "net", [])), device, q_net), q_forward, f"{ALGO} greedy policy")
-    return lambda obs: q_values(obs).argmax(1)
-
-
-def evaluation_policy(greedy: Callable, epsilon: float, n_actions: int, seed: int, step: int) -> Callable[[np.ndarray], np.ndarray]:
-    """`greedy`, or epsilon-greedy on a generator of its own, seeded from the run's seed and the step."""
-    if epsilon == 0.0:
-        return greedy
-    rng = np.random.default_rng([seed, step])
-    return lambda obs: select_actions(greedy, obs, epsilon, n_actions, rng)
-
-
+# Input checks and saved policies -----------------------------------------------------------------
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     make_env(args.env_id, 1, scale_obs=args.scale_obs).close()  # an unknown id, the wrong action space
@@ -327,7 +327,7 @@ def validate(args: Args) -> None:
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
-    """Greedy policy from a `--save-model` file (state dict, loaded with weights_only=True), for evaluate.py."""
+    """Greedy policy from a `--save-model` file (state dict, loaded with weights_only=True), for tools/evaluate.py."""
     envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
     q_net = QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
     envs.close()

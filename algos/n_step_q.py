@@ -115,7 +115,7 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
         from harness.extras import record_first_episode  # only where a video is recorded
         return record_first_episode(pixels.make(env_id, training, "rgb_array", scale_obs), video_dir, i)
 
-    with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
+    with bad_input(env_id):  # an unknown id, an env that refuses the settings, a missing env package
         pixels.kind(env_id)
         return gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)],
                                         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
@@ -177,6 +177,20 @@ def n_step_q_loss(q_online: nn.Module, q_target: nn.Module, obs: torch.Tensor, a
     targets = n_step_q_targets(q_target, rewards, next_obs, terminated, truncated, gamma)  # [T, B]
     q = q_online(obs.flatten(0, 1)).gather(1, actions.view(-1, 1)).view_as(actions)  # Q(s_t, a_t) [T, B]
     return (F.mse_loss if loss == "mse" else F.smooth_l1_loss)(q, targets), q.mean()
+
+
+def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function: through `forward()`, or on
+    CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath; at a
+    batch of a few envs, torch's per-op dispatch costs more than the arithmetic). Build it again after
+    loading weights."""
+    def q_forward(obs: np.ndarray) -> np.ndarray:
+        x = torch.as_tensor(obs, device=device)
+        with torch.no_grad():
+            return q_net(x if x.dtype == torch.uint8 else x.float()).cpu().numpy()  # [B, A]
+
+    q_values = checked(numpy_mlp(list(getattr(q_net, "net", [])), device, q_net), q_forward, f"{ALGO} greedy policy")
+    return lambda obs: q_values(obs).argmax(1)
 
 
 # 6. Training ------------------------------------------------------------------------------------
@@ -270,21 +284,7 @@ def train(args: Args) -> dict:
 main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
 
 
-# Acting, checks and saved policies ---------------------------------------------------------------
-def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function: through `forward()`, or on
-    CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath; at a
-    batch of a few envs, torch's per-op dispatch costs more than the arithmetic). Build it again after
-    loading weights."""
-    def q_forward(obs: np.ndarray) -> np.ndarray:
-        x = torch.as_tensor(obs, device=device)
-        with torch.no_grad():
-            return q_net(x if x.dtype == torch.uint8 else x.float()).cpu().numpy()  # [B, A]
-
-    q_values = checked(numpy_mlp(list(getattr(q_net, "net", [])), device, q_net), q_forward, f"{ALGO} greedy policy")
-    return lambda obs: q_values(obs).argmax(1)
-
-
+# Input checks and saved policies -----------------------------------------------------------------
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)  # an unknown id
@@ -301,7 +301,7 @@ def validate(args: Args) -> None:
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
-    """Greedy policy from a `--save-model` file (a state dict, loaded weights_only), for evaluate.py."""
+    """Greedy policy from a `--save-model` file (a state dict, loaded weights_only), for tools/evaluate.py."""
     envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
     q_net = QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
     envs.close()

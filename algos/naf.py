@@ -110,7 +110,7 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.ve
         from harness.extras import record_first_episode  # only where videos are recorded
         return record_first_episode(gym.make(env_id, render_mode="rgb_array"), video_dir, i)
 
-    with bad_input():  # an unknown id, an env that refuses the settings, a missing env package
+    with bad_input(env_id):  # an unknown id, an env that refuses the settings, a missing env package
         try:
             gym.spec(env_id)
         except gym.error.Error as e:
@@ -225,6 +225,27 @@ def naf_loss(q_online: nn.Module, q_target: nn.Module, batch: Batch, gamma: floa
     return F.mse_loss(q, targets), q.mean(), values.mean()
 
 
+def deterministic_policy(net: NAFNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, *obs_shape] -> mu(obs) [B, A] = argmax_a Q(obs, a), no noise, in numpy: through `forward()`,
+    or on CPU a numpy copy of the trunk and the mu head (all acting needs) while they agree (common.fastpath:
+    faster at batch 1). Rebuild it after a load."""
+    def act_forward(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
+            return net(x)[1].cpu().numpy()
+
+    layers = [*getattr(net, "trunk", []), getattr(net, "mu_head", None)]
+    net_numpy = numpy_mlp(layers, device, net, getattr(net, "value_head", None), getattr(net, "l_head", None))
+    if net_numpy is None:  # act through forward()
+        return act_forward
+    scale, bias = net.action_scale.numpy(), net.action_bias.numpy()  # [A], zero-copy views
+
+    def act_numpy(obs: np.ndarray) -> np.ndarray:
+        return bias + scale * np.tanh(net_numpy(obs))
+
+    return checked(act_numpy, act_forward, f"{ALGO} policy", probe_batch((net_numpy.in_features,)))
+
+
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
@@ -313,28 +334,7 @@ def train(args: Args) -> dict:
 main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
 
 
-# Acting, checks and saved policies ---------------------------------------------------------------
-def deterministic_policy(net: NAFNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> mu(obs) [B, A] = argmax_a Q(obs, a), no noise, in numpy: through `forward()`,
-    or on CPU a numpy copy of the trunk and the mu head (all acting needs) while they agree (common.fastpath:
-    faster at batch 1). Rebuild it after a load."""
-    def act_forward(obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
-            return net(x)[1].cpu().numpy()
-
-    layers = [*getattr(net, "trunk", []), getattr(net, "mu_head", None)]
-    net_numpy = numpy_mlp(layers, device, net, getattr(net, "value_head", None), getattr(net, "l_head", None))
-    if net_numpy is None:  # act through forward()
-        return act_forward
-    scale, bias = net.action_scale.numpy(), net.action_bias.numpy()  # [A], zero-copy views
-
-    def act_numpy(obs: np.ndarray) -> np.ndarray:
-        return bias + scale * np.tanh(net_numpy(obs))
-
-    return checked(act_numpy, act_forward, f"{ALGO} policy", probe_batch((net_numpy.in_features,)))
-
-
+# Input checks and saved policies -----------------------------------------------------------------
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     env_id = args.env_id
@@ -357,7 +357,7 @@ def validate(args: Args) -> None:
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
-    """Deterministic policy from a `--save-model` file (a state dict, weights_only=True), for evaluate.py."""
+    """Deterministic policy from a `--save-model` file (a state dict, weights_only=True), for tools/evaluate.py."""
     envs = make_env(args.env_id, 1)
     net = NAFNetwork(int(np.prod(envs.single_observation_space.shape)), envs.single_action_space, tuple(args.hidden_sizes),
                      args.layer_norm)

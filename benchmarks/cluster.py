@@ -15,7 +15,6 @@ import traceback
 from pathlib import Path
 
 import submitit
-
 from job import Job, end_processes, print_end  # the same Job as the local backend
 from provenance import code_state
 from suite import BENCH, Cell, read_result

@@ -10,11 +10,20 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-
 from cli import cli_flags, fmt_steps, md_row
 from provenance import Checker, recorded_state
 from selection import BOOTSTRAP_RESAMPLES, MANY_SEEDS, VERDICT_SEEDS, Judged, bootstrap_ci, iqm, judge_suite
-from suite import LEGEND_FILE, RESULTS_DIR, ROOT, SUITES_FILE, Cell, Suite, load_references, load_suite, metrics_file
+from suite import (
+    LEGEND_FILE,
+    RESULTS_DIR,
+    ROOT,
+    SUITES_FILE,
+    Cell,
+    Suite,
+    load_references,
+    load_suite,
+    metrics_file,
+)
 
 README = ROOT / "README.md"  # its result tables: between the comments MARKER finds
 MARKER = re.compile(r"(<!-- results:([\w-]+):start -->\n)(.*?)(<!-- results:\2:end -->)", re.DOTALL)

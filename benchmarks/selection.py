@@ -10,7 +10,6 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
-
 from provenance import Checker, recorded_state
 from suite import Cell, Suite, read_result, script_path
 

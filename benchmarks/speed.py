@@ -15,6 +15,7 @@ import bisect
 import concurrent.futures
 import csv
 import dataclasses
+import functools
 import importlib
 import inspect
 import json
@@ -380,7 +381,7 @@ def compare(o) -> int:
                 order = sides[k % len(sides):] + sides[:k % len(sides)]
                 # --parallel: at once, each child timed by its own CPU time (os.wait4); else one by one
                 with concurrent.futures.ThreadPoolExecutor(len(order) if o.parallel else 1) as pool:
-                    done = list(pool.map(lambda s: run_side(o, s, setting, seed, Path(tmp) / str(k)), order))
+                    done = list(pool.map(functools.partial(run_side, o, setting=setting, seed=seed, scratch=Path(tmp) / str(k)), order))
                 for r in done:
                     r["repeat"] = k
                     runs.append(r)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent

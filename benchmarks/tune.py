@@ -22,20 +22,21 @@ import shlex
 import statistics
 import sys
 import time
-import tomllib
 import warnings
 from pathlib import Path
 
+import tomllib
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli import (  # noqa: E402
-    NO_SUBMITIT, BadInput, OneLineParser, add_slurm_flags, fail, flags_error, fmt_steps, md_row)
+from cli import NO_SUBMITIT, BadInput, OneLineParser, add_slurm_flags, fail, flags_error, fmt_steps, md_row  # noqa: E402
 from job import Job, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
 from suite import BENCH, ROOT, SUITES_FILE, Cell, load_suite, metrics_file  # noqa: E402
 
 try:  # optional (benchmarks/requirements-cluster.txt): main() says so in one line
     import optuna
-    from optuna.storages import JournalStorage, RetryHeartbeatStaleTrialCallback as Retry
+    from optuna.storages import JournalStorage
+    from optuna.storages import RetryHeartbeatStaleTrialCallback as Retry
     from optuna.storages.journal import JournalFileBackend
     from optuna.trial import TrialState
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the retry callback's

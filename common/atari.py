@@ -30,19 +30,24 @@ def make_atari(env_id: str, training: bool = True, max_frames: int | None = None
         kwargs["max_num_frames_per_episode"] = max_frames
     env = gym.make(env_id, frameskip=1, **kwargs)  # AtariPreprocessing skips the frames
     env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
-    if "FIRE" in env.unwrapped.get_action_meanings():
+    if "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]  # ALE's
         env = FireReset(env)
     if training:
         env = EpisodicLife(env)
     return gym.wrappers.FrameStackObservation(env, FRAME_STACK)  # pads a new episode with its first frame
 
 
-class FireReset(gym.Wrapper):
+class FireReset(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Presses FIRE after a reset and after each lost life, in games that wait for it to go on.
 
     Without it an agent can sit out a whole game doing nothing (Breakout's ball is only served
     on FIRE). The press is part of the step that lost the life, in training and evaluation alike.
+    (RecordConstructorArgs: gymnasium can re-make the env from its spec.)
     """
+
+    def __init__(self, env: gym.Env):
+        gym.utils.RecordConstructorArgs.__init__(self)
+        super().__init__(env)
 
     def reset(self, **kwargs):
         self.env.reset(**kwargs)
@@ -62,7 +67,7 @@ class FireReset(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-class EpisodicLife(gym.Wrapper):
+class EpisodicLife(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Ends the training episode when a life is lost (DQN paper); the game itself goes on.
 
     The step that loses a life (and not the game) returns terminated=True with info["life_lost"];
@@ -72,6 +77,7 @@ class EpisodicLife(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env):
+        gym.utils.RecordConstructorArgs.__init__(self)
         super().__init__(env)
         self.lives, self.game_over, self.last = 0, True, None
 
@@ -88,10 +94,10 @@ class EpisodicLife(gym.Wrapper):
     def reset(self, **kwargs):
         if self.game_over or kwargs.get("seed") is not None:
             obs, info = self.env.reset(**kwargs)
-        else:  # the game goes on from the frame where the life was lost
+        else:  # the game goes on from its last frame: where the life was lost (or the reset, without a step)
             obs, info = self.last
             info = {k: v for k, v in info.items() if k != "life_lost"}
-        self.lives, self.game_over = self.env.unwrapped.ale.lives(), False
+        self.lives, self.game_over, self.last = self.env.unwrapped.ale.lives(), False, (obs, info)
         return obs, info
 
 
@@ -207,7 +213,8 @@ class FrameMemory:
             lo, hi = self._range(i)
             e = np.arange(lo, hi + 1)
             e = e[self.has_transition[i, e % self.ring]]
-            envs.append(np.full(len(e), i)), entries.append(e)
+            envs.append(np.full(len(e), i))
+            entries.append(e)
         return np.concatenate(envs), np.concatenate(entries)
 
     def _range(self, i: int) -> tuple[int, int]:

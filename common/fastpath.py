@@ -40,7 +40,7 @@ def numpy_mlp(layers: list[nn.Module], device: torch.device, net: nn.Module, *ot
             x = step(x) if callable(step) else x @ step[0] + step[1]
         return x
 
-    forward.in_features = linear[0].in_features
+    forward.in_features = linear[0].in_features  # type: ignore[attr-defined]  # read by checked()
     return forward
 
 
@@ -56,7 +56,7 @@ def checked(fast: Callable[[np.ndarray], np.ndarray] | None, plain: Callable[[np
     run's generators (torch's CPU generator is forked around it), so it changes no result."""
     if fast is None:
         return plain
-    probe = probe_batch((fast.in_features,)) if probe is None else probe
+    probe = probe_batch((fast.in_features,)) if probe is None else probe  # type: ignore[attr-defined]
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         expected = np.asarray(plain(probe))
         try:

@@ -22,7 +22,7 @@ class ChannelsFirst(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        h, w, c = env.observation_space.shape
+        h, w, c = env.observation_space.shape or ()
         self.observation_space = gym.spaces.Box(0, 1, (c, h, w), np.uint8)
 
     def observation(self, obs):

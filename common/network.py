@@ -19,6 +19,7 @@ all_reduce) before the norm. Without `workers` nothing extra happens.
 from __future__ import annotations
 
 import copy
+import typing
 from typing import Callable, Union
 
 import torch
@@ -121,7 +122,7 @@ class NetworkWrapper:
         self.params = [p for p in self.online.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the network has no trainable parameters")
-        self.flat_param, self.flat_grad = _flatten(self.params)
+        self.flat_param, self.flat_grad = typing.cast("tuple[nn.Parameter, torch.Tensor]", _flatten(self.params))
         if self.target is not None and len(self.params) == len(list(self.target.parameters())):
             # no frozen parameters: the target's are views of one flat tensor too, so a sync is one kernel
             self.target_flat = _flatten(list(self.target.parameters()), grad=False)[0].detach()

@@ -58,6 +58,10 @@ def merge_moments(mean, var, count, batch):
 class ObsNormalizer(nn.Module):
     """(obs - running mean) / running std, clipped to +-clip. Buffers, so the state dict carries them."""
 
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, obs_dim: int, clip: float = 10.0, eps: float = 1e-8):
         super().__init__()
         self.clip, self.eps = clip, eps

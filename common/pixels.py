@@ -44,7 +44,7 @@ def kind(env_id: str) -> str | None:
         try:
             spec = gym.spec(env_id)
         except gym.error.Error as e:
-            hint = " (pixel envs need `pip install -r requirements-pixels.txt`)" if env_id.startswith(("ALE/", "MinAtar/")) or "NoFrameskip" in env_id else ""
+            hint = " (pixel envs need `pip install -r requirements/requirements-pixels.txt`)" if env_id.startswith(("ALE/", "MinAtar/")) or "NoFrameskip" in env_id else ""
             raise ValueError(f"unknown environment id {env_id!r} ({e}){hint}") from None
     if spec.namespace == "MinAtar":
         return "minatar"
@@ -68,7 +68,7 @@ def make(env_id: str, training: bool = True, render_mode: str | None = None, sca
         raise ValueError(f"max_frames is for Atari ids; {env_id} is a {env_kind or 'vector'} env")
     if scale_obs and env_kind is not None:
         raise ValueError(f"--scale-obs is for vector observations; {env_id} is a {env_kind} env")
-    kwargs = {} if render_mode is None else {"render_mode": render_mode}  # not every env takes the argument
+    kwargs: dict = {} if render_mode is None else {"render_mode": render_mode}  # not every env takes the argument
     if env_kind == "atari":
         from common.atari import make_atari
 

@@ -9,7 +9,7 @@ tensors on `device`, so memory use is fixed and there are no per-transition Pyth
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -53,7 +53,7 @@ class ReplayMemory:
             raise ValueError(f"capacity must be positive, got {capacity}")
         self.capacity = capacity
         self.device = torch.device(device)
-        kw = dict(device=self.device)
+        kw: dict[str, Any] = dict(device=self.device)
         self.obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, **kw)
         self.next_obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, **kw)
         self.actions = torch.zeros((capacity, *action_shape), dtype=torch.int64 if discrete else torch.float32, **kw)
@@ -89,7 +89,7 @@ class ReplayMemory:
             obs, actions, rewards, next_obs, terminated = (x[-self.capacity :] for x in (obs, actions, rewards, next_obs, terminated))
             n = self.capacity
         first = min(n, self.capacity - self.pos)  # rows before the wraparound
-        views = self._host_views or self._stores
+        views: tuple[Any, ...] = self._host_views or self._stores
         for store, view, x in zip(self._stores, views, (obs, actions, rewards, next_obs, terminated)):
             if self._host_views is not None:
                 x = np.asarray(x).reshape(n, *store.shape[1:])

@@ -43,7 +43,7 @@ def rng_state() -> dict:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     return {
         "python": [version, list(internal), gauss],
-        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
+        "numpy": [kind, torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss), float(cached)],
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
@@ -74,14 +74,14 @@ def _encode(value, where: str):
     raise _Uncapturable(f"{where} is a {type(value).__name__}")
 
 
-def layers(env: gym.Env) -> list[gym.Env]:  # the wrappers and the env itself, outermost first
+def layers(env: gym.Env) -> list:  # the wrappers and the env itself, outermost first
     found = [env]
     while isinstance(found[-1], gym.Wrapper):
         found.append(found[-1].env)
     return found
 
 
-def _capture(layer: gym.Env) -> dict:
+def _capture(layer) -> dict:  # one of layers()
     # a gymnasium MujocoEnv, found without importing mujoco (an extra that may not be installed)
     mujoco_layer = any(f"{c.__module__}.{c.__name__}" == _MUJOCO_ENV for c in type(layer).__mro__)
     skip = _SKIP | ({"model", "data", "mujoco_renderer"} if mujoco_layer else set())
@@ -96,7 +96,7 @@ def _capture(layer: gym.Env) -> dict:
     return {"type": type(layer).__name__, "attrs": attrs}
 
 
-def env_state(envs: gym.vector.SyncVectorEnv) -> tuple[dict | None, str]:
+def env_state(envs: gym.vector.VectorEnv) -> tuple[dict | None, str]:
     """(state, "") for a SyncVectorEnv whose sub-envs can be captured, else (None, the reason)."""
     if not isinstance(envs, gym.vector.SyncVectorEnv):
         return None, f"{type(envs).__name__} is not a SyncVectorEnv"

@@ -1,5 +1,5 @@
 """The run's optional features, imported only when a flag asks for one: TensorBoard scalars
-(`--tensorboard`, tensorboard_export.py), evaluation videos (`--capture-video`) and wandb's
+(`--tensorboard`, tools/tensorboard_export.py), evaluation videos (`--capture-video`) and wandb's
 login check (`--track`). A copied script runs without this file until one of those flags is given.
 
 - `tensorboard_tag(algo, name)`, `write_tensorboard(folder, writer)`: the TensorBoard tags of the
@@ -25,6 +25,7 @@ import re
 import shutil
 import sys
 import time
+import typing
 import warnings
 from pathlib import Path
 from urllib.parse import urlparse
@@ -84,7 +85,7 @@ def tensorboard_writer(folder: Path | None = None, purge_step: int | None = None
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise InputError("--tensorboard needs the tensorboard package: pip install -r requirements-viz.txt") from None
+        raise InputError("--tensorboard needs the tensorboard package: pip install -r requirements/requirements-viz.txt") from None
     return None if folder is None else SummaryWriter(str(folder / "tensorboard"), purge_step=purge_step)
 
 
@@ -106,11 +107,11 @@ def write_tensorboard(folder: Path, writer) -> int:
 
 
 
-def wandb_mode() -> str | None:
+def wandb_mode() -> typing.Literal["offline"] | None:
     """None (wandb decides) when a key or an offline mode is set; "offline", with a warning, when not logged in."""
     if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
         return None
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or ""
     try:
         if netrc.netrc().authenticators(host):
             return None
@@ -177,7 +178,7 @@ def check_packages(args) -> None:
     if args.tensorboard:
         tensorboard_writer()
     if args.capture_video and importlib.util.find_spec("moviepy") is None:
-        raise InputError("--capture-video needs moviepy: pip install -r requirements-video.txt")
+        raise InputError("--capture-video needs moviepy: pip install -r requirements/requirements-video.txt")
 
 
 def compile_checks(args, device: torch.device) -> list[tuple[bool, str]]:
@@ -197,7 +198,7 @@ def compiled(run, fn, cuda: bool):
     module = isinstance(fn, nn.Module)
     if module and not cuda:
         return fn
-    compiled_fn = torch.compile(fn, mode="reduce-overhead" if run.args.cudagraphs else None, dynamic=False)
+    compiled_fn: typing.Any = torch.compile(fn, mode="reduce-overhead" if run.args.cudagraphs else None, dynamic=False)
     call_compiled, first = compiled_fn.forward if module else compiled_fn, True
 
     def call(*args, **kwargs):

@@ -91,7 +91,7 @@ def restore(run, envs: gym.vector.VectorEnv) -> tuple[np.ndarray, int, dict]:
     state = {**unpack(saved["state"]), "global_step": saved["global_step"],
              "obs": unpack(saved["obs"]), "envs_restarted": saved["envs"] is None}
     if saved["envs"] is not None:
-        set_env_state(envs, saved["envs"])
+        set_env_state(envs, saved["envs"])  # type: ignore[arg-type]  # captured: a SyncVectorEnv
         episodes = unpack(saved["episodes"])
         run.ep_return, run.ep_length = episodes["return"], episodes["length"]
         run.recent_returns = episodes["recent"]

@@ -9,10 +9,13 @@ by SIGTERM or SIGUSR1 (SLURM's before a time limit) at the next step boundary, a
 
 from __future__ import annotations
 
+import ast
 import collections
 import contextlib
 import csv
 import dataclasses
+import importlib.util
+import inspect
 import io
 import json
 import math
@@ -22,12 +25,12 @@ import random
 import re
 import signal
 import sys
+import textwrap
 import threading
 import time
 import types
-import warnings
 from pathlib import Path
-from typing import Annotated, Callable, Literal, Optional
+from typing import Annotated, Any, Callable, Literal, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -35,7 +38,6 @@ import torch
 import tyro
 from torch import nn
 
-from harness import checkpoint
 from harness.errors import InputError, WorkerError
 
 if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
@@ -91,7 +93,7 @@ class RunArgs:
     """run folder to continue from its last checkpoint, with its stored arguments (only the run length, evaluation and logging flags may change)"""
 
 
-def check(args: RunArgs, conditions: list[tuple[bool, str]] = (), positive: tuple[str, ...] = (),
+def check(args: RunArgs, conditions: Sequence[tuple[bool, str]] = (), positive: tuple[str, ...] = (),
           fractions: tuple[str, ...] = (), nonnegative: tuple[str, ...] = ()) -> None:
     """InputError naming the first bad value: the run flags, then the fields in `positive` (> 0, or None where
     allowed), `fractions` (in [0, 1]), `nonnegative` (>= 0), then `conditions` ((ok, message) pairs)."""
@@ -123,12 +125,13 @@ def check_spaces(envs: gym.vector.VectorEnv, algo: str, env_id: str, discrete: b
     """InputError (envs closed) unless `envs` fit `algo`: the action kinds asked (finite bounds if `bounded`),
     Box observations, images with Discrete actions only."""
     space, obs = envs.single_action_space, envs.single_observation_space
-    box, kinds = isinstance(space, gym.spaces.Box), ["Discrete"] * discrete + ["1-D Box"] * continuous
-    kinds = "continuous (Box)" if kinds == ["1-D Box"] else " or a ".join(kinds)
+    box, names = isinstance(space, gym.spaces.Box), ["Discrete"] * discrete + ["1-D Box"] * continuous
+    kinds = "continuous (Box)" if names == ["1-D Box"] else " or a ".join(names)
     for ok, problem in [
-        ((discrete and isinstance(space, gym.spaces.Discrete)) or (continuous and box and len(space.shape) == 1),
+        ((discrete and isinstance(space, gym.spaces.Discrete)) or (continuous and box and len(space.shape or ()) == 1),
          f"needs a {kinds} action space; {env_id} has {space}"),
-        (not (bounded and box) or (np.isfinite(space.low).all() and np.isfinite(space.high).all()),
+        (not (bounded and isinstance(space, gym.spaces.Box))
+         or (np.isfinite(space.low).all() and np.isfinite(space.high).all()),
          f"needs finite action bounds to scale its tanh output; {env_id} has {space}"),
         (isinstance(obs, gym.spaces.Box), f"needs a Box observation space; {env_id} has {obs}"),
         (len(obs.shape or ()) != 3 or isinstance(space, gym.spaces.Discrete),
@@ -165,17 +168,18 @@ KERNEL_VARIABLES = ("MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY"
 
 def machine() -> dict:
     """What a run's floats depend on: MKL, oneDNN, ATen pick kernels by CPU and KERNEL_VARIABLES (`kind`)."""
-    cpu = {}
+    cpu: dict[str, str] = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
             cpu.setdefault(key.strip(), value.strip())
     blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
-    info = {"cpu": cpu.get("model name") or platform.processor() or platform.machine(),
-            "vendor": cpu.get("vendor_id") or platform.machine(),
-            "capability": torch.backends.cpu.get_cpu_capability(), "blas": blas.group(1) if blas else None,
-            "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-            "kernel_variables": {k: os.environ[k] for k in KERNEL_VARIABLES if k in os.environ}}
+    info: dict[str, Any] = {
+        "cpu": cpu.get("model name") or platform.processor() or platform.machine(),
+        "vendor": cpu.get("vendor_id") or platform.machine(),
+        "capability": torch.backends.cpu.get_cpu_capability(), "blas": blas.group(1) if blas else None,
+        "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+        "kernel_variables": {k: os.environ[k] for k in KERNEL_VARIABLES if k in os.environ}}
     variables = " ".join(f"{k}={v}" for k, v in info["kernel_variables"].items())
     info["kind"] = " ".join(filter(None, (info["vendor"], info["cpu"], info["capability"], info["blas"], variables)))
     return info
@@ -197,7 +201,7 @@ def workers():
     """harness.distributed under torchrun; in a plain process a stand-in with the same calls."""
     if not launched():
         return _ONE_PROCESS
-    from harness import distributed
+    import harness.distributed as distributed
 
     return distributed
 
@@ -230,15 +234,35 @@ def _cli(args_class, description: str, default=None):
     except SystemExit as e:
         if e.code in (0, None):
             raise
-        lines = [re.sub(r"^[\s│╭╰─]+|[\s│╮╯─]+$", "", line) for line in captured.getvalue().splitlines()]
-        lines = [line for line in lines if line and not line.startswith(("For full helptext", "Argument helptext"))]
-        message = lines[1] if len(lines) > 1 else (lines[0] if lines else "bad command line")
-        message = message.removeprefix("Error parsing ")
-        hint = next((line for line in lines[2:] if line.startswith("--")), None)
+        # the box's first section is the message (wrapped at the terminal's width), a later one the flag's usage
+        box = [re.sub(r"^[\s│╭╰]+|[\s│╮╯]+$", "", line) for line in captured.getvalue().splitlines()[1:-1]]
+        sections = " ".join(line if line.strip("─") else "\n" for line in box).split("\n")
+        message = " ".join(sections[0].split()).removeprefix("Error parsing ") or "bad command line"
+        hint = next((line for line in box if line.startswith("--")), None)
+        short = re.match(r"Unrecognized options: --([a-z]{2,4})\b(?!-)", message)
+        if short:  # --lr: the flags it abbreviates (--learning-rate) before tyro's closest spelling
+            initials = {"--" + f.name.replace("_", "-"): "".join(w[0] for w in f.name.split("_"))
+                        for f in dataclasses.fields(args_class)}
+            hint = ", ".join(f for f, i in initials.items() if i.endswith(short.group(1))) or hint
         if hint:
-            message += f" (expected: {hint})" if "parsing" in captured.getvalue() else f" (did you mean {hint}?)"
+            message += f" (did you mean {hint}?)" if "Unrecognized" in message else f" (expected: {hint})"
         print(f"{Path(sys.argv[0]).stem}: error: {message}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+
+
+# the files a copied script imports only for some flags or envs (README, "Copying a script")
+OPTIONAL = {"harness.checkpoint": "--checkpoint-every and --resume", "harness.resume": "--resume",
+            "harness.distributed": "torchrun", "common.atari": "Atari ids",
+            "harness.extras": "--tensorboard, --track, --capture-video, --compile and --cudagraphs",
+            "common.minatar": "MinAtar ids", "common.normalize": "--normalize-obs and --normalize-reward"}
+
+
+def missing_file(e: ModuleNotFoundError) -> InputError:
+    """The one-line error of a copy that lacks one of the OPTIONAL files; `e` itself for any other module."""
+    if e.name not in OPTIONAL:
+        raise e
+    return InputError(f"this copy lacks {e.name.replace('.', '/')}.py, which {OPTIONAL[e.name]} need; copy it "
+                      "beside the script's other files (README, 'Copying a script')")
 
 
 def parse_args(args_class, doc: str):
@@ -247,19 +271,31 @@ def parse_args(args_class, doc: str):
     args = _cli(args_class, description)
     if not getattr(args, "resume", None):
         return args
-    from harness.resume import stored_arguments
-
     try:
+        from harness.resume import stored_arguments
+
         defaults = stored_arguments(args_class, Path(args.resume))
+    except ModuleNotFoundError as e:
+        print(f"{Path(sys.argv[0]).stem}: error: {missing_file(e)}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
     except InputError as e:
         print(f"{Path(sys.argv[0]).stem}: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     return _cli(args_class, description, default=args_class(**{**defaults, "resume": args.resume}))
 
 
+MUJOCO_WARNINGS: dict[str, bool] = {}  # MuJoCo's warnings (it prints its own): message -> shown yet
+
+
 @contextlib.contextmanager
-def bad_input():
-    """A ValueError or gymnasium error inside becomes InputError: around what fails only on bad input."""
+def bad_input(env_id: str = ""):
+    """A ValueError or gymnasium error inside becomes InputError: around what fails only on bad input. Before a
+    MuJoCo env is made its warnings are caught, for the Run to show each once after its run-folder line."""
+    with contextlib.suppress(gym.error.Error, ValueError):
+        if str(gym.spec(env_id).entry_point).startswith("gymnasium.envs.mujoco") and not MUJOCO_WARNINGS:
+            import mujoco
+
+            mujoco.set_mju_user_warning(lambda message: MUJOCO_WARNINGS.setdefault(message.strip(), False))
     try:
         yield
     except InputError:
@@ -268,7 +304,7 @@ def bad_input():
         message = _first_line(e) or type(e).__name__
         extra = next((name for name in ("box2d", "mujoco") if name in message.lower()), None)
         if isinstance(e, gym.error.DependencyNotInstalled) and extra:
-            message += f" (this project's extra: pip install -r requirements-{extra}.txt)"
+            message += f" (this project's extra: pip install -r requirements/requirements-{extra}.txt)"
         raise InputError(message) from None
 
 
@@ -301,6 +337,8 @@ class Run:
     """The run folder `<run_dir>/<env>__<algo>__<seed>__<time>/` (or the one `--resume` reopens), its files,
     the progress line, signals and checkpoints. `write=False` (torchrun workers but rank 0): only the timers."""
 
+    saved: Any = None  # the checkpoint a resumed run continues from (harness.resume.reopen sets it)
+
     def __init__(self, algo: str, args, fields: list[str], write: bool = True):
         missing = [f.name for f in dataclasses.fields(RunArgs) if not hasattr(args, f.name)]
         if missing:
@@ -308,34 +346,43 @@ class Run:
                             "(harness.run.RunArgs)")
         self.algo, self.args, self.write = algo, args, write
         self.fields, self.columns = ["global_step", "wall_seconds", *fields], set(fields)
-        self.path: Path | None = None
+        with contextlib.suppress(OSError, TypeError, SyntaxError):  # the metrics the caller's run.log calls name
+            tree = ast.parse(textwrap.dedent(inspect.getsource(sys._getframe(1).f_code)))
+            self._check_metrics({k.arg for node in ast.walk(tree) if isinstance(node, ast.Call) and ast.unparse(
+                node.func) == "run.log" for k in node.keywords if k.arg})
+        self.path: Path = None  # type: ignore[assignment]  # set below where the run writes files
         # the training envs' running episodes: return and length so far [B]; the last 10 returns
         self.ep_return, self.ep_length = np.zeros(args.num_envs), np.zeros(args.num_envs, dtype=np.int64)
         self.recent_returns: list[float] = []
         self.start = time.perf_counter()
         self.next_check, self.stop_reason, self.checkpoint_every = 0, None, args.checkpoint_every
-        self.saved, self.resumes, self.env_note = None, [], None  # the checkpoint being resumed
-        self.checkpoint_seconds = self.checkpoint_bytes = self._final_checkpoint = None
-        self.extras, self._handlers = None, {}  # extras: harness.extras.Sinks with --tensorboard or --track
+        self.resumes: list[int] = []  # the steps it was resumed at, and its env note (harness.resume)
+        self.env_note: str | None = None
+        self.checkpoint_seconds: float | None = None
+        self.checkpoint_bytes: int | None = None
+        self._final_checkpoint: dict | None = None
+        self.extras: Any = None  # harness.extras.Sinks with --tensorboard or --track
+        self._handlers: dict = {}
         # the outcome, set by training() and final_evaluation(), read by finish()
-        self.step, self.error, self.completed, self.eval_returns, self.train_seconds = 0, None, False, np.array([]), 0.0
+        self.step, self.completed, self.eval_returns, self.train_seconds = 0, False, np.array([]), 0.0
+        self.error: str | None = None
         self.compile_seconds = 0.0  # first calls of the functions compiled by compile(), kept out of train_seconds
         # the progress line's ETA: the rate since the current phase began (heatup, then learning)
-        self.heatup, self.marks = getattr(args, "learning_starts", 0), collections.deque(maxlen=64)
-        if "mujoco" in sys.modules:  # MuJoCo's warnings through Python's: each shown once, not at every load
-            sys.modules["mujoco"].set_mju_user_warning(
-                lambda message: warnings.warn(f"MuJoCo: {message.strip()}", RuntimeWarning, stacklevel=2))
+        self.heatup = getattr(args, "learning_starts", 0)
+        self.marks: collections.deque[tuple[float, int]] = collections.deque(maxlen=64)
         if (self.checkpoint_every or args.resume) and launched():
             raise InputError("--checkpoint-every and --resume work in one process; under torchrun leave them out")
+        if self.checkpoint_every or args.resume:  # a copy without the file stops here, before writing anything
+            import harness.checkpoint  # noqa: F401
         if args.tensorboard or args.track or args.capture_video:
-            from harness import extras
+            import harness.extras as extras
 
             extras.check_packages(args)  # a missing package is bad input, found before anything is written
         if not write:
             return
         config = {"algo": algo, **json.loads(json.dumps(dataclasses.asdict(args)))}
         if args.resume:
-            from harness import resume
+            import harness.resume as resume
 
             self.path = Path(args.resume)
             self.file = resume.reopen(self, config)
@@ -354,6 +401,13 @@ class Run:
         world = workers().world_size()
         print(f"{algo}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {_device(args)}"
               f"{f' x {world} workers' if world > 1 else ''}; run folder {self.path}", flush=True)
+        self.show_warnings()
+
+    def show_warnings(self) -> None:
+        """MuJoCo's warnings caught by bad_input() and not shown yet, each in one line."""
+        for message in [m for m, shown in MUJOCO_WARNINGS.items() if not shown]:
+            MUJOCO_WARNINGS[message] = True
+            print(f"{self.algo}: MuJoCo warning: {message}", file=sys.stderr)
 
     def _new_folder(self, config: dict) -> Path:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -380,12 +434,15 @@ class Run:
 
         return compiled(self, fn, cuda=_device(self.args).type == "cuda")
 
-    def log(self, global_step: int, **metrics: float) -> None:
-        unknown = metrics.keys() - self.columns
+    def _check_metrics(self, names) -> None:
+        unknown = names - self.columns
         if unknown:  # a metric added to the script without its column
             raise ValueError(f"Run.log: {', '.join(sorted(unknown))} not among the metrics.csv columns "
                              f"{self.fields[2:]}; add {'it' if len(unknown) == 1 else 'them'} to the list of "
                              "fields the script passes to Run(...)")
+
+    def log(self, global_step: int, **metrics: float) -> None:
+        self._check_metrics(metrics.keys())
         if not self.write:
             return
         self.csv.writerow({"global_step": global_step, "wall_seconds": round(self.elapsed(), 3), **metrics})
@@ -498,7 +555,9 @@ class Run:
     def save_checkpoint(self, global_step: int, envs: gym.vector.VectorEnv, obs: np.ndarray, state: dict) -> None:
         """`state` with the step, envs and `obs`, running episodes, generators and metrics; then Stopped on a
         stop signal. The last one is written after the final evaluation (which an extended run keeps)."""
-        if self.write:
+        if self.write and importlib.util.find_spec("harness.checkpoint"):  # a copy without it: a signal writes none
+            import harness.checkpoint as checkpoint
+
             env, note = checkpoint.env_state(envs)
             content = {
                 "format": CHECKPOINT_FORMAT, "algo": self.algo, "global_step": global_step, "resumes": self.resumes,
@@ -519,7 +578,9 @@ class Run:
         self._flush()  # the rows (and TensorBoard events) up to the checkpoint survive a kill
         os.fsync(self.file.fileno())
         content = {**content, "metrics_bytes": self.file.tell(), "wall_seconds": self.elapsed()}
-        checkpoint.save(self.path / "checkpoint.pt", content)
+        from harness.checkpoint import save
+
+        save(self.path / "checkpoint.pt", content)
         self.checkpoint_seconds = round(time.perf_counter() - t0, 3)
         self.checkpoint_bytes = (self.path / "checkpoint.pt").stat().st_size
 
@@ -534,13 +595,16 @@ class Run:
 
     def _stopped(self, e: BaseException) -> str:
         """The summary's `error` for an exception that ended training, with one line on stderr."""
+        how = (f"resume with --resume {self.path}" if importlib.util.find_spec("harness.resume")
+               else "resuming it needs harness/resume.py beside the script")  # a copy may lack the files
         if isinstance(e, Stopped):
-            where = f"; resume with --resume {self.path}" if self.write else ""
-            print(f"\n{self.algo}: {e} at step {self.step:,}: checkpoint written{where}", file=sys.stderr)
+            where = f": checkpoint written; {how}" if importlib.util.find_spec("harness.checkpoint") else (
+                ": no checkpoint written: that needs harness/checkpoint.py beside the script")
+            print(f"\n{self.algo}: {e} at step {self.step:,}{where if self.write else ''}", file=sys.stderr)
             return str(e)
         if isinstance(e, KeyboardInterrupt):
             if self.write and self.checkpoint_every and (self.path / "checkpoint.pt").is_file():
-                how = f"--resume {self.path} continues from its last checkpoint"
+                how = f"its last checkpoint is written; {how}"
             else:
                 how = ("it cannot be resumed: no checkpoint was written "
                        "(--checkpoint-every N writes one every N steps)")
@@ -612,6 +676,7 @@ class Run:
         self.progress(global_step, force=True)
         if self.show and self.tty:
             print()
+        self.show_warnings()
         self.file.close()
         (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
         if self.extras is not None:
@@ -627,8 +692,8 @@ def main(algo: str, train: Callable, args) -> int:
     """Run `train(args)`; the exit status (module docstring) from its summary; 2 on bad input (one line)."""
     try:
         summary = train(args)
-    except (InputError, WorkerError) as e:
-        print(f"{algo}: error: {e}", file=sys.stderr)
+    except (InputError, WorkerError, ModuleNotFoundError) as e:
+        print(f"{algo}: error: {missing_file(e) if isinstance(e, ModuleNotFoundError) else e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     finally:
         workers().shutdown()

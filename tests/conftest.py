@@ -6,6 +6,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "algos"))
+sys.path.insert(0, str(ROOT / "tools"))
 os.environ.setdefault("WANDB_MODE", "disabled")
 # torch.compile's on-disk cache does not key its CPU kernels on the kernel variables (tests/test_kernels.py): a
 # kernel compiled under one set aborts the process that loads it under another, so each set keeps its own cache
@@ -14,9 +15,3 @@ from harness.run import KERNEL_VARIABLES  # noqa: E402
 KERNELS = "_".join(f"{k}-{os.environ[k]}" for k in KERNEL_VARIABLES if k in os.environ)
 if KERNELS:
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"torchinductor_{KERNELS}"))
-
-
-def pytest_configure(config):
-    # `python -m pytest -q -m "not slow" tests` leaves these out: unit tests and smoke runs only
-    config.addinivalue_line(
-        "markers", "slow: over ~5 s on an idle 2-core machine (learning, long runs, command-line subprocesses, torchrun)")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import csv
+import functools
 import importlib.util
 import json
 import signal
@@ -22,14 +22,23 @@ sys.path.insert(0, str(ROOT / "algos"))
 sys.path.insert(0, str(ROOT))
 
 import a2c  # noqa: E402
-from common.normalize import ObsNormalizer, merge_moments  # noqa: E402
-from harness.run import evaluate as run_evaluate  # noqa: E402
 import probes  # noqa: E402
 from a2c import (  # noqa: E402
-    ActorCritic, Args, a2c_targets, greedy_policy, load_policy, log_prob_entropy, main, numpy_head,
-    sample_actions, train, true_next_obs,
+    ActorCritic,
+    Args,
+    a2c_targets,
+    greedy_policy,
+    load_policy,
+    log_prob_entropy,
+    main,
+    numpy_head,
+    sample_actions,
+    train,
+    true_next_obs,
 )
 
+from common.normalize import ObsNormalizer, merge_moments  # noqa: E402
+from harness.run import evaluate as run_evaluate  # noqa: E402
 
 # A rollout of T = 4 steps of B = 2 envs, gamma = 0.5, written column by column (env 0, env 1).
 # env 0: its episode terminates at t = 1; t = 2 is the first step of the next episode (the
@@ -348,7 +357,7 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path):
     (dict(gae_lambda=0.9, n_step_return=2), "cannot be used together"),
     (dict(env_id=probes.IMAGE_BOX_ID), "image observations with discrete actions only"),
     pytest.param(dict(env_id="MinAtar/Breakout-v1", normalize_obs=True), "--normalize-obs is for vector observations",
-                 marks=pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="pip install -r requirements-pixels.txt")),
+                 marks=pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="pip install -r requirements/requirements-pixels.txt")),
 ])
 def test_bad_input_in_process_gives_one_line_and_exit_2(tmp_path, capsys, kw, needle):
     assert main(small(tmp_path, **kw)) == 2

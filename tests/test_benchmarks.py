@@ -21,13 +21,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import job  # noqa: E402
-import selection  # noqa: E402
-from harness import run as harness_run  # noqa: E402
 import provenance  # noqa: E402
 import report  # noqa: E402
 import run  # noqa: E402
+import selection  # noqa: E402
 import speed  # noqa: E402
 from suite import Cell, load_references, load_suite, load_suites, script_path  # noqa: E402
+
+from harness import run as harness_run  # noqa: E402
 
 TINY = """
 [suites.tiny]
@@ -142,7 +143,7 @@ def test_report_has_table_verdicts_and_plot(tiny, current):
     assert "Not listed: 1 cell without runs (no_such_algo CartPole-v1)" in text
     assert "## Failures" in text and "## Machine and versions" in text and "torch 2" in text
     kind = harness_run.machine()["kind"]
-    assert f"- Runs from 1 machine kind (" in text and f"  - M1: {kind} (" in text, "the report names its machine kinds"
+    assert "- Runs from 1 machine kind (" in text and f"  - M1: {kind} (" in text, "the report names its machine kinds"
     assert re.search(r"^\| dqn \| CartPole-v1 \| 1 \| ok \|.*\| M1 \|", text, re.M), "each run's row names its machine"
     assert "python algos/dqn.py --env CartPole-v1 --seed 1 --total-timesteps 300" in text
     png = tiny["results"] / "tiny" / "plots" / "dqn__CartPole-v1.png"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import json
 import os
@@ -19,18 +20,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
-import torch
-
 import a2c
-import harness.checkpoint
-import harness.resume
 import ddpg
 import dqn
 import n_step_q
 import naf
+import numpy as np
+import pytest
 import sarsa
+import torch
+
+import harness.checkpoint
+import harness.resume
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = {"dqn": dqn, "n_step_q": n_step_q, "sarsa": sarsa, "a2c": a2c, "ddpg": ddpg, "naf": naf}
@@ -291,8 +292,8 @@ def test_env_state_round_trip_is_exact_for_classic_and_mujoco_envs():
     from gymnasium.vector import AutoresetMode
 
     for env_id in ("CartPole-v1", "Pendulum-v1", "MountainCar-v0", "Acrobot-v1", "Hopper-v5"):
-        def make():
-            return gym.vector.SyncVectorEnv([lambda: gym.make(env_id) for _ in range(2)], autoreset_mode=AutoresetMode.SAME_STEP)
+        def make(env_id=env_id):
+            return gym.vector.SyncVectorEnv([functools.partial(gym.make, env_id) for _ in range(2)], autoreset_mode=AutoresetMode.SAME_STEP)
 
         a = make()
         a.action_space.seed(3)

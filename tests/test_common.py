@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
+from common.autoreset import true_next_obs
 from common.network import NetworkWrapper, soft_update
 from common.replay import ReplayMemory
 from common.returns import n_step_returns
-from common.autoreset import true_next_obs
 
 
 # ---- n-step returns -----------------------------------------------------------------------------

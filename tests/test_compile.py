@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_checkpoint import CASES, MODULES, assert_same_run, make_args, metrics, stop_at_env_step
 from torch import nn
 
 import harness.extras
 import harness.run
 from harness.run import InputError, Run, RunArgs
-from test_checkpoint import CASES, MODULES, assert_same_run, make_args, metrics, stop_at_env_step
 
 SCRIPT_CASES = ["dqn-CartPole", "n_step_q-CartPole", "sarsa-CartPole", "a2c-Pendulum", "ddpg-Pendulum", "naf-Pendulum-twin"]
 # against eager: a2c logs its loss every 100 updates, and on CartPole (discrete actions) float rounding

@@ -17,13 +17,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-
-from common.fastpath import probe_batch
-from common.atari import FrameMemory  # noqa: E402
-from common.replay import ReplayMemory
-from harness.errors import InputError
 from test_checkpoint import CASES, MODULES, assert_same_run, make_args, metrics, stop_at_env_step
 from test_pixels import fill
+
+from common.atari import FrameMemory  # noqa: E402
+from common.fastpath import probe_batch
+from common.replay import ReplayMemory
+from harness.errors import InputError
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -10,15 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+import ddpg
 import gymnasium as gym
 import numpy as np
+import probes
 import pytest
 import torch
-from torch import nn
-
-import ddpg
-import probes
 from ddpg import Actor, Args, Critic, ExplorationNoise, ddpg_targets, deterministic_policy, load_policy, train
+from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY_KEYS = {
@@ -218,7 +217,7 @@ def test_targets_move_by_the_rate_after_each_actor_update_and_bootstrap_reads_th
     assert all(c is critic.target and a is actor.target for c, a in bootstraps)
     # critic update u (counted from 1) is followed by an actor update and both syncs when u % policy_every == 0
     groups = []
-    for kind, name, *rest in events:
+    for kind, name, *_ in events:
         if (kind, name) == ("step", "Critic"):
             groups.append([])
         groups[-1].append((kind, name))
@@ -257,7 +256,7 @@ def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
     [
         (["--env", "CartPole-v1"], "needs a continuous (Box) action space"),
         pytest.param(["--env", "MinAtar/Breakout-v1"], "takes vector observations; MinAtar/Breakout-v1 is a pixel env",
-                     marks=pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="pip install -r requirements-pixels.txt")),
+                     marks=pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="pip install -r requirements/requirements-pixels.txt")),
         (["--env", "NoSuchEnv-v0"], "unknown environment id"),
         (["--total-timesteps", "0"], "--total-timesteps must be positive"),
     ],

@@ -246,6 +246,7 @@ def test_script_runs_unchanged_under_torchrun_with_two_workers(tmp_path, algo):
 
 def _reward_statistics(rank, out_dir):
     import a2c
+
     import common.normalize
 
     scalers = []

@@ -88,17 +88,17 @@ def readme_block(heading: str, page: str = "README.md") -> str:
 @pytest.mark.slow
 def test_readme_quick_start_runs_and_evaluate_scores_its_run_folder(tmp_path):
     """The quick start's train command with a tiny budget (exit 0, a run folder with model.pt), then
-    evaluate.py on that folder, as the README shows them."""
+    tools/evaluate.py on that folder, as the README shows them."""
     block = readme_block("## Quick start")
     train = next(x for x in block.splitlines() if x.startswith("python algos/dqn.py --env CartPole-v1"))
-    assert "--save-model" in train and any(x.startswith("python evaluate.py runs/") for x in block.splitlines())
+    assert "--save-model" in train and any(x.startswith("python tools/evaluate.py runs/") for x in block.splitlines())
     argv = shlex.split(train.split("#")[0])[1:] + ["--total-timesteps", "2000", "--learning-starts", "500",
                                                    "--run-dir", str(tmp_path), "--no-progress"]
     r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     (folder,) = tmp_path.iterdir()
     assert folder.name.startswith("CartPole-v1__dqn__1__") and (folder / "model.pt").exists()
-    r = subprocess.run([sys.executable, "evaluate.py", str(folder), "--episodes", "3"], cwd=ROOT, capture_output=True,
+    r = subprocess.run([sys.executable, "tools/evaluate.py", str(folder), "--episodes", "3"], cwd=ROOT, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "over 3 episodes" in r.stdout
@@ -107,7 +107,7 @@ def test_readme_quick_start_runs_and_evaluate_scores_its_run_folder(tmp_path):
 def test_readme_tensorboard_commands_follow_from_the_quick_start():
     """Each command of the TensorBoard block (docs/tools.md, after the README's quick start) reads run
     folders that a command before it writes: the export takes runs trained without --tensorboard,
-    plot.py runs that exist."""
+    tools/plot.py runs that exist."""
     trained = {}  # seed -> trained with --tensorboard, for every dqn CartPole-v1 command up to here
     for block in (readme_block("## Quick start"), readme_block("## TensorBoard and plots", "docs/tools.md")):
         for line in block.splitlines():
@@ -115,7 +115,7 @@ def test_readme_tensorboard_commands_follow_from_the_quick_start():
             if argv[:2] == ["python", "algos/dqn.py"] and "--help" not in argv:
                 seed = argv[argv.index("--seed") + 1] if "--seed" in argv else "1"
                 trained[seed] = trained.get(seed, False) or "--tensorboard" in argv
-            elif argv[:2] in (["python", "tensorboard_export.py"], ["python", "plot.py"]):
+            elif argv[:2] in (["python", "tools/tensorboard_export.py"], ["python", "tools/plot.py"]):
                 folders = [a for a in argv[2:] if a.startswith("runs/")]
                 assert folders, line
                 for folder in folders:
@@ -123,7 +123,7 @@ def test_readme_tensorboard_commands_follow_from_the_quick_start():
                     assert (env, algo) == ("CartPole-v1", "dqn"), line
                     seeds = list(trained) if seed == "*" else [seed]
                     assert seeds and all(s in trained for s in seeds), (line, trained)
-                    if argv[1] == "tensorboard_export.py":
+                    if argv[1] == "tools/tensorboard_export.py":
                         assert not any(trained[s] for s in seeds), f"{line}: exports a run that --tensorboard already wrote"
     assert any(trained.values()), "the block shows --tensorboard too"
 
@@ -135,9 +135,9 @@ def test_the_readme_links_every_docs_page_and_names_every_extra():
     assert len(text.splitlines()) <= 300
     for page in PAGES[1:]:
         assert f"](docs/{page.name}" in text, f"the README does not link docs/{page.name}"
-    for extra, where in (("requirements-box2d.txt", "LunarLander"), ("requirements-mujoco.txt", "HalfCheetah"),
-                         ("requirements-video.txt", "--capture-video"), ("requirements-pixels.txt", "MinAtar"),
-                         ("requirements-viz.txt", "--tensorboard")):
+    for extra, where in (("requirements/requirements-box2d.txt", "LunarLander"), ("requirements/requirements-mujoco.txt", "HalfCheetah"),
+                         ("requirements/requirements-video.txt", "--capture-video"), ("requirements/requirements-pixels.txt", "MinAtar"),
+                         ("requirements/requirements-viz.txt", "--tensorboard")):
         assert (ROOT / extra).exists(), extra
         line = next((x for x in text.splitlines() if f"pip install -r {extra}" in x), "")
         assert where in line, f"the README's install line for {extra} should say it is for {where}"
@@ -151,7 +151,7 @@ def test_the_readme_carries_no_dates_outside_links():
 
 def test_the_core_requirements_are_the_core():
     """requirements.txt installs what `python algos/dqn.py --env CartPole-v1` needs and nothing
-    else; each extra's packages sit in its own file, and requirements-dev.txt (CI) installs them all."""
+    else; each extra's packages sit in its own file, and requirements/requirements-dev.txt (CI) installs them all."""
     def reqs(name: str) -> set[str]:
         out = set()
         for line in (ROOT / name).read_text().splitlines():
@@ -165,12 +165,13 @@ def test_the_core_requirements_are_the_core():
     core = reqs("requirements.txt")
     assert core == {"torch", "gymnasium[classic-control]", "numpy", "tyro", "wandb"}, core
     assert "torch==2.13.0" in (ROOT / "requirements.txt").read_text()
-    dev = reqs("requirements-dev.txt")
-    for extra, package in (("requirements-box2d.txt", "gymnasium[box2d]"), ("requirements-mujoco.txt", "gymnasium[mujoco]"),
-                           ("requirements-video.txt", "moviepy"), ("requirements-pixels.txt", "minatar"),
-                           ("requirements-viz.txt", "tensorboard"), ("benchmarks/requirements-cluster.txt", "optuna")):
+    dev = reqs("requirements/requirements-dev.txt")
+    for extra, package in (("requirements/requirements-box2d.txt", "gymnasium[box2d]"), ("requirements/requirements-mujoco.txt", "gymnasium[mujoco]"),
+                           ("requirements/requirements-video.txt", "moviepy"), ("requirements/requirements-pixels.txt", "minatar"),
+                           ("requirements/requirements-viz.txt", "tensorboard"), ("benchmarks/requirements-cluster.txt", "optuna")):
         assert package in reqs(extra) and package in dev, (extra, package)
-    assert "pytest" in dev and not any("pytest" in reqs(f.name) for f in ROOT.glob("requirements*.txt") if f.name != "requirements-dev.txt")
+    others = [ROOT / "requirements.txt", *(f for f in (ROOT / "requirements").glob("*.txt") if f.name != "requirements-dev.txt")]
+    assert "pytest" in dev and not any("pytest" in reqs(str(f.relative_to(ROOT))) for f in others)
 
 
 def code_blocks(page: Path) -> list[str]:
@@ -230,7 +231,7 @@ def test_readme_benchmark_command_runs_the_cell_in_a_new_folder(tmp_path, capsys
 def test_readme_test_commands_are_what_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text()
     tests_section = readme_block("## Tests")
-    for command in ("pip install -r requirements-dev.txt", "python -m pytest -q tests"):
+    for command in ("pip install -r requirements/requirements-dev.txt", "python -m pytest -q tests"):
         assert command in tests_section and command in ci
 
 

@@ -9,14 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+import dqn
 import gymnasium as gym
 import numpy as np
+import probes
 import pytest
 import torch
-
-import dqn
-import probes
 from probes import ChainEnv, RecordingWrapper
+
 from common.replay import ReplayMemory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -307,7 +307,7 @@ def test_saved_model_evaluates_from_the_command_line(tmp_path):
     summary = dqn.train(small_args(tmp_path, save_model=True, capture_video=True, eval_episodes=2))
     run = Path(summary["run_dir"])
     assert len(list((run / "videos").rglob("*.mp4"))) == 2  # the final evaluation's two episodes
-    r = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), str(run), "--episodes", "3"],
+    r = subprocess.run([sys.executable, str(ROOT / "tools/evaluate.py"), str(run), "--episodes", "3"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "over 3 episodes" in r.stdout

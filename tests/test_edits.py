@@ -11,23 +11,24 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
-import torch
-
 import a2c
 import ddpg
 import dqn
-import harness.run
 import n_step_q
 import naf
+import numpy as np
+import pytest
 import sarsa
+import torch
+
+import harness.run
 
 ROOT = Path(__file__).resolve().parents[1]
 BIG = 1e3  # dominates any Q-value or logit a few hundred steps of training produce
@@ -251,6 +252,20 @@ def test_a_metric_without_its_column_fails_at_once_naming_the_fix(monkeypatch, t
     (run,) = tmp_path.iterdir()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["error"].startswith("ValueError: Run.log: td_max") and summary["total_timesteps"] == 200  # the 100th update logs the loss
+
+
+@pytest.mark.parametrize("algo", ["dqn", "a2c", "ddpg"])
+def test_a_metric_added_to_a_log_call_without_its_column_fails_before_the_run_starts(algo, tmp_path, monkeypatch):
+    """The edit in the script's own text: Run reads the metrics train()'s run.log calls name when it is made."""
+    source = (ROOT / "algos" / f"{algo}.py").read_text()
+    assert source.count("run.log(global_step, ") == 1
+    (tmp_path / f"{algo}_edited.py").write_text(source.replace("run.log(global_step, ", "run.log(global_step, td_max=1.0, "))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    edited = importlib.import_module(f"{algo}_edited")
+    args = edited.Args(total_timesteps=50_000, run_dir=str(tmp_path / "runs"), progress=False)
+    with pytest.raises(ValueError, match=r"td_max not among the metrics.csv columns .* add it to the list of fields"):
+        edited.train(args)
+    assert not (tmp_path / "runs").exists()  # found before the run folder is made
 
 
 def test_bad_input_is_still_one_line_and_exit_2(tmp_path, capsys):

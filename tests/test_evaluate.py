@@ -1,14 +1,13 @@
-"""evaluate.py: by default it repeats a run's final evaluation from its saved model."""
+"""tools/evaluate.py: by default it repeats a run's final evaluation from its saved model."""
 
 import importlib
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import evaluate
 import probes
+import pytest
 
 
 @pytest.mark.parametrize("algo, kw", [
@@ -17,7 +16,7 @@ import probes
 ])
 def test_defaults_reproduce_the_runs_eval_return(tmp_path, capsys, monkeypatch, algo, kw):
     module = importlib.import_module(algo)
-    monkeypatch.setitem(sys.modules, algo, module)  # evaluate.py loads the script afresh under this name
+    monkeypatch.setitem(sys.modules, algo, module)  # tools/evaluate.py loads the script afresh under this name
     summary = module.train(module.Args(env_id="Pendulum-v1", seed=3, eval_episodes=3, save_model=True, run_dir=str(tmp_path),
                                        progress=False, device="cpu", **kw))
     capsys.readouterr()
@@ -41,8 +40,8 @@ def test_capture_video_says_where_the_videos_went(tmp_path, capsys, monkeypatch)
 
 @pytest.mark.parametrize("algo", ["dqn", "n_step_q", "sarsa"])
 def test_scale_obs_reaches_every_env_of_the_run_and_evaluate_py(tmp_path, capsys, monkeypatch, algo):
-    """--scale-obs rescales the training envs, the evaluation envs and evaluate.py's envs alike:
-    every env the run and evaluate.py make is asked for it, and evaluate.py repeats the run's return."""
+    """--scale-obs rescales the training envs, the evaluation envs and tools/evaluate.py's envs alike:
+    every env the run and tools/evaluate.py make is asked for it, and tools/evaluate.py repeats the run's return."""
     from common import pixels
 
     module = importlib.import_module(algo)
@@ -88,12 +87,12 @@ def test_bad_input_is_found_before_torch_is_imported(tmp_path):
     """The line comes at once, not after the seconds torch takes to import."""
     (tmp_path / "config.json").write_text('{"algo": "dqn"}')
     code = "import sys, evaluate; rc = evaluate.main(evaluate.EvalArgs(run=evaluate.Path(sys.argv[1]))); assert 'torch' not in sys.modules; sys.exit(rc)"
-    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT / "tools", capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.strip() == f"evaluate: error: {tmp_path} has no model.pt (train with --save-model)", r.stderr
 
 
 def test_help_gives_each_default_once_and_names_the_script_option():
-    r = subprocess.run([sys.executable, "evaluate.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "tools/evaluate.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0
     text = " ".join(r.stdout.replace("│", " ").split())
     assert "(default: None)" not in text and text.count("(default: the run's --eval-episodes)") == 1
@@ -118,7 +117,7 @@ def test_script_option_loads_the_network_from_a_copied_script(tmp_path, capsys, 
 
 
 def test_a_run_whose_network_differs_from_the_repositorys_script_says_so_in_one_line(tmp_path, capsys, monkeypatch):
-    """A copied script with an extra layer trained the run; without --script, evaluate.py names the fix, no traceback."""
+    """A copied script with an extra layer trained the run; without --script, tools/evaluate.py names the fix, no traceback."""
     import dqn
     import torch
 
@@ -142,4 +141,4 @@ def test_capture_video_without_moviepy_is_one_line(tmp_path, capsys, monkeypatch
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "moviepy" else real_find_spec(name, *a))
     assert evaluate.main(evaluate.EvalArgs(run=tmp_path, capture_video=True)) == 2
-    assert capsys.readouterr().err.strip() == "evaluate: error: --capture-video needs moviepy: pip install -r requirements-video.txt"
+    assert capsys.readouterr().err.strip() == "evaluate: error: --capture-video needs moviepy: pip install -r requirements/requirements-video.txt"

@@ -1,21 +1,21 @@
 """n_step_q.py: targets against a hand-computed rollout, smoke, determinism, bad input, learning."""
 
-import functools
 import csv
+import functools
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import gymnasium as gym
+import n_step_q
 import numpy as np
+import probes
 import pytest
 import torch
+from probes import ChainEnv, RecordingWrapper
 from torch import nn
 
-import n_step_q
-import probes
-from probes import ChainEnv, RecordingWrapper
 import harness.run
 from harness.run import evaluate as run_evaluate
 
@@ -163,7 +163,7 @@ def test_smoke(tmp_path):
     for key in ["algo", "env", "seed", "total_timesteps", "wall_seconds", "sps", "eval_return_mean",
                 "eval_return_std", "eval_episodes", "train_return_last10", "completed"]:
         assert key in summary
-    # the saved model reloads as the same greedy policy (what evaluate.py does)
+    # the saved model reloads as the same greedy policy (what tools/evaluate.py does)
     act = n_step_q.load_policy(n_step_q.Args(), str(run / "model.pt"))
     assert run_evaluate(act, functools.partial(n_step_q.make_env, "CartPole-v1"), 2, n_step_q.Args().seed + 100_000).mean() == summary["eval_return_mean"]
 

@@ -10,13 +10,21 @@ import sys
 from pathlib import Path
 
 import gymnasium as gym
+import naf
 import numpy as np
+import probes
 import pytest
 import torch
-
-import naf
-import probes
-from naf import Args, NAFNetwork, deterministic_policy, load_policy, lower_triangular, naf_advantage, naf_targets, train
+from naf import (
+    Args,
+    NAFNetwork,
+    deterministic_policy,
+    load_policy,
+    lower_triangular,
+    naf_advantage,
+    naf_targets,
+    train,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY_KEYS = {
@@ -375,7 +383,7 @@ def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
     [
         (["--env", "CartPole-v1"], "needs a continuous (Box) action space"),
         pytest.param(["--env", "MinAtar/Breakout-v1"], "takes vector observations; MinAtar/Breakout-v1 is a pixel env",
-                     marks=pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="pip install -r requirements-pixels.txt")),
+                     marks=pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="pip install -r requirements/requirements-pixels.txt")),
         (["--batch-size", "64", "--buffer-size", "10"], "--batch-size 64 is larger than --buffer-size 10"),
         (["--reward-scale", "0"], "--reward-scale must be positive"),
     ],

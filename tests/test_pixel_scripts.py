@@ -15,15 +15,15 @@ import json
 import sys
 from pathlib import Path
 
+import evaluate
 import numpy as np
 import pytest
 import torch
 
 import harness.run
-import evaluate
 from common import pixels
-from harness.run import evaluate as run_evaluate
 from common.torso import ToFloat
+from harness.run import evaluate as run_evaluate
 
 ALGOS = ["dqn", "n_step_q", "sarsa", "a2c"]
 # the rollout scripts: 2 envs, rollouts of 5 steps, so learning sees [10, C, H, W]; dqn: batches of 8
@@ -88,7 +88,7 @@ def test_minatar_smoke_feeds_uint8_grids_to_the_network(tmp_path, torso_inputs, 
     assert LEARNING_BATCH[algo] in batches and args.num_envs in batches  # learning and acting
     # validate() first makes one env to check the id and its spaces; then the training envs; the evaluation plays whole games
     assert made == [True] * (1 + args.num_envs) + [False] * args.eval_episodes
-    # the saved model reloads as the same greedy policy (what evaluate.py does)
+    # the saved model reloads as the same greedy policy (what tools/evaluate.py does)
     act = module.load_policy(args, str(run / "model.pt"))
     returns = run_evaluate(act, functools.partial(module.make_env, args.env_id, training=False), args.eval_episodes, args.seed + 100_000)
     assert returns.mean() == summary["eval_return_mean"]
@@ -149,7 +149,7 @@ def test_atari_learns_from_clipped_rewards_and_logs_whole_games(tmp_path, monkey
 def test_evaluate_py_plays_whole_games(tmp_path, monkeypatch, made):
     pytest.importorskip("minatar")
     module, args = small("dqn", tmp_path, env_id="MinAtar/Breakout-v1", total_timesteps=200, save_model=True)
-    monkeypatch.setitem(sys.modules, "dqn", module)  # evaluate.py loads the script afresh under this name
+    monkeypatch.setitem(sys.modules, "dqn", module)  # tools/evaluate.py loads the script afresh under this name
     summary = module.train(args)
     made.clear()
     assert evaluate.main(evaluate.EvalArgs(run=Path(summary["run_dir"]))) == 0

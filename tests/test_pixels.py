@@ -12,11 +12,11 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common.minatar import MINATAR_MAX_STEPS  # noqa: E402
-from common.atari import EpisodicLife, FireReset, FrameMemory  # noqa: E402
-from common.torso import obs_shape, torso  # noqa: E402
 from common import pixels  # noqa: E402
+from common.atari import EpisodicLife, FireReset, FrameMemory  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
+from common.minatar import MINATAR_MAX_STEPS  # noqa: E402
+from common.torso import obs_shape, torso  # noqa: E402
 
 
 # --- frame memory ------------------------------------------------------------------------------
@@ -422,7 +422,7 @@ def test_a_truncated_training_game_starts_over(monkeypatch):
     env = pixels.make("BreakoutNoFrameskip-v4", training=True)
     env.reset(seed=0)
     rng = np.random.default_rng(1)
-    for game in range(2):
+    for _game in range(2):
         steps = 0
         for _ in range(100):  # across the lives lost (training episodes) of one game
             _, _, terminated, truncated, info = env.step(int(rng.integers(4)))

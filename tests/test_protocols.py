@@ -5,14 +5,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
-import torch
-
 import dqn
 import n_step_q
+import numpy as np
 import probes
+import pytest
 import sarsa
+import torch
+
 from common import pixels
 from harness.errors import InputError
 

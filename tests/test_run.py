@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import importlib
 import json
 import os
 import signal
@@ -11,16 +12,14 @@ import sys
 import time
 from pathlib import Path
 
-import importlib
-
+import ddpg
+import dqn
 import numpy as np
+import probes
 import pytest
 import torch
 
 import harness.run
-import ddpg
-import dqn
-import probes
 from common.network import NetworkWrapper
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -222,9 +221,15 @@ def test_ctrl_c_stops_with_130_and_a_checkpoint_only_when_checkpointing(tmp_path
 @pytest.mark.parametrize("argv, says", [
     (["--batch-size", "abc"], "--batch-size: invalid literal for int() with base 10: 'abc' (expected: --batch-size INT)"),
     (["--batch-sizee", "3"], "Unrecognized options: --batch-sizee, 3 (did you mean --batch-size INT?)"),
+    # the whole message at any terminal width (tyro wraps its box at the width), and an abbreviation's flag
+    (["--total-timesteps", "1e5"],
+     "--total-timesteps: invalid literal for int() with base 10: '1e5' (expected: --total-timesteps INT)"),
+    (["--lr", "0.1"], "Unrecognized options: --lr, 0.1 (did you mean --learning-rate?)"),
 ])
 def test_a_value_tyro_cannot_parse_is_one_error_line_with_exit_2(argv, says):
-    r = subprocess.run([sys.executable, str(ROOT / "algos" / "dqn.py"), *argv], capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "COLUMNS": "80"}
+    r = subprocess.run([sys.executable, str(ROOT / "algos" / "dqn.py"), *argv], capture_output=True, text=True, timeout=120,
+                       env=env)
     assert r.returncode == 2 and r.stderr.strip() == f"dqn: error: {says}", r.stderr
 
 
@@ -293,7 +298,7 @@ def test_a_missing_extra_is_one_line_naming_its_requirements_file(tmp_path, caps
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "moviepy" else real_find_spec(name, *a))
     assert dqn.main(probes.tiny_args(dqn, "dqn", tmp_path, capture_video=True)) == 2
-    assert capsys.readouterr().err.strip() == "dqn: error: --capture-video needs moviepy: pip install -r requirements-video.txt"
+    assert capsys.readouterr().err.strip() == "dqn: error: --capture-video needs moviepy: pip install -r requirements/requirements-video.txt"
     assert not list(tmp_path.iterdir())  # found before the run folder is written
 
     def no_box2d(*a, **k):
@@ -302,7 +307,7 @@ def test_a_missing_extra_is_one_line_naming_its_requirements_file(tmp_path, caps
     monkeypatch.setattr(gym, "make", no_box2d)
     assert dqn.main(probes.tiny_args(dqn, "dqn", tmp_path, env_id="LunarLander-v3")) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.endswith("(this project's extra: pip install -r requirements-box2d.txt)"), err
+    assert len(err.splitlines()) == 1 and err.endswith("(this project's extra: pip install -r requirements/requirements-box2d.txt)"), err
 
 
 class UnboundedActions:  # Pendulum with an action space without finite bounds (the env itself clips)

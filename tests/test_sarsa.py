@@ -1,8 +1,8 @@
 """sarsa.py: targets against a hand-computed rollout, smoke, determinism, bad input, learning."""
 
-import functools
 import copy
 import csv
+import functools
 import json
 import subprocess
 import sys
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+import probes
 import pytest
+import sarsa
 import torch
+from probes import ChainEnv, RecordingWrapper
 from torch import nn
 
-import sarsa
-import probes
-from probes import ChainEnv, RecordingWrapper
 import harness.run
 from harness.run import evaluate as run_evaluate
 
@@ -200,7 +200,7 @@ def test_smoke(tmp_path):
     for key in ["algo", "env", "seed", "total_timesteps", "wall_seconds", "sps", "eval_return_mean",
                 "eval_return_std", "eval_episodes", "train_return_last10", "completed"]:
         assert key in summary
-    # the saved model reloads as the same greedy policy (what evaluate.py does)
+    # the saved model reloads as the same greedy policy (what tools/evaluate.py does)
     act = sarsa.load_policy(sarsa.Args(), str(run / "model.pt"))
     assert run_evaluate(act, functools.partial(sarsa.make_env, "CartPole-v1"), 2, sarsa.Args().seed + 100_000).mean() == summary["eval_return_mean"]
 

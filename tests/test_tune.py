@@ -12,10 +12,10 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 optuna = pytest.importorskip("optuna")
 Retry = optuna.storages.RetryHeartbeatStaleTrialCallback  # records the trial a retry tries again

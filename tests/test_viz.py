@@ -1,4 +1,4 @@
-"""The optional tools (requirements-viz.txt): --tensorboard, tensorboard_export.py and plot.py, read back."""
+"""The optional tools (requirements/requirements-viz.txt): --tensorboard, tools/tensorboard_export.py and tools/plot.py, read back."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import sys
 import time
 from pathlib import Path
 
+import a2c
+import dqn
 import numpy as np
+import plot
 import pytest
 
-import a2c
 import harness.run
-import dqn
-import plot
 from harness.extras import tensorboard_tag
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +35,7 @@ def dqn_args(run_dir: Path, **kw) -> dqn.Args:
 
 def events(folder: Path, purge: bool = True) -> dict[str, list[tuple[int, float]]]:
     """Every scalar of the event files in `folder`, per tag, as TensorBoard reads them."""
-    pytest.importorskip("tensorboard", reason="pip install -r requirements-viz.txt")
+    pytest.importorskip("tensorboard", reason="pip install -r requirements/requirements-viz.txt")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(folder), size_guidance={"scalars": 0}, purge_orphaned_data=purge)  # 0: keep all
@@ -55,7 +55,7 @@ def csv_scalars(run: Path, tags: dict[str, str]) -> dict[str, list[tuple[int, fl
 
 
 def test_tensorboard_scalars_equal_metrics_csv_under_cleanrl_tags(tmp_path):
-    pytest.importorskip("tensorboard", reason="pip install -r requirements-viz.txt")
+    pytest.importorskip("tensorboard", reason="pip install -r requirements/requirements-viz.txt")
     summary = dqn.train(dqn_args(tmp_path, tensorboard=True))
     run = Path(summary["run_dir"])
     got = events(run / "tensorboard")
@@ -78,7 +78,7 @@ def test_tags_depend_on_what_the_algorithm_logs():
 def test_resumed_run_has_one_history_in_tensorboard(tmp_path, monkeypatch, first_with_tensorboard):
     """The first process logs past its last checkpoint (at 400, as if killed after 600): those events are
     dropped on resume like metrics.csv's rows; a run that had no events gets the kept rows first."""
-    pytest.importorskip("tensorboard", reason="pip install -r requirements-viz.txt")
+    pytest.importorskip("tensorboard", reason="pip install -r requirements/requirements-viz.txt")
     write = harness.run.Run._write_checkpoint
     with monkeypatch.context() as m:
         m.setattr(harness.run.Run, "_write_checkpoint", lambda self, content: write(self, content) if content["global_step"] <= 400 else None)
@@ -98,11 +98,11 @@ def test_resumed_run_has_one_history_in_tensorboard(tmp_path, monkeypatch, first
 
 @pytest.mark.slow
 def test_export_writes_the_same_scalars_as_the_flag(tmp_path):
-    pytest.importorskip("tensorboard", reason="pip install -r requirements-viz.txt")
+    pytest.importorskip("tensorboard", reason="pip install -r requirements/requirements-viz.txt")
     run = Path(dqn.train(dqn_args(tmp_path, tensorboard=True))["run_dir"])
     live = events(run / "tensorboard")
     for _ in range(2):  # exporting again replaces the events instead of adding a second copy
-        r = subprocess.run([sys.executable, str(ROOT / "tensorboard_export.py"), str(run)], capture_output=True, text=True, timeout=120)
+        r = subprocess.run([sys.executable, str(ROOT / "tools/tensorboard_export.py"), str(run)], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
     assert len(list((run / "tensorboard").glob("events.out.tfevents.*"))) == 1
     assert events(run / "tensorboard") == live
@@ -110,7 +110,7 @@ def test_export_writes_the_same_scalars_as_the_flag(tmp_path):
 
 @pytest.mark.slow
 def test_export_of_a_folder_without_metrics_is_one_line(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "tensorboard_export.py"), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, str(ROOT / "tools/tensorboard_export.py"), str(tmp_path)], capture_output=True, text=True, timeout=120)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("tensorboard_export: error: "), r.stderr
 
@@ -123,7 +123,7 @@ def test_tensorboard_without_the_package_is_one_line_before_anything_is_written(
     assert not (tmp_path / "runs").exists()
 
 
-# plot.py ---------------------------------------------------------------------------------------
+# tools/plot.py ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def two_seeds(tmp_path_factory) -> Path:
     runs = tmp_path_factory.mktemp("runs")
@@ -144,18 +144,18 @@ def is_png_with_curves(path: Path) -> bool:
 
 @pytest.mark.slow
 def test_plot_of_two_seeds_writes_a_png(tmp_path, two_seeds):
-    pytest.importorskip("matplotlib", reason="pip install -r requirements-viz.txt")
+    pytest.importorskip("matplotlib", reason="pip install -r requirements/requirements-viz.txt")
     folders = sorted(str(p) for p in two_seeds.glob("CartPole-v1__dqn__*"))
     assert len(folders) == 2
     for inputs, out in ((folders, tmp_path / "curves.png"), ([str(two_seeds)], tmp_path / "parent.png")):
-        r = subprocess.run([sys.executable, str(ROOT / "plot.py"), *inputs, "--out", str(out)], capture_output=True, text=True, timeout=120)
+        r = subprocess.run([sys.executable, str(ROOT / "tools/plot.py"), *inputs, "--out", str(out)], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         assert "2 runs" in r.stdout and is_png_with_curves(out)
 
 
 def test_plot_of_a_folder_without_metrics_is_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
-    r = subprocess.run([sys.executable, str(ROOT / "plot.py"), str(tmp_path / "empty"), "--out", str(tmp_path / "x.png")],
+    r = subprocess.run([sys.executable, str(ROOT / "tools/plot.py"), str(tmp_path / "empty"), "--out", str(tmp_path / "x.png")],
                        capture_output=True, text=True, timeout=120)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("plot: error: ") and "metrics.csv" in lines[0], r.stderr
@@ -202,8 +202,8 @@ def drawn(fig) -> dict[str, tuple[float, float]]:
 
 
 def test_runs_with_the_same_seed_are_not_two_seeds(tmp_path, capsys):
-    """A 500k and a 15k run, both seed 1: each drawn whole with its evaluation, and plot.py says why they are not averaged."""
-    pytest.importorskip("matplotlib", reason="pip install -r requirements-viz.txt")
+    """A 500k and a 15k run, both seed 1: each drawn whole with its evaluation, and tools/plot.py says why they are not averaged."""
+    pytest.importorskip("matplotlib", reason="pip install -r requirements/requirements-viz.txt")
     import matplotlib.pyplot as plt
 
     runs = [plot.read_run(fake_run(tmp_path, "dqn", 1, 500_000, [500_000], stamp="20260101-000000"), 10),
@@ -219,7 +219,7 @@ def test_runs_with_the_same_seed_are_not_two_seeds(tmp_path, capsys):
 
 
 def test_seeds_are_averaged_over_the_steps_they_share_and_each_is_drawn_whole(tmp_path, capsys):
-    pytest.importorskip("matplotlib", reason="pip install -r requirements-viz.txt")
+    pytest.importorskip("matplotlib", reason="pip install -r requirements/requirements-viz.txt")
     import matplotlib.pyplot as plt
 
     runs = [plot.read_run(fake_run(tmp_path, "a2c", 1, 15_000, [5_000, 10_000, 15_000]), 1),
@@ -242,7 +242,7 @@ def test_seeds_are_averaged_over_the_steps_they_share_and_each_is_drawn_whole(tm
 
 @pytest.mark.parametrize("envs", [1, 4])
 def test_the_title_fits_inside_the_figure(tmp_path, envs):
-    pytest.importorskip("matplotlib", reason="pip install -r requirements-viz.txt")
+    pytest.importorskip("matplotlib", reason="pip install -r requirements/requirements-viz.txt")
     import matplotlib.pyplot as plt
 
     runs = [plot.read_run(fake_run(tmp_path, "dqn", seed, 5_000, [5_000], env=f"Env{i}-v0"), 10) for i in range(envs) for seed in (1, 2)]
@@ -254,7 +254,7 @@ def test_the_title_fits_inside_the_figure(tmp_path, envs):
 
 
 def test_plot_counts_runs_in_words(tmp_path, capsys):
-    pytest.importorskip("matplotlib", reason="pip install -r requirements-viz.txt")
+    pytest.importorskip("matplotlib", reason="pip install -r requirements/requirements-viz.txt")
     run = fake_run(tmp_path / "runs", "dqn", 1, 2_000, [2_000])
     assert plot.main(plot.PlotArgs(runs=(run,), out=tmp_path / "one.png")) == 0
     out = capsys.readouterr().out

@@ -1,6 +1,6 @@
 """Score or watch a saved model: the evaluation phase of a finished (or interrupted) run.
 
-    python evaluate.py runs/CartPole-v1__dqn__1__20261122-211249 --episodes 10 --capture-video
+    python tools/evaluate.py runs/CartPole-v1__dqn__1__20261122-211249 --episodes 10 --capture-video
 
 Reads the run folder's config.json to rebuild the algorithm's network, loads model.pt (written
 by `--save-model`, a state dict loaded with weights_only=True) and runs the deterministic policy
@@ -27,7 +27,7 @@ from typing import Annotated, Optional
 
 import tyro
 
-ROOT = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent  # the repository: algos/, common/, harness/
 
 
 @dataclass
@@ -60,7 +60,7 @@ def check(a: EvalArgs) -> tuple[dict, Path]:
         also = "; a run writes model.pt with --save-model" if "model.pt" in missing else ""
         raise ValueError(f"{a.run} has no {' and no '.join(missing)} (not a run folder{also})")
     if a.capture_video and importlib.util.find_spec("moviepy") is None:
-        raise ValueError("--capture-video needs moviepy: pip install -r requirements-video.txt")
+        raise ValueError("--capture-video needs moviepy: pip install -r requirements/requirements-video.txt")
     if a.episodes is not None and a.episodes <= 0:
         raise ValueError(f"--episodes must be positive, got {a.episodes}")
     try:

@@ -1,13 +1,13 @@
 """Write existing run folders' metrics.csv as TensorBoard scalars, for runs trained without --tensorboard.
 
-    python tensorboard_export.py runs/CartPole-v1__dqn__1__20261122-211249 [RUN ...]
+    python tools/tensorboard_export.py runs/CartPole-v1__dqn__1__20261122-211249 [RUN ...]
     tensorboard --logdir runs
 
 Each run's scalars go into <run folder>/tensorboard under the tags `--tensorboard` uses
 (CleanRL's names: charts/episodic_return, charts/SPS, losses/td_loss, eval/episodic_return, ...).
 The folder is derived from metrics.csv: event files already there are replaced, so exporting
 twice, or a run that also had --tensorboard, gives one copy of each scalar. Needs the
-tensorboard package (pip install -r requirements-viz.txt).
+tensorboard package (pip install -r requirements/requirements-viz.txt).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import tyro
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, for harness/
 from harness.extras import tensorboard_writer, write_tensorboard  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Draw run folders' learning curves into one PNG: return vs env steps, each run whole, seeds averaged.
 
-    python plot.py runs/CartPole-v1__dqn__* --out curves.png
-    python plot.py runs --out curves.png        # every run folder inside runs/
+    python tools/plot.py runs/CartPole-v1__dqn__* --out curves.png
+    python tools/plot.py runs --out curves.png        # every run folder inside runs/
 
 One panel per environment. Runs of the same algorithm and environment are grouped by their seed
 (config.json's, else the folder name's):
@@ -9,12 +9,12 @@ One panel per environment. Runs of the same algorithm and environment are groupe
 - several seeds: their mean (thick) with a band from the lowest to the highest seed, over the
   steps every seed covers (the legend gives that range); where a run goes on past it, its own
   curve is drawn on, thin;
-- two runs with the same seed are not two seeds: plot.py says so and draws each run on its own.
+- two runs with the same seed are not two seeds: tools/plot.py says so and draws each run on its own.
 Training return (solid): each run's episodic returns, averaged over its last --smooth episodes
 (means and bands on 200 evenly spaced steps). Evaluation return (dashed, markers), where
 metrics.csv has eval_return: at the steps where the runs evaluated; seeds that evaluated at no
 common step are drawn one by one. Reads metrics.csv and config.json only; needs matplotlib
-(pip install -r requirements-viz.txt).
+(pip install -r requirements/requirements-viz.txt).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def figure(runs: list[Curves], smooth: int):
     try:
         import matplotlib
     except ImportError:
-        raise ValueError("plot.py needs matplotlib: pip install -r requirements-viz.txt") from None
+        raise ValueError("tools/plot.py needs matplotlib: pip install -r requirements/requirements-viz.txt") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
@@ -196,7 +196,7 @@ def figure(runs: list[Curves], smooth: int):
                 drawn += 1
                 lo, hi = steps[0], steps[-1]
                 label = f"{algo} {kind}, each seed alone outside those steps"
-                for (s, v), seed in curves:  # each run's own curve where the others have none
+                for (s, v), _seed in curves:  # each run's own curve where the others have none
                     for part_s, part_v in _outside(s, v, lo, hi, join=kind == "training"):
                         ax.plot(part_s, part_v, color=colors[(algo, "")], lw=0.8, alpha=0.7, label=label, **styles[kind])
                         label = None
