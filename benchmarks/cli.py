@@ -29,15 +29,33 @@ class OneLineParser(argparse.ArgumentParser):
 
 def add_slurm_flags(p: argparse.ArgumentParser) -> None:
     slurm = p.add_argument_group("slurm backend")
-    slurm.add_argument("--time-limit", type=int, default=60,
-                       help="minutes per array task; near the limit the task stops its run at a checkpoint and is requeued (default 60)")
+    slurm.add_argument(
+        "--time-limit",
+        type=int,
+        default=60,
+        help="minutes per array task; near the limit the task stops its run at a checkpoint and is requeued (default 60)",
+    )
     slurm.add_argument("--partition", help="SLURM partition (default: the cluster's)")
-    slurm.add_argument("--cpus-per-task", type=int, default=1, help="CPUs per array task (default 1; a run uses one)")
-    slurm.add_argument("--slurm-option", action="append", default=[], metavar="KEY=VALUE",
-                       help="any other sbatch option, e.g. account=myproject, qos=low, mem=4G (repeatable)")
-    slurm.add_argument("--submitit-dir", help="submitit's job files and logs (default: run.py <results-dir>/<suite>/submitit, tune.py <study-dir>/submitit)")
-    slurm.add_argument("--submitit-cluster", choices=("slurm", "local", "debug"), default="slurm",
-                       help="slurm; or local/debug: the same tasks as local processes through submitit, to try the SLURM path without a cluster")
+    slurm.add_argument(
+        "--cpus-per-task", type=int, default=1, help="CPUs per array task (default 1; a run uses one)"
+    )
+    slurm.add_argument(
+        "--slurm-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other sbatch option, e.g. account=myproject, qos=low, mem=4G (repeatable)",
+    )
+    slurm.add_argument(
+        "--submitit-dir",
+        help="submitit's job files and logs (default: run.py <results-dir>/<suite>/submitit, tune.py <study-dir>/submitit)",
+    )
+    slurm.add_argument(
+        "--submitit-cluster",
+        choices=("slurm", "local", "debug"),
+        default="slurm",
+        help="slurm; or local/debug: the same tasks as local processes through submitit, to try the SLURM path without a cluster",
+    )
 
 
 def flags_error(a: argparse.Namespace, **least) -> str | None:

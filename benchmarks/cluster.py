@@ -50,7 +50,9 @@ class CellTask(submitit.helpers.Checkpointable):
         self._job = job
         job.start(code_state(), self.checkpoint_every, self.fresh)
         try:
-            while job.proc.poll() is None:  # polled, not wait(): checkpoint() waits on the same process from a signal handler
+            while (
+                job.proc.poll() is None
+            ):  # polled, not wait(): checkpoint() waits on the same process from a signal handler
                 time.sleep(0.5)
         finally:  # the task is being ended (cancelled, or checkpoint() ran): the run checkpoints first (SIGUSR1)
             end_processes([job.proc], signal.SIGUSR1, 60, 10)
@@ -62,9 +64,13 @@ class CellTask(submitit.helpers.Checkpointable):
         if job is not None and job.proc is not None:
             end_processes([job.proc], signal.SIGUSR1, 60, 10)
             job.finish()
-        print(f"[cluster] {self.cell.algo} {self.cell.env} s{self.seed}: stopped at a checkpoint, requeued", flush=True)
+        print(
+            f"[cluster] {self.cell.algo} {self.cell.env} s{self.seed}: stopped at a checkpoint, requeued",
+            flush=True,
+        )
         return submitit.helpers.DelayedSubmission(
-            CellTask(self.suite, self.cell, self.seed, self.results, self.checkpoint_every, fresh=False))
+            CellTask(self.suite, self.cell, self.seed, self.results, self.checkpoint_every, fresh=False)
+        )
 
 
 class StudyTask(submitit.helpers.Checkpointable):
@@ -80,9 +86,13 @@ class StudyTask(submitit.helpers.Checkpointable):
 
     def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on SIGUSR2: end the trial's run (trials are not resumed) and requeue the worker."""
-        if self._state.get("proc") is not None:  # a trial's run is not resumed: its parameters are tried again
+        if (
+            self._state.get("proc") is not None
+        ):  # a trial's run is not resumed: its parameters are tried again
             end_processes([self._state["proc"]], signal.SIGKILL, 10)
-        return submitit.helpers.DelayedSubmission(StudyTask(self.work, self.config, self.worker, self._state.get("trial")))
+        return submitit.helpers.DelayedSubmission(
+            StudyTask(self.work, self.config, self.worker, self._state.get("trial"))
+        )
 
 
 def _failure(sj) -> str:
@@ -100,7 +110,9 @@ def cancel(jobs: list) -> None:
         try:
             sj.cancel(check=False)
         except Exception:  # noqa: BLE001 - cancel what can be cancelled, say what could not
-            print(f"  could not cancel {sj.job_id}: {traceback.format_exc().splitlines()[-1]}", file=sys.stderr)
+            print(
+                f"  could not cancel {sj.job_id}: {traceback.format_exc().splitlines()[-1]}", file=sys.stderr
+            )
 
 
 def wait_for(jobs: list, poll: float) -> None:
@@ -127,13 +139,18 @@ def run_jobs(suite: str, todo: list[Job], a) -> list[tuple[Job, dict]] | None:
     pending = list(range(len(todo)))
     if a.submitit_cluster == "slurm":  # one array, `--workers` tasks at a time
         submitted, pending = dict(enumerate(executor.submit_array(tasks))), []
-        print(f"submitted {len(tasks)} runs as SLURM array job {submitted[0].job_id.split('_')[0]} ({a.workers} at a time, "
-              f"{a.time_limit} min per task, requeued to resume where a run outlives it); submitit files: {folder}", flush=True)
+        print(
+            f"submitted {len(tasks)} runs as SLURM array job {submitted[0].job_id.split('_')[0]} ({a.workers} at a time, "
+            f"{a.time_limit} min per task, requeued to resume where a run outlives it); submitit files: {folder}",
+            flush=True,
+        )
     finished, done = [], set()
     last_status, poll = time.time(), 5.0 if a.submitit_cluster == "slurm" else 0.5
     try:
         while len(done) < len(todo):
-            while pending and len(submitted) - len(done) < a.workers:  # submitit's local executor would start every job at once
+            while (
+                pending and len(submitted) - len(done) < a.workers
+            ):  # submitit's local executor would start every job at once
                 i = pending.pop(0)
                 submitted[i] = executor.submit(tasks[i])
                 print(f"[{time.strftime('%H:%M:%S')}] submit {todo[i].label} -> {todo[i].dir}", flush=True)
@@ -146,18 +163,29 @@ def run_jobs(suite: str, todo: list[Job], a) -> list[tuple[Job, dict]] | None:
                 if result is None:  # the task itself died (node failure, out of memory, cancelled)
                     result = job.died(f"its SLURM task ended without a result: {_failure(sj)}")
                 elif result["status"] not in ("ok", "failed", "killed"):  # stopped, not requeued
-                    result = {**result, "error": f"stopped ({result['status']}) and not requeued ({_failure(sj)}); "
-                                                 "run the same command again to resume it"}
+                    result = {
+                        **result,
+                        "error": f"stopped ({result['status']}) and not requeued ({_failure(sj)}); "
+                        "run the same command again to resume it",
+                    }
                 finished.append((job, result))
                 print_end(job, result)
             if time.time() - last_status > a.status_every and len(done) < len(todo):
-                running = [f"{todo[i].label} {100 * todo[i].progress():.0f}%" for i in submitted if i not in done]
-                print(f"[{time.strftime('%H:%M:%S')}] {len(done)}/{len(todo)} finished, {len(pending)} not submitted yet; "
-                      f"not finished: {'; '.join(running) or '-'}", flush=True)
+                running = [
+                    f"{todo[i].label} {100 * todo[i].progress():.0f}%" for i in submitted if i not in done
+                ]
+                print(
+                    f"[{time.strftime('%H:%M:%S')}] {len(done)}/{len(todo)} finished, {len(pending)} not submitted yet; "
+                    f"not finished: {'; '.join(running) or '-'}",
+                    flush=True,
+                )
                 last_status = time.time()
             time.sleep(poll)
     except KeyboardInterrupt:
-        print("\ninterrupted: cancelling the tasks (runs that wrote a checkpoint resume from it next time)", flush=True)
+        print(
+            "\ninterrupted: cancelling the tasks (runs that wrote a checkpoint resume from it next time)",
+            flush=True,
+        )
         cancel([sj for i, sj in submitted.items() if i not in done])
         return None
     return finished

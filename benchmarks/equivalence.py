@@ -49,12 +49,26 @@ json.dump(summary, open(spec["run_dir"] + "/summary_of_prefix.json", "w"), defau
 def run_side(root: Path, cell: Cell, seed: int, steps: int, out: Path) -> tuple[list[dict], dict]:
     """The prefix run with the files under `root`: (metrics.csv rows without wall-clock columns, summary)."""
     out.mkdir(parents=True)
-    spec = {"root": str(root), "algo": cell.algo, "env": cell.env, "seed": seed, "steps": steps,
-            "settings": cell.settings, "eval_every": steps // 2 if cell.eval_every else 0, "run_dir": str(out)}
+    spec = {
+        "root": str(root),
+        "algo": cell.algo,
+        "env": cell.env,
+        "seed": seed,
+        "steps": steps,
+        "settings": cell.settings,
+        "eval_every": steps // 2 if cell.eval_every else 0,
+        "run_dir": str(out),
+    }
     (out / "spec.json").write_text(json.dumps(spec))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHONHASHSEED="0", WANDB_MODE="disabled")
-    r = subprocess.run([sys.executable, "-c", DRIVER, str(out / "spec.json")], cwd=root, env=env, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(out / "spec.json")],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     (out / "log.txt").write_text(r.stdout + r.stderr)
     if r.returncode != 0:
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
@@ -73,14 +87,27 @@ def first_difference(old: tuple[list[dict], dict], new: tuple[list[dict], dict])
     for i, (a, b) in enumerate(zip(old, new)):
         if a != b:
             keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-            return f"row {i + 1} (global_step {a.get('global_step')}): " + ", ".join(f"{k} {a.get(k)!r} != {b.get(k)!r}" for k in keys)
+            return f"row {i + 1} (global_step {a.get('global_step')}): " + ", ".join(
+                f"{k} {a.get(k)!r} != {b.get(k)!r}" for k in keys
+            )
     return None if old_eval == new_eval else f"final evaluation {old_eval} != {new_eval}"
 
 
-def check(suite: str, algo: str, env: str, old: str, steps: int | None, record_file: Path = EQUIVALENCE_FILE,
-          suites_file: Path | str = SUITES_FILE, root: Path = ROOT, keep: Path | None = None) -> int:
+def check(
+    suite: str,
+    algo: str,
+    env: str,
+    old: str,
+    steps: int | None,
+    record_file: Path = EQUIVALENCE_FILE,
+    suites_file: Path | str = SUITES_FILE,
+    root: Path = ROOT,
+    keep: Path | None = None,
+) -> int:
     try:
-        cell = next((c for c in load_suite(suite, suites_file).cells if c.algo == algo and c.env == env), None)
+        cell = next(
+            (c for c in load_suite(suite, suites_file).cells if c.algo == algo and c.env == env), None
+        )
     except SystemExit as e:
         raise BadInput(str(e)) from None
     if cell is None:
@@ -95,14 +122,19 @@ def check(suite: str, algo: str, env: str, old: str, steps: int | None, record_f
         raise BadInput(f"--old {old}: not a commit of this repository")
     old_files, new_files = checker.deciding(old_commit, algo), checker.deciding(checker.head, algo)
     if checker.same_code(old_files, new_files):
-        print(f"{algo} {env}: the deciding files of {old_commit[:7]} and HEAD ({checker.head[:7]}) are the same code "
-              "(docstrings, comments and layout aside): its runs count already, nothing to check")
+        print(
+            f"{algo} {env}: the deciding files of {old_commit[:7]} and HEAD ({checker.head[:7]}) are the same code "
+            "(docstrings, comments and layout aside): its runs count already, nothing to check"
+        )
         return 0
     changed = sorted(p for p in set(old_files) | set(new_files) if old_files.get(p) != new_files.get(p))
     dirty = [p for p in (code_state(root).get("dirty_files") or []) if p in new_files]
-    print(f"{algo} {env} seed {cell.seeds[0]}, {steps:,} steps: {old_commit[:7]} against HEAD {checker.head[:7]} "
-          f"(changed: {', '.join(changed)})" + (f"; HEAD's files are checked, not the uncommitted changes to {', '.join(dirty)}" if dirty else ""),
-          flush=True)
+    print(
+        f"{algo} {env} seed {cell.seeds[0]}, {steps:,} steps: {old_commit[:7]} against HEAD {checker.head[:7]} "
+        f"(changed: {', '.join(changed)})"
+        + (f"; HEAD's files are checked, not the uncommitted changes to {', '.join(dirty)}" if dirty else ""),
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="equivalence-") as tmp:
         base = Path(keep) if keep else Path(tmp)
         sides = {}
@@ -116,21 +148,35 @@ def check(suite: str, algo: str, env: str, old: str, steps: int | None, record_f
             except RuntimeError as e:
                 print(f"{name} side ({commit[:7]}): {e}")
                 return 1
-            print(f"  {name} side ({commit[:7]}): {len(sides[name][0])} metrics rows, final eval "
-                  f"{sides[name][1].get('eval_return_mean')}, {time.time() - t0:.0f} s", flush=True)
+            print(
+                f"  {name} side ({commit[:7]}): {len(sides[name][0])} metrics rows, final eval "
+                f"{sides[name][1].get('eval_return_mean')}, {time.time() - t0:.0f} s",
+                flush=True,
+            )
         new_rows, new_summary = sides["new"]
         if diff := first_difference(sides["old"], sides["new"]):
             print(f"DIFFERENT: {diff}; nothing recorded")
             return 1
         if not new_summary.get("updates"):
-            print(f"the {steps:,}-step prefix took no gradient step (the summary's updates: {new_summary.get('updates')}): "
-                  "give a larger --steps; nothing recorded")
+            print(
+                f"the {steps:,}-step prefix took no gradient step (the summary's updates: {new_summary.get('updates')}): "
+                "give a larger --steps; nothing recorded"
+            )
             return 1
     machine = machine_info()
-    record = {"suite": suite, "algo": algo, "env": env, "hash": cell.digest, "seed": cell.seeds[0], "steps": steps,
-              "old": {"commit": old_commit, "files": old_files}, "new": {"commit": checker.head, "files": new_files},
-              "rows": len(new_rows), "date": time.strftime("%Y-%m-%d"),
-              "machine": {k: v for k, v in machine.items() if k != "load_average"}}
+    record = {
+        "suite": suite,
+        "algo": algo,
+        "env": env,
+        "hash": cell.digest,
+        "seed": cell.seeds[0],
+        "steps": steps,
+        "old": {"commit": old_commit, "files": old_files},
+        "new": {"commit": checker.head, "files": new_files},
+        "rows": len(new_rows),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": {k: v for k, v in machine.items() if k != "load_average"},
+    }
     records = [*load_records(record_file), record]
     Path(record_file).write_text(json.dumps({"records": records}, indent=1) + "\n")
     print(f"IDENTICAL: {len(new_rows)} metrics rows and the final evaluation; recorded in {record_file}")
@@ -138,12 +184,19 @@ def check(suite: str, algo: str, env: str, old: str, steps: int | None, record_f
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = OneLineParser(prog="benchmarks/equivalence.py", description=__doc__.splitlines()[0],
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(
+        prog="benchmarks/equivalence.py",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     for flag in ("--suite", "--algo", "--env"):
         p.add_argument(flag, required=True)
     p.add_argument("--old", required=True, help="the commit the cell's runs were made on")
-    p.add_argument("--steps", type=int, help=f"env steps of the prefix (default: half the budget, at most {DEFAULT_STEPS:,})")
+    p.add_argument(
+        "--steps",
+        type=int,
+        help=f"env steps of the prefix (default: half the budget, at most {DEFAULT_STEPS:,})",
+    )
     p.add_argument("--record-file", default=str(EQUIVALENCE_FILE), help=argparse.SUPPRESS)
     p.add_argument("--suites-file", default=str(SUITES_FILE), help=argparse.SUPPRESS)
     p.add_argument("--keep", help="keep both sides' code and runs in this folder (new), to look at them")

@@ -39,8 +39,12 @@ def machine_info() -> dict:
         versions[pkg] = None
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[pkg] = importlib.metadata.version(pkg.lower())
-    return {"platform": platform.platform(), **machine(), "load_average": [round(x, 2) for x in os.getloadavg()],
-            "versions": versions}
+    return {
+        "platform": platform.platform(),
+        **machine(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "versions": versions,
+    }
 
 
 def build_args(module, spec: dict):
@@ -50,18 +54,36 @@ def build_args(module, spec: dict):
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["settings"].items()}
     if unknown := sorted(set(values) - fields):
         raise ValueError(f"unknown setting(s) {unknown} for {spec['algo']}.Args")
-    values.update(env_id=spec["env"], seed=spec["seed"], total_timesteps=spec["steps"], run_dir=spec["run_dir"],
-                  eval_every=spec["eval_every"], progress=True, checkpoint_every=spec.get("checkpoint_every", 0),
-                  resume=spec.get("resume"))
-    values.setdefault("torch_threads", 1)  # a field of every script's Args, as eval_every is (harness.run.RunArgs)
+    values.update(
+        env_id=spec["env"],
+        seed=spec["seed"],
+        total_timesteps=spec["steps"],
+        run_dir=spec["run_dir"],
+        eval_every=spec["eval_every"],
+        progress=True,
+        checkpoint_every=spec.get("checkpoint_every", 0),
+        resume=spec.get("resume"),
+    )
+    values.setdefault(
+        "torch_threads", 1
+    )  # a field of every script's Args, as eval_every is (harness.run.RunArgs)
     return module.Args(**values)
 
 
 def child(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
-    result = {"status": "failed", "spec": spec, "summary": None, "error": None, "traceback": None,
-              "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine_info(), **{k: spec.get(k) for k in CODE},
-              "earlier_code": spec.get("earlier_code", []), "comparable": spec.get("comparable", True)}
+    result = {
+        "status": "failed",
+        "spec": spec,
+        "summary": None,
+        "error": None,
+        "traceback": None,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "machine": machine_info(),
+        **{k: spec.get(k) for k in CODE},
+        "earlier_code": spec.get("earlier_code", []),
+        "comparable": spec.get("comparable", True),
+    }
     start = time.perf_counter()
     stop = lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt(f"signal {s}"))  # noqa: E731
     # until train() takes over SIGTERM and SIGUSR1 (checkpoint, then stop), they stop the run here;
@@ -73,11 +95,16 @@ def child(spec_path: str) -> int:
         sys.path[:0] = [str(ROOT), str(ROOT / "algos")]
         module = importlib.import_module(spec["algo"])  # algos/<algo>.py
         summary = result["summary"] = module.train(build_args(module, spec))
-        if summary.get("completed") and summary.get("eval_return_mean") is None:  # the verdict rests on this number
+        if (
+            summary.get("completed") and summary.get("eval_return_mean") is None
+        ):  # the verdict rests on this number
             result["error"] = "its final evaluation failed: summary.json has no eval_return_mean"
         elif summary.get("completed"):
             result["status"] = "ok"
-        elif summary.get("error") in ("interrupted", "preempted"):  # stopped; with a checkpoint it resumes next time
+        elif summary.get("error") in (
+            "interrupted",
+            "preempted",
+        ):  # stopped; with a checkpoint it resumes next time
             result["status"] = result["error"] = summary["error"]
         else:
             result["error"] = f"run did not complete: {summary.get('error')}"
@@ -93,8 +120,11 @@ def child(spec_path: str) -> int:
     result["process_seconds"] = round(time.perf_counter() - start, 2)
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     (Path(spec["run_dir"]) / "result.json").write_text(json.dumps(result, indent=2, default=str))
-    print(f"[run] {spec['algo']} {spec['env']} seed {spec['seed']}: {result['status']}"
-          + (f" ({result['error']})" if result["error"] else ""), flush=True)
+    print(
+        f"[run] {spec['algo']} {spec['env']} seed {spec['seed']}: {result['status']}"
+        + (f" ({result['error']})" if result["error"] else ""),
+        flush=True,
+    )
     return {"ok": 0, "interrupted": 130, "preempted": 75}.get(result["status"], 1)
 
 
@@ -110,7 +140,9 @@ class Job:
         self.log = None
         self.resumed_from: Path | None = None
         self.fresh = False  # start from scratch even where a checkpoint is (--force, --retry-failed)
-        self._since: tuple[float, float] | None = None  # (fraction done, time) where this attempt's speed is measured from
+        self._since: tuple[float, float] | None = (
+            None  # (fraction done, time) where this attempt's speed is measured from
+        )
 
     @property
     def label(self) -> str:
@@ -126,28 +158,51 @@ class Job:
         when there is one (and not `fresh`), else from scratch."""
         self.resumed_from = None if fresh else self.checkpointed()
         if self.resumed_from is None:
-            if self.dir.exists():  # a previous attempt (failed, interrupted without a checkpoint, killed early): start clean
+            if (
+                self.dir.exists()
+            ):  # a previous attempt (failed, interrupted without a checkpoint, killed early): start clean
                 shutil.rmtree(self.dir)
             self.dir.mkdir(parents=True)
         earlier = []  # a resumed run ran its first part on the code its earlier attempts recorded
         if self.resumed_from and (before := read_result(self.dir, "spec.json")):
             earlier = [*before.get("earlier_code", []), {k: before.get(k) for k in CODE}]
-        spec = {"suite": self.suite, "algo": self.cell.algo, "env": self.cell.env, "seed": self.seed, "steps": self.cell.steps,
-                "settings": self.cell.settings, "eval_every": self.cell.eval_every, "hash": self.cell.digest,
-                "comparable": self.cell.comparable, "run_dir": str(self.dir), **{k: code.get(k) for k in CODE},
-                "earlier_code": earlier, "checkpoint_every": checkpoint_every,
-                "resume": str(self.resumed_from) if self.resumed_from else None}
+        spec = {
+            "suite": self.suite,
+            "algo": self.cell.algo,
+            "env": self.cell.env,
+            "seed": self.seed,
+            "steps": self.cell.steps,
+            "settings": self.cell.settings,
+            "eval_every": self.cell.eval_every,
+            "hash": self.cell.digest,
+            "comparable": self.cell.comparable,
+            "run_dir": str(self.dir),
+            **{k: code.get(k) for k in CODE},
+            "earlier_code": earlier,
+            "checkpoint_every": checkpoint_every,
+            "resume": str(self.resumed_from) if self.resumed_from else None,
+        }
         (self.dir / "spec.json").write_text(json.dumps(spec, indent=2))
         (self.dir / "result.json").unlink(missing_ok=True)  # a stopped attempt's result is not this attempt's
         self.log = open(self.dir / "log.txt", "a" if self.resumed_from else "w")
         if self.resumed_from:
-            print(f"\n[run] {time.strftime('%Y-%m-%dT%H:%M:%S')}: resuming {self.resumed_from.name} from its checkpoint",
-                  file=self.log, flush=True)
+            print(
+                f"\n[run] {time.strftime('%Y-%m-%dT%H:%M:%S')}: resuming {self.resumed_from.name} from its checkpoint",
+                file=self.log,
+                flush=True,
+            )
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": os.environ.get("WANDB_MODE", "disabled")}
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), str(self.dir / "spec.json")],
-                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), str(self.dir / "spec.json")],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+        )
         self.started = time.time()
-        self._since = None if self.resumed_from else (0.0, self.started)  # a resumed run starts part-way: see eta()
+        self._since = (
+            None if self.resumed_from else (0.0, self.started)
+        )  # a resumed run starts part-way: see eta()
 
     def progress(self) -> float:
         """Fraction done, from the last global_step in the script's metrics.csv (0 before any row)."""
@@ -167,7 +222,9 @@ class Job:
         """Seconds left at `frac` done, at this attempt's speed so far; None until it has done 2% more. A resumed
         run is measured from its lowest reading (its metrics.csv, cut back to the checkpoint, may read further at first)."""
         now = time.time()
-        if frac > 0 and (self._since is None or frac < self._since[0]):  # 0: nothing read yet (or a read failed)
+        if frac > 0 and (
+            self._since is None or frac < self._since[0]
+        ):  # 0: nothing read yet (or a read failed)
             self._since = (frac, now)
         if self._since is None:
             return None
@@ -184,11 +241,14 @@ class Job:
         resumes it), else `failed`."""
         log = self.dir / "log.txt"
         resumable = self.checkpointed() is not None
-        result = {"status": "killed" if resumable else "failed",
-                  "error": error + ("; it resumes from its checkpoint next time" if resumable else ""),
-                  "log_tail": log.read_text(errors="ignore").splitlines()[-20:] if log.exists() else [],
-                  "spec": read_result(self.dir, "spec.json"),
-                  "summary": None, "process_seconds": round(time.time() - self.started, 2) if self.started else None}
+        result = {
+            "status": "killed" if resumable else "failed",
+            "error": error + ("; it resumes from its checkpoint next time" if resumable else ""),
+            "log_tail": log.read_text(errors="ignore").splitlines()[-20:] if log.exists() else [],
+            "spec": read_result(self.dir, "spec.json"),
+            "summary": None,
+            "process_seconds": round(time.time() - self.started, 2) if self.started else None,
+        }
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "result.json").write_text(json.dumps(result, indent=2))
         return result
@@ -233,13 +293,20 @@ def end_processes(procs: list, sig: int, grace: float, kill_wait: float | None =
 
 def fmt_time(seconds: float) -> str:
     seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
 
 
 def print_end(job: Job, result: dict) -> None:
     s = result.get("summary") or {}
-    what = (f"eval {s.get('eval_return_mean'):.2f}, {s.get('sps'):,.0f} steps/s, {s.get('wall_seconds'):.0f} s"
-            if result["status"] == "ok" else f"{result['error']} (log: {job.dir / 'log.txt'})")
+    what = (
+        f"eval {s.get('eval_return_mean'):.2f}, {s.get('sps'):,.0f} steps/s, {s.get('wall_seconds'):.0f} s"
+        if result["status"] == "ok"
+        else f"{result['error']} (log: {job.dir / 'log.txt'})"
+    )
     print(f"[{time.strftime('%H:%M:%S')}] {result['status'].upper():6} {job.label}: {what}", flush=True)
 
 

@@ -40,8 +40,12 @@ def code_state(root: Path = ROOT) -> dict:
     """What a run records of the code it starts on: the commit (full hash) and the uncommitted
     changes (modified, staged or untracked files) under algos/, common/ and harness/."""
     try:
-        head = git(["rev-parse", "HEAD"], root).stdout.strip()  # renames as a deletion and an addition: both paths
-        status = git(["status", "--porcelain", "-z", "--no-renames", "--untracked-files=all", "--", *CODE_DIRS], root).stdout
+        head = git(
+            ["rev-parse", "HEAD"], root
+        ).stdout.strip()  # renames as a deletion and an addition: both paths
+        status = git(
+            ["status", "--porcelain", "-z", "--no-renames", "--untracked-files=all", "--", *CODE_DIRS], root
+        ).stdout
     except GitError:
         return {"commit": None, "dirty": None, "dirty_files": None}
     files = sorted({entry[3:] for entry in status.split("\0") if len(entry) > 3})
@@ -73,7 +77,7 @@ def imported_modules(source: str, package: str | None) -> list[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level and package is None:
                 continue
-            parts = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            parts = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
             base = ".".join(parts + ([node.module] if node.module else []))
             names += [base, *(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")]
     prefixes = (p for name in names for p in itertools.accumulate(name.split("."), lambda a, b: f"{a}.{b}"))
@@ -96,8 +100,14 @@ def code_digest(source: str) -> str:
     return hashlib.sha1(ast.dump(tree).encode()).hexdigest()
 
 
-def is_string_statement(node: ast.AST) -> bool:  # a docstring, or a string on its own line: no effect on a run
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+def is_string_statement(
+    node: ast.AST,
+) -> bool:  # a docstring, or a string on its own line: no effect on a run
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
 
 
 def deciding_paths(script: str, files: dict[str, str], read) -> list[str]:
@@ -125,7 +135,9 @@ class Freshness(NamedTuple):
 class Checker:
     """Whether a run with a recorded code state is current for its cell; caches every git lookup."""
 
-    def __init__(self, root: Path = ROOT, equivalence_file: Path | None = EQUIVALENCE_FILE, head: str = "HEAD"):
+    def __init__(
+        self, root: Path = ROOT, equivalence_file: Path | None = EQUIVALENCE_FILE, head: str = "HEAD"
+    ):
         self.root = Path(root)
         for name in ("resolve", "tree", "read", "deciding", "code"):  # each git lookup once per checker
             setattr(self, name, functools.cache(getattr(self, name)))
@@ -142,7 +154,9 @@ class Checker:
         return r.stdout.strip() if r.returncode == 0 else None
 
     def tree(self, commit: str) -> dict[str, str]:
-        entries = [e.split("\t", 1) for e in git(["ls-tree", "-r", "-z", commit], self.root).stdout.split("\0") if e]
+        entries = [
+            e.split("\t", 1) for e in git(["ls-tree", "-r", "-z", commit], self.root).stdout.split("\0") if e
+        ]
         return {path: meta.split()[2] for meta, path in entries if meta.split()[1] == "blob"}
 
     def read(self, blob: str) -> str:
@@ -179,23 +193,42 @@ class Checker:
             return Freshness(False, "its commit was not recorded")
         short = commit[:7]
         if (full := self.resolve(commit)) is None:
-            return Freshness(False, f"commit {short} is not in this repository" + (f" ({self.error})" if self.error else ""))
+            return Freshness(
+                False,
+                f"commit {short} is not in this repository" + (f" ({self.error})" if self.error else ""),
+            )
         old, new = self.deciding(full, algo), self.today(algo)
         if state.get("dirty"):
             dirty = state.get("dirty_files")
             touched = None if dirty is None else sorted(set(dirty) & (set(old) | set(new)))
             if touched is None or touched:
-                what = "uncommitted changes" if touched is None else f"uncommitted changes to {', '.join(touched)}"
+                what = (
+                    "uncommitted changes"
+                    if touched is None
+                    else f"uncommitted changes to {', '.join(touched)}"
+                )
                 return Freshness(False, f"commit {short} with a dirty tree ({what})")
         if self.same_code(old, new):
             return Freshness(True, "")
         if via := self.equivalent(old, new, cell_key):
-            return Freshness(True, "current by equivalence check " + "; then ".join(
-                f"of {r['old']['commit'][:7]} with {r['new']['commit'][:7]}, {r['steps']:,} steps" for r in via))
-        changed = sorted(p for p in set(old) | set(new) if p not in old or p not in new or self.code(old[p]) != self.code(new[p]))
+            return Freshness(
+                True,
+                "current by equivalence check "
+                + "; then ".join(
+                    f"of {r['old']['commit'][:7]} with {r['new']['commit'][:7]}, {r['steps']:,} steps"
+                    for r in via
+                ),
+            )
+        changed = sorted(
+            p
+            for p in set(old) | set(new)
+            if p not in old or p not in new or self.code(old[p]) != self.code(new[p])
+        )
         return Freshness(False, f"commit {short}: {', '.join(changed)} changed since")
 
-    def equivalent(self, old: dict[str, str], new: dict[str, str], cell_key: tuple[str, str, str]) -> list[dict] | None:
+    def equivalent(
+        self, old: dict[str, str], new: dict[str, str], cell_key: tuple[str, str, str]
+    ) -> list[dict] | None:
         """The chain of this cell's equivalence records (old files -> new files, same metrics) from `old` to `new`; None if none.
         Files are compared as code (as_code): a record holds for files that differ from its own in docstrings and layout only."""
         records = [r for r in self.records if (r["algo"], r["env"], r["hash"]) == cell_key]

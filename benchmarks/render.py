@@ -55,21 +55,34 @@ def train_last(run_dir: Path, n: int) -> float | None:
 
 
 def fmt_seconds(s: float) -> str:
-    return "-" if s != s else f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min" if s >= 120 else f"{s:.0f} s"
+    return (
+        "-"
+        if s != s
+        else f"{s / 3600:.1f} h"
+        if s >= 3600
+        else f"{s / 60:.1f} min"
+        if s >= 120
+        else f"{s:.0f} s"
+    )
 
 
 def read_curves(path: Path) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
     """(eval points, training episode returns) from a metrics.csv, as (global_step, value) lists."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
-    return tuple([(int(r["global_step"]), float(r[k])) for r in rows if r.get(k)] for k in ("eval_return", "episodic_return"))
+    return tuple(
+        [(int(r["global_step"]), float(r[k])) for r in rows if r.get(k)]
+        for k in ("eval_return", "episodic_return")
+    )
 
 
 def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, stale: bool = False) -> bool:
     try:
         from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing to close
     except ImportError:  # plotting is a benchmarks-only dependency (benchmarks/requirements.txt)
-        print("report: matplotlib is not installed, skipping plots (pip install -r benchmarks/requirements.txt)")
+        print(
+            "report: matplotlib is not installed, skipping plots (pip install -r benchmarks/requirements.txt)"
+        )
         return False
 
     curves = [read_curves(m) for _, r in sorted(runs.items()) if (m := metrics_file(r["dir"]))]  # ok runs
@@ -95,23 +108,41 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
             y = np.interp(grid, es, ev, left=np.nan)
             y[grid < es[0]] = np.nan
             eval_series.append(y)
-    for series, color, label in ((train_series, "tab:blue", "training episodes"),
-                                 (eval_series, "tab:orange", "greedy eval")):
+    for series, color, label in (
+        (train_series, "tab:blue", "training episodes"),
+        (eval_series, "tab:orange", "greedy eval"),
+    ):
         if not series:
             continue
         arr = np.array(series)  # [seeds, grid]: mean and a ±1 std band
         with warnings.catch_warnings(action="ignore", category=RuntimeWarning):  # early grid points: all-NaN
             mean, std = np.nanmean(arr, 0), np.nanstd(arr, 0)
-        ax.plot(grid, mean, color=color, label=f"{label} (mean of {len(series)} seed{'s' if len(series) > 1 else ''})")
+        ax.plot(
+            grid,
+            mean,
+            color=color,
+            label=f"{label} (mean of {len(series)} seed{'s' if len(series) > 1 else ''})",
+        )
         if len(series) > 1:
             ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
     if cell.threshold is not None:
-        ax.axhline(cell.threshold, color="black", linestyle="--", linewidth=1, label=f"threshold {cell.threshold:g}")
+        ax.axhline(
+            cell.threshold, color="black", linestyle="--", linewidth=1, label=f"threshold {cell.threshold:g}"
+        )
     for ref, color in zip(refs, ["tab:green", "tab:red", "tab:purple", "tab:brown"]):
-        ax.axhline(ref["mean"], color=color, linestyle=":", linewidth=1.5,
-                   label=f"{ref['source'].split(' (')[0].split(',')[0]}: {ref['mean']:g} ({ref['convention']}, {fmt_steps(ref['steps'])})")
-    ax.set(xlabel="env steps", ylabel="episodic return", xlim=(0, cell.steps),
-           title=f"{cell.algo} on {cell.env}" + (" (stale runs: made with older code)" if stale else ""))
+        ax.axhline(
+            ref["mean"],
+            color=color,
+            linestyle=":",
+            linewidth=1.5,
+            label=f"{ref['source'].split(' (')[0].split(',')[0]}: {ref['mean']:g} ({ref['convention']}, {fmt_steps(ref['steps'])})",
+        )
+    ax.set(
+        xlabel="env steps",
+        ylabel="episodic return",
+        xlim=(0, cell.steps),
+        title=f"{cell.algo} on {cell.env}" + (" (stale runs: made with older code)" if stale else ""),
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
@@ -124,19 +155,28 @@ def speed_section(speed_dir: Path) -> list[str]:
     files = sorted(speed_dir.glob("*.json"))
     lines = ["## Speed against the peers", ""]
     if not files:
-        return lines + ["Not run yet: `python benchmarks/speed.py` runs the per-algorithm comparisons and writes "
-                        f"`{speed_dir.name}/`.", ""]
-    lines += ["Each comparison runs ours and the peer side by side in one invocation with matched settings "
-              "(the settings are in each script's docstring); the machine is shared, so only the ratio within "
-              "one invocation means anything.", "",
-              "| comparison | when | ratio ours/peer | result (the script's own summary) | status |", "|---|---|---|---|---|"]
+        return lines + [
+            "Not run yet: `python benchmarks/speed.py` runs the per-algorithm comparisons and writes "
+            f"`{speed_dir.name}/`.",
+            "",
+        ]
+    lines += [
+        "Each comparison runs ours and the peer side by side in one invocation with matched settings "
+        "(the settings are in each script's docstring); the machine is shared, so only the ratio within "
+        "one invocation means anything.",
+        "",
+        "| comparison | when | ratio ours/peer | result (the script's own summary) | status |",
+        "|---|---|---|---|---|",
+    ]
     for f in files:
         d = json.loads(f.read_text())
         if "command" not in d:  # a comparison script's own raw output, not a speed.py record
             continue
         ratios = ", ".join(f"{r:.2f}x" for r in d.get("ratios", [])) or "-"
         summary = "<br>".join(x.replace("|", "\\|") for x in d.get("summary_lines", [])) or "-"
-        status = "ok" if d.get("returncode") == 0 else f"FAILED (exit {d.get('returncode')}): {d.get('error', '')}"
+        status = (
+            "ok" if d.get("returncode") == 0 else f"FAILED (exit {d.get('returncode')}): {d.get('error', '')}"
+        )
         lines.append(f"| `{d['command']}` | {d.get('finished', '-')} | {ratios} | {summary} | {status} |")
     return lines + [""]
 
@@ -144,7 +184,9 @@ def speed_section(speed_dir: Path) -> list[str]:
 def machine_kind(run: dict) -> str | None:
     """The machine kind a run's floats depend on (harness.run.machine): from its summary, or from result.json's
     machine; None for runs made before it was recorded."""
-    return ((run.get("summary") or {}).get("machine") or {}).get("kind") or (run.get("machine") or {}).get("kind")
+    return ((run.get("summary") or {}).get("machine") or {}).get("kind") or (run.get("machine") or {}).get(
+        "kind"
+    )
 
 
 def machine_labels(all_runs: list[dict]) -> dict[str, str]:
@@ -160,13 +202,29 @@ def machine_section(all_runs: list[dict]) -> list[str]:
     if finished:
         unknown = [r for r in finished if not machine_kind(r)]
         models = sorted({(r.get("machine") or {}).get("cpu") or "?" for r in unknown})
-        lines.append(f"- Runs from {len(labels)} machine kind{'s' if len(labels) != 1 else ''} (CPU vendor and model, "
-                     "torch's CPU capability, BLAS, kernel variables: what a seed's floats depend on; the Runs table's "
-                     "machine column)" + (f", and {len(unknown)} run{'s' if len(unknown) != 1 else ''} made before the "
-                                          f"kind was recorded (CPU model: {', '.join(models)})" if unknown else "") + ".")
-        lines += [f"  - {label}: {kind} ({sum(machine_kind(r) == kind for r in finished)} runs)" for kind, label in labels.items()]
+        lines.append(
+            f"- Runs from {len(labels)} machine kind{'s' if len(labels) != 1 else ''} (CPU vendor and model, "
+            "torch's CPU capability, BLAS, kernel variables: what a seed's floats depend on; the Runs table's "
+            "machine column)"
+            + (
+                f", and {len(unknown)} run{'s' if len(unknown) != 1 else ''} made before the "
+                f"kind was recorded (CPU model: {', '.join(models)})"
+                if unknown
+                else ""
+            )
+            + "."
+        )
+        lines += [
+            f"  - {label}: {kind} ({sum(machine_kind(r) == kind for r in finished)} runs)"
+            for kind, label in labels.items()
+        ]
     for m in (r["machine"] for r in all_runs if r.get("machine")):
-        key = (m.get("cpu"), m.get("cpu_count"), m.get("platform"), json.dumps(m.get("versions"), sort_keys=True))
+        key = (
+            m.get("cpu"),
+            m.get("cpu_count"),
+            m.get("platform"),
+            json.dumps(m.get("versions"), sort_keys=True),
+        )
         seen.setdefault(key, []).append(m)
     if not seen:
         return lines + ["No runs yet.", ""]
@@ -175,11 +233,15 @@ def machine_section(all_runs: list[dict]) -> list[str]:
         lines.append(f"- {len(ms)} run(s) on: {cpu}, {n} logical CPUs, {plat}")
         lines.append("  - versions: " + ", ".join(f"{k} {v}" for k, v in json.loads(versions).items() if v))
         if loads:
-            lines.append(f"  - 1-min load average at run start: {min(loads):.1f} to {max(loads):.1f} "
-                         f"(the machine was shared: steps/s and wall times are pessimistic)")
+            lines.append(
+                f"  - 1-min load average at run start: {min(loads):.1f} to {max(loads):.1f} "
+                f"(the machine was shared: steps/s and wall times are pessimistic)"
+            )
     commits = sorted({short_commit(recorded_state(r)) for r in all_runs if r["status"] in ("ok", "failed")})
-    lines.append(f"- code: git commit(s) {', '.join(commits)} (+dirty: uncommitted changes in the code the run used; "
-                 "each run's state is in the Runs table)")
+    lines.append(
+        f"- code: git commit(s) {', '.join(commits)} (+dirty: uncommitted changes in the code the run used; "
+        "each run's state is in the Runs table)"
+    )
     return lines + [""]
 
 
@@ -194,29 +256,68 @@ def short_commit(state: dict | None) -> str:
     return (commit[:7] + ("+dirty" if state.get("dirty") else "")) if commit else "?"
 
 
-def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out: list[Cell], refs: dict, plots: bool,
-                selection: str = "") -> tuple[str, dict, int]:
+def report_text(
+    suite: Suite,
+    results_dir: Path,
+    judged: list[Judged],
+    left_out: list[Cell],
+    refs: dict,
+    plots: bool,
+    selection: str = "",
+) -> tuple[str, dict, int]:
     """REPORT.md's text, the verdict counts and the number of plots drawn."""
     out_dir = results_dir / suite.name
     lines = []  # the title and the date go on top at the end: the date is the last run's, so that the same runs give the same report
     if not suite.runnable:
         lines += [f"**Declared, not runnable here:** {suite.not_runnable_reason}", ""]
-    lines += [*LEGEND_FILE.read_text().format(resamples=f"{BOOTSTRAP_RESAMPLES:,}", many_seeds=MANY_SEEDS,
-                                              verdict_seeds=VERDICT_SEEDS, suite=suite.name).splitlines(), ""]
+    lines += [
+        *LEGEND_FILE.read_text()
+        .format(
+            resamples=f"{BOOTSTRAP_RESAMPLES:,}",
+            many_seeds=MANY_SEEDS,
+            verdict_seeds=VERDICT_SEEDS,
+            suite=suite.name,
+        )
+        .splitlines(),
+        "",
+    ]
 
-    table = [md_row(["algo", "env", "steps", "seeds ok", "eval: mean [95% CI]", "train (last 10)", "steps/s", "wall/run",
-                     "threshold", "references", "verdict"]), "|---" * 11 + "|"]
+    table = [
+        md_row(
+            [
+                "algo",
+                "env",
+                "steps",
+                "seeds ok",
+                "eval: mean [95% CI]",
+                "train (last 10)",
+                "steps/s",
+                "wall/run",
+                "threshold",
+                "references",
+                "verdict",
+            ]
+        ),
+        "|---" * 11 + "|",
+    ]
     ref_ids, details, all_runs, drawn = [], [], [], []
     counts = {k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")}
     labels = machine_labels([r for j in judged for r in j.runs.values()])
-    measured_seconds, est_missing = 0.0, []  # est_missing: (cell, seeds without a current run, mean wall of its runs or None)
+    measured_seconds, est_missing = (
+        0.0,
+        [],
+    )  # est_missing: (cell, seeds without a current run, mean wall of its runs or None)
     for j in judged:
         cell, runs = j.cell, j.runs
         all_runs += list(runs.values())
         summaries = [r["summary"] for r in j.shown.values()]
         ref_ids += [rid for rid in cell.references if rid in refs and rid not in ref_ids]
-        cell_refs = [f"{ref_label(refs[rid])} [{ref_ids.index(rid) + 1}]" if rid in refs else f"unknown reference {rid}"
-                     for rid in cell.references]
+        cell_refs = [
+            f"{ref_label(refs[rid])} [{ref_ids.index(rid) + 1}]"
+            if rid in refs
+            else f"unknown reference {rid}"
+            for rid in cell.references
+        ]
         walls = [r["summary"]["wall_seconds"] for r in runs.values() if r["status"] == "ok"]
         measured_seconds += sum(walls)
         if missing_seeds := len([s for s in cell.seeds if s not in j.current_ok]):
@@ -227,100 +328,206 @@ def report_text(suite: Suite, results_dir: Path, judged: list[Judged], left_out:
         evals = [s["eval_return_mean"] for s in summaries]
         eval_txt = ("*stale*: " if j.shown_stale else "") + fmt_eval(evals)
         if evals and cell.threshold is not None:
-            eval_txt += f"<br>{sum(x >= cell.threshold for x in evals)}/{len(evals)} seeds ≥ {cell.threshold:g}"
-        train_txt = fmt_ms([s["train_return_last10"] for s in summaries if s.get("train_return_last10") is not None])
-        if any(refs.get(rid, {}).get("convention") == "train100" for rid in cell.references):  # the reference's own convention beside ours
-            values = [x for x in (train_last(r["dir"], 100) for _, r in sorted(j.shown.items())) if x is not None]
+            eval_txt += (
+                f"<br>{sum(x >= cell.threshold for x in evals)}/{len(evals)} seeds ≥ {cell.threshold:g}"
+            )
+        train_txt = fmt_ms(
+            [s["train_return_last10"] for s in summaries if s.get("train_return_last10") is not None]
+        )
+        if any(
+            refs.get(rid, {}).get("convention") == "train100" for rid in cell.references
+        ):  # the reference's own convention beside ours
+            values = [
+                x for x in (train_last(r["dir"], 100) for _, r in sorted(j.shown.items())) if x is not None
+            ]
             train_txt += f"<br>last 100: {fmt_ms(values)}" if values else ""
         stale_ok = len([r for r in runs.values() if r["status"] == "ok" and r.get("stale")])
-        table.append(md_row([
-            cell.algo, cell.env, fmt_steps(cell.steps), f"{len(j.current_ok)}/{len(cell.seeds)}" + (f" (+{stale_ok} stale)" if stale_ok else ""),
-            eval_txt, train_txt, fmt_ms([s["sps"] for s in summaries], lambda x: f"{x:.0f}").split(" ±")[0],
-            fmt_seconds(statistics.fmean(s["wall_seconds"] for s in summaries)) if summaries else "-",
-            "-" if cell.threshold is None else f"{cell.threshold:g} ({cell.pass_rule})", "<br>".join(cell_refs) or "-", verdict_txt]))
+        table.append(
+            md_row(
+                [
+                    cell.algo,
+                    cell.env,
+                    fmt_steps(cell.steps),
+                    f"{len(j.current_ok)}/{len(cell.seeds)}" + (f" (+{stale_ok} stale)" if stale_ok else ""),
+                    eval_txt,
+                    train_txt,
+                    fmt_ms([s["sps"] for s in summaries], lambda x: f"{x:.0f}").split(" ±")[0],
+                    fmt_seconds(statistics.fmean(s["wall_seconds"] for s in summaries)) if summaries else "-",
+                    "-" if cell.threshold is None else f"{cell.threshold:g} ({cell.pass_rule})",
+                    "<br>".join(cell_refs) or "-",
+                    verdict_txt,
+                ]
+            )
+        )
         for seed, r in sorted(runs.items()):
             s = r.get("summary") or {}
             rel = r["dir"].relative_to(out_dir)
-            ev, tr = (fmt_ms([s[k]] if s.get(k) is not None else []) for k in ("eval_return_mean", "train_return_last10"))
+            ev, tr = (
+                fmt_ms([s[k]] if s.get(k) is not None else [])
+                for k in ("eval_return_mean", "train_return_last10")
+            )
             code = short_commit(recorded_state(r)) if r["status"] in ("ok", "failed") else "-"
-            code = f"**stale**: {r['stale']}" if r.get("stale") else code + f": {r['current_by']}" if r.get("current_by") else code
+            code = (
+                f"**stale**: {r['stale']}"
+                if r.get("stale")
+                else code + f": {r['current_by']}"
+                if r.get("current_by")
+                else code
+            )
             where = labels.get(machine_kind(r), "-") if r["status"] in ("ok", "failed") else "-"
-            details.append(md_row([cell.algo, cell.env, seed, r["status"], ev, tr, s.get("sps", "-"), s.get("wall_seconds", "-"),
-                                   where, code.replace("|", "\\|"), str(r.get("error") or "").replace("|", "\\|")[:200] or "-",
-                                   f"[{rel.name}]({rel.as_posix()})"]))
+            details.append(
+                md_row(
+                    [
+                        cell.algo,
+                        cell.env,
+                        seed,
+                        r["status"],
+                        ev,
+                        tr,
+                        s.get("sps", "-"),
+                        s.get("wall_seconds", "-"),
+                        where,
+                        code.replace("|", "\\|"),
+                        str(r.get("error") or "").replace("|", "\\|")[:200] or "-",
+                        f"[{rel.name}]({rel.as_posix()})",
+                    ]
+                )
+            )
         if j.older or j.smoke:
-            ignored = [f"{j.older} run(s) with older settings"] * bool(j.older) + [f"{j.smoke} smoke tr{'ies' if j.smoke > 1 else 'y'}"] * bool(j.smoke)
-            details.append(f"| {cell.algo} | {cell.env} | - | {' and '.join(ignored)} ignored | | | | | | | | |")
+            ignored = [f"{j.older} run(s) with older settings"] * bool(j.older) + [
+                f"{j.smoke} smoke tr{'ies' if j.smoke > 1 else 'y'}"
+            ] * bool(j.smoke)
+            details.append(
+                f"| {cell.algo} | {cell.env} | - | {' and '.join(ignored)} ignored | | | | | | | | |"
+            )
         png = out_dir / "plots" / f"{cell.slug}.png"
-        if plots and j.shown and plot_cell(cell, j.shown, [refs[i] for i in cell.references if i in refs], png, stale=j.shown_stale):
+        if (
+            plots
+            and j.shown
+            and plot_cell(
+                cell, j.shown, [refs[i] for i in cell.references if i in refs], png, stale=j.shown_stale
+            )
+        ):
             drawn.append((cell, png))
 
-    listed = (f"{len(judged)} of the suite's {len(suite.cells)} cells" if left_out or len(judged) != len(suite.cells)
-              else f"{len(judged)} cell{'s' if len(judged) != 1 else ''}")
-    lines += [f"**{listed}: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['partial']} partial, "
-              f"{counts['stale']} stale (runs on other code), {counts['n/a']} without threshold.**", ""]
+    listed = (
+        f"{len(judged)} of the suite's {len(suite.cells)} cells"
+        if left_out or len(judged) != len(suite.cells)
+        else f"{len(judged)} cell{'s' if len(judged) != 1 else ''}"
+    )
+    lines += [
+        f"**{listed}: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['partial']} partial, "
+        f"{counts['stale']} stale (runs on other code), {counts['n/a']} without threshold.**",
+        "",
+    ]
     if left_out:
-        lines += [f"Not listed: {len(left_out)} cell{'s' if len(left_out) > 1 else ''} without runs ("
-                  + ", ".join(f"{c.algo} {c.env}" for c in left_out) + "); `--algos` / `--envs` list them.", ""]
+        lines += [
+            f"Not listed: {len(left_out)} cell{'s' if len(left_out) > 1 else ''} without runs ("
+            + ", ".join(f"{c.algo} {c.env}" for c in left_out)
+            + "); `--algos` / `--envs` list them.",
+            "",
+        ]
     lines += [*table, ""]
 
     # time: measured, and an estimate for what is left from the same algorithm's measured speed
     left = sum(n * wall for _, n, wall in est_missing if wall is not None)
     unknown = [f"{cell.algo} {cell.env}" for cell, _, wall in est_missing if wall is None]
-    lines += ["## Time", "",
-              f"- Measured: {fmt_seconds(measured_seconds)} of run time over the finished runs (sum of wall times, "
-              "one run at a time per worker)."]
+    lines += [
+        "## Time",
+        "",
+        f"- Measured: {fmt_seconds(measured_seconds)} of run time over the finished runs (sum of wall times, "
+        "one run at a time per worker).",
+    ]
     if est_missing:
-        lines.append(f"- Without a current finished run: {sum(n for _, n, _ in est_missing)} seed(s) of the listed cells"
-                     + (f"; from the wall time of the cell's finished runs, about {fmt_seconds(left)} to run them"
-                        if left else "")
-                     + (f"; no seed of the cell finished yet for: {', '.join(unknown)}" if unknown else "") + ".")
+        lines.append(
+            f"- Without a current finished run: {sum(n for _, n, _ in est_missing)} seed(s) of the listed cells"
+            + (
+                f"; from the wall time of the cell's finished runs, about {fmt_seconds(left)} to run them"
+                if left
+                else ""
+            )
+            + (f"; no seed of the cell finished yet for: {', '.join(unknown)}" if unknown else "")
+            + "."
+        )
 
     lines += ["", "## References", ""]
     for i, rid in enumerate(ref_ids, 1):
         r = refs[rid]
         detail = f"{r['seeds']} seed{'s' if r['seeds'] > 1 else ''}, {'tuned' if r['tuned'] else 'untuned'}"
-        lines.append(f"{i}. `{rid}`: {r['algo']} {r['env']}, {r['steps']:,} steps: {ref_label(r, detail)}. "
-                     f"{r['source']}, <{r['url']}>. Env: {r['env_note']}.")
+        lines.append(
+            f"{i}. `{rid}`: {r['algo']} {r['env']}, {r['steps']:,} steps: {ref_label(r, detail)}. "
+            f"{r['source']}, <{r['url']}>. Env: {r['env_note']}."
+        )
     lines += ["", "All references with their conventions: `benchmarks/references.toml`.", ""]
 
     if drawn:
-        lines += ["## Learning curves", "",
-                  "Mean over seeds with a ±1 std band, of the runs the table's figures come from; training returns are "
-                  "averaged per 1% of the run; greedy evaluations every 5% of the run; the threshold is dashed, references dotted.", "",
-                  *(f"![{cell.algo} {cell.env}]({png.relative_to(out_dir).as_posix()})" for cell, png in drawn), ""]
+        lines += [
+            "## Learning curves",
+            "",
+            "Mean over seeds with a ±1 std band, of the runs the table's figures come from; training returns are "
+            "averaged per 1% of the run; greedy evaluations every 5% of the run; the threshold is dashed, references dotted.",
+            "",
+            *(f"![{cell.algo} {cell.env}]({png.relative_to(out_dir).as_posix()})" for cell, png in drawn),
+            "",
+        ]
 
-    failures = [(j.cell, seed, r) for j in judged for seed, r in sorted(j.runs.items()) if r["status"] != "ok"]
+    failures = [
+        (j.cell, seed, r) for j in judged for seed, r in sorted(j.runs.items()) if r["status"] != "ok"
+    ]
     lines += ["## Failures", "", *([] if failures else ["No run crashed."])]
     for cell, seed, r in failures:
         rel = r["dir"].relative_to(out_dir).as_posix()
-        lines.append(f"- `{cell.algo}` `{cell.env}` seed {seed}: **{r['status']}**"
-                     + (" (stale)" if r.get("stale") else "") + f": {r.get('error')} (log: [{rel}/log.txt]({rel}/log.txt))")
+        lines.append(
+            f"- `{cell.algo}` `{cell.env}` seed {seed}: **{r['status']}**"
+            + (" (stale)" if r.get("stale") else "")
+            + f": {r.get('error')} (log: [{rel}/log.txt]({rel}/log.txt))"
+        )
         if tb := r.get("traceback") or "\n".join(r.get("log_tail") or []):
             lines += ["", "  ```", *("  " + x for x in tb.strip().splitlines()[-8:]), "  ```"]
 
-    lines += ["", "## Runs", "", "| algo | env | seed | status | eval | train (last 10) | steps/s | wall s | machine | code | error | folder |",
-              "|---" * 12 + "|", *details, "",
-              "## Settings of each cell", "", *(settings_line(j.cell) for j in judged), ""]
+    lines += [
+        "",
+        "## Runs",
+        "",
+        "| algo | env | seed | status | eval | train (last 10) | steps/s | wall s | machine | code | error | folder |",
+        "|---" * 12 + "|",
+        *details,
+        "",
+        "## Settings of each cell",
+        "",
+        *(settings_line(j.cell) for j in judged),
+        "",
+    ]
     lines += speed_section(results_dir / "speed")
     lines += machine_section(all_runs)
 
     finished = sorted(str(r["finished"]).replace("T", " ")[:16] for r in all_runs if r.get("finished"))
     when = f"runs finished {finished[0][:10]} to {finished[-1][:10]}" if finished else "no finished runs yet"
-    lines[0:0] = [f"# Benchmark report: `{suite.name}`", "",
-                  (f"{suite.description}. " if suite.description else "") + f"Written by "
-                  f"`python benchmarks/report.py --suite {suite.name}{selection}` from `runs/` ({when}).", ""]
+    lines[0:0] = [
+        f"# Benchmark report: `{suite.name}`",
+        "",
+        (f"{suite.description}. " if suite.description else "") + f"Written by "
+        f"`python benchmarks/report.py --suite {suite.name}{selection}` from `runs/` ({when}).",
+        "",
+    ]
     return "\n".join(lines), counts, len(drawn)
 
 
 def settings_line(cell: Cell) -> str:
     """The cell's settings, their sources and its first seed's run as one command line of the script."""
-    command = " ".join([f"python algos/{cell.algo}.py --env {cell.env} --seed {cell.seeds[0]} --total-timesteps {cell.steps}",
-                        *([f"--eval-every {cell.eval_every}"] if cell.eval_every else []), *cli_flags(cell.settings)])
-    return (f"- `{cell.algo}` `{cell.env}` (hash `{cell.digest}`), settings from {cell.settings_source or '-'}; "
-            f"threshold from {cell.threshold_source or '-'}"
-            + (f"; every seed must reach it, as in {cell.pass_rule_source}" if cell.pass_rule == "all" else "")
-            + f". One seed by hand:\n  `{command}`")
+    command = " ".join(
+        [
+            f"python algos/{cell.algo}.py --env {cell.env} --seed {cell.seeds[0]} --total-timesteps {cell.steps}",
+            *([f"--eval-every {cell.eval_every}"] if cell.eval_every else []),
+            *cli_flags(cell.settings),
+        ]
+    )
+    return (
+        f"- `{cell.algo}` `{cell.env}` (hash `{cell.digest}`), settings from {cell.settings_source or '-'}; "
+        f"threshold from {cell.threshold_source or '-'}"
+        + (f"; every seed must reach it, as in {cell.pass_rule_source}" if cell.pass_rule == "all" else "")
+        + f". One seed by hand:\n  `{command}`"
+    )
 
 
 def fmt_num(x: float) -> str:
@@ -335,7 +542,11 @@ def short_verdict(j: Judged) -> str:
     if j.verdict == "stale":
         stale = {s: r for s, r in j.runs.items() if r.get("stale")}
         commits = sorted({short_commit(recorded_state(r)) for r in stale.values()})
-        seeds = "every seed" if set(stale) >= set(j.runs) else f"seed{'s' if len(stale) > 1 else ''} {', '.join(map(str, sorted(stale)))}"
+        seeds = (
+            "every seed"
+            if set(stale) >= set(j.runs)
+            else f"seed{'s' if len(stale) > 1 else ''} {', '.join(map(str, sorted(stale)))}"
+        )
         return f"*stale*: {seeds} ran on other code ({', '.join(commits)})"
     if j.verdict == "partial":
         return "partial: " + j.reason.removeprefix("partial: ").split(";")[0].split(" (")[0]
@@ -350,12 +561,15 @@ def readme_table(suite_name: str, results_dir: Path, suites_file: Path | str, ch
     counts = {k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")}
     report = (results_dir / suite.name / "REPORT.md").resolve()
     report = report.relative_to(ROOT).as_posix() if report.is_relative_to(ROOT) else str(report)
-    lines = [f"Written by `python benchmarks/report.py --readme` from the `{suite.name}` suite's runs "
-             f"([its report]({report}), with every run, the CIs and the reasons): {len(judged)} cell{'' if len(judged) == 1 else 's'} with runs, "
-             f"{counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['partial']} partial, {counts['stale']} stale (made with "
-             f"older code), {counts['n/a']} without threshold.", "",
-             "| algo | env | steps | greedy eval: mean ± std (each seed) | train (last 10) | threshold | reference | min/run | verdict |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Written by `python benchmarks/report.py --readme` from the `{suite.name}` suite's runs "
+        f"([its report]({report}), with every run, the CIs and the reasons): {len(judged)} cell{'' if len(judged) == 1 else 's'} with runs, "
+        f"{counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['partial']} partial, {counts['stale']} stale (made with "
+        f"older code), {counts['n/a']} without threshold.",
+        "",
+        "| algo | env | steps | greedy eval: mean ± std (each seed) | train (last 10) | threshold | reference | min/run | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for j in judged:
         cell = j.cell
         # a stale cell's numbers came from other code: its report keeps them, the README shows none
@@ -365,19 +579,40 @@ def readme_table(suite_name: str, results_dir: Path, suites_file: Path | str, ch
         ev = fmt_ms(evals, fmt_num) + (f" ({', '.join(fmt_num(x) for x in evals)})" if len(evals) > 1 else "")
         if evals and cell.threshold is not None:
             ev += f"; {sum(x >= cell.threshold for x in evals)}/{len(evals)} ≥ {cell.threshold:g}"
-        if evals and not j.shown_stale and len(j.current_ok) < len([r for r in j.runs.values() if r["status"] == "ok"]):
+        if (
+            evals
+            and not j.shown_stale
+            and len(j.current_ok) < len([r for r in j.runs.values() if r["status"] == "ok"])
+        ):
             ev += "; current seeds only"
         tr = fmt_ms(trains, fmt_num)
         r = refs.get(cell.references[0]) if cell.references else None
         ref = f"{r['source'].split(' (')[0].split(',')[0]} {ref_label(r)}" if r else "-"
         minutes = [s["wall_seconds"] / 60 for s in summaries]
-        wall = f"{statistics.fmean(minutes):.{0 if statistics.fmean(minutes) >= 10 else 1}f}" if minutes else "-"
-        lines.append(md_row([cell.algo, cell.env, fmt_steps(cell.steps), ev, tr, "-" if cell.threshold is None else f"{cell.threshold:g}",
-                             ref, wall, short_verdict(j)]))
+        wall = (
+            f"{statistics.fmean(minutes):.{0 if statistics.fmean(minutes) >= 10 else 1}f}" if minutes else "-"
+        )
+        lines.append(
+            md_row(
+                [
+                    cell.algo,
+                    cell.env,
+                    fmt_steps(cell.steps),
+                    ev,
+                    tr,
+                    "-" if cell.threshold is None else f"{cell.threshold:g}",
+                    ref,
+                    wall,
+                    short_verdict(j),
+                ]
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
 def readme_text(text: str, results_dir: Path = RESULTS_DIR, suites_file: Path | str = SUITES_FILE) -> str:
     """`text` (the README) with every `<!-- results:SUITE:start -->` ... `end` block rewritten."""
     checker = Checker()
-    return MARKER.sub(lambda m: m.group(1) + readme_table(m.group(2), results_dir, suites_file, checker) + m.group(4), text)
+    return MARKER.sub(
+        lambda m: m.group(1) + readme_table(m.group(2), results_dir, suites_file, checker) + m.group(4), text
+    )

@@ -23,8 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suite", help="the suite to report (required unless --readme)")
     p.add_argument("--algos", nargs="+", help="list only these algorithms' cells (with runs or not)")
     p.add_argument("--envs", nargs="+", help="list only these envs' cells (with runs or not)")
-    p.add_argument("--readme", action="store_true",
-                   help="rewrite the README's result tables (between <!-- results:SUITE:start --> and end) from the committed runs")
+    p.add_argument(
+        "--readme",
+        action="store_true",
+        help="rewrite the README's result tables (between <!-- results:SUITE:start --> and end) from the committed runs",
+    )
     p.add_argument("--suites-file", default=str(SUITES_FILE), help=argparse.SUPPRESS)
     p.add_argument("--results-dir", default=str(RESULTS_DIR))
     p.add_argument("--no-plots", action="store_true")
@@ -34,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         new = readme_text(text, Path(a.results_dir), a.suites_file)
         blocks = [m.group(2) for m in MARKER.finditer(text)]
         README.write_text(new)
-        print(f"{'rewrote' if new != text else 'unchanged:'} {README}'s result tables for {', '.join(blocks) or 'no suite (no markers)'}")
+        print(
+            f"{'rewrote' if new != text else 'unchanged:'} {README}'s result tables for {', '.join(blocks) or 'no suite (no markers)'}"
+        )
     if not a.suite:
         return 0 if a.readme else p.error("--suite is required (or --readme)")
 
@@ -46,11 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     if checker.head is None:
         print(f"report: {checker.error}: every run shows as stale", file=sys.stderr)
     elif (dirty := code_state()).get("dirty"):
-        print(f"report: uncommitted changes under {', '.join(CODE_DIRS)} ({len(dirty['dirty_files'])} files): runs are "
-              "judged against the last commit's files, not these", file=sys.stderr)
+        print(
+            f"report: uncommitted changes under {', '.join(CODE_DIRS)} ({len(dirty['dirty_files'])} files): runs are "
+            "judged against the last commit's files, not these",
+            file=sys.stderr,
+        )
     judged, left_out = judge_suite(suite, out_dir / "runs", checker, a.algos, a.envs)
     selection = "".join(f" --{k} {' '.join(v)}" for k, v in (("algos", a.algos), ("envs", a.envs)) if v)
-    text, counts, plots = report_text(suite, results_dir, judged, left_out, load_references(), not a.no_plots, selection)
+    text, counts, plots = report_text(
+        suite, results_dir, judged, left_out, load_references(), not a.no_plots, selection
+    )
     if not a.no_plots and not selection:  # a plot of a cell no longer listed would stay beside the report
         drawn = {f"{j.cell.slug}.png" for j in judged if j.shown}
         for png in (out_dir / "plots").glob("*.png"):
@@ -58,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
                 png.unlink()
     report = out_dir / "REPORT.md"
     report.write_text(text)
-    print(f"wrote {report} ({counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['partial']} partial, {counts['stale']} stale, "
-          f"{counts['n/a']} n/a; {plots} plots)")
+    print(
+        f"wrote {report} ({counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['partial']} partial, {counts['stale']} stale, "
+        f"{counts['n/a']} n/a; {plots} plots)"
+    )
     return 0
 
 

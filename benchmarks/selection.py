@@ -41,14 +41,17 @@ def iqm(x) -> float | np.ndarray:
     x = np.sort(np.asarray(x, dtype=float), axis=-1)
     n = x.shape[-1]
     i = np.arange(n)
-    inside = np.clip(np.minimum(i + 1, 0.75 * n) - np.maximum(i, 0.25 * n), 0.0, None)  # [n], multiples of 1/4: exact
+    inside = np.clip(
+        np.minimum(i + 1, 0.75 * n) - np.maximum(i, 0.25 * n), 0.0, None
+    )  # [n], multiples of 1/4: exact
     if x.ndim == 1:
         return float(sum(Fraction(w) * Fraction(v) for w, v in zip(inside, x)) / Fraction(n, 2))
     return np.cumsum(x * inside, axis=-1)[..., -1] / (0.5 * n)
 
 
-def bootstrap_ci(x, statistic=mean, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES,
-                 seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+def bootstrap_ci(
+    x, statistic=mean, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float]:
     """Percentile bootstrap interval of `statistic` over the values x (one per seed): draw n of
     them with replacement `resamples` times and keep the central `level` of the statistic's values."""
     x = np.asarray(x, dtype=float)
@@ -86,7 +89,11 @@ def cell_runs(cell: Cell, runs_dir: Path) -> tuple[dict[int, dict], int, int]:
         if r is None:
             r = {"status": "incomplete", "error": "no result.json: the run is still going, or was killed"}
         elif r["status"] == "ok" and (r.get("summary") or {}).get("eval_return_mean") is None:
-            r = {**r, "status": "failed", "error": "its final evaluation failed: the summary has no eval_return_mean"}
+            r = {
+                **r,
+                "status": "failed",
+                "error": "its final evaluation failed: the summary has no eval_return_mean",
+            }
         r["dir"] = d
         runs[int(d.name.split("__")[2][1:])] = r
     return runs, len(smoke) - sum(smoke), sum(smoke)
@@ -121,8 +128,11 @@ def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
     stale = {s: r for s, r in runs.items() if r.get("stale")}
     runs = {s: r for s, r in runs.items() if not r.get("stale")}
     ok = {s: r for s, r in runs.items() if r["status"] == "ok"}
-    failures = [f"seed {s} {'crashed' if 'final evaluation' not in str(r.get('error')) else 'failed'}: {str(r.get('error'))[:120]}"
-                for s, r in sorted(runs.items()) if r["status"] == "failed"]
+    failures = [
+        f"seed {s} {'crashed' if 'final evaluation' not in str(r.get('error')) else 'failed'}: {str(r.get('error'))[:120]}"
+        for s, r in sorted(runs.items())
+        if r["status"] == "failed"
+    ]
     missing = [s for s in cell.seeds if s not in runs or runs[s]["status"] not in ("ok", "failed")]
     evals = {s: r["summary"]["eval_return_mean"] for s, r in ok.items()}
     t = cell.threshold
@@ -135,16 +145,22 @@ def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
         else:
             m = statistics.fmean(evals.values())
             if m < t and not missing and enough:
-                failures.append(f"below threshold: mean {m:.1f} < {t:g}" + ci_caution(list(evals.values()), t))
+                failures.append(
+                    f"below threshold: mean {m:.1f} < {t:g}" + ci_caution(list(evals.values()), t)
+                )
             so_far = f"; mean so far {m:.1f} ({'≥' if m >= t else '<'} {t:g})"
     by_why: dict[str, list[int]] = {}  # the stale runs' seeds by why they are stale
     for s, r in sorted(stale.items()):
         by_why.setdefault(r["stale"], []).append(s)
     stale_note = f"{len(stale)} run{'s' if len(stale) > 1 else ''} on other code: " + "; ".join(
-        f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {why}" for why, seeds in by_why.items())
+        f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {why}"
+        for why, seeds in by_why.items()
+    )
     partial = f"partial: {len([s for s in cell.seeds if s in ok])} of {len(cell.seeds)} seeds"
     not_run = [str(s) for s in missing if s not in runs and s not in stale]
-    unfinished = [f"seed {s} {runs[s]['status']}" for s in missing if s in runs]  # running, interrupted or killed
+    unfinished = [
+        f"seed {s} {runs[s]['status']}" for s in missing if s in runs
+    ]  # running, interrupted or killed
     partial += f" (not run: seed{'s' if len(not_run) > 1 else ''} {', '.join(not_run)})" if not_run else ""
     partial += f" (unfinished: {', '.join(unfinished)})" if unfinished else ""
     if failures:
@@ -156,8 +172,10 @@ def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
     if t is None:
         return "n/a", "no threshold set"
     if not enough:
-        return "partial", (f"partial: {len(evals)} seed{'s' if len(evals) != 1 else ''}; a verdict needs {VERDICT_SEEDS} "
-                           f"finished seeds" + so_far)
+        return "partial", (
+            f"partial: {len(evals)} seed{'s' if len(evals) != 1 else ''}; a verdict needs {VERDICT_SEEDS} "
+            f"finished seeds" + so_far
+        )
     values = list(evals.values())
     if cell.pass_rule == "all":
         return "PASS", f"{len(values)}/{len(values)} seeds ≥ {t:g}"
@@ -167,11 +185,14 @@ def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
 @dataclass
 class Judged:
     """One cell of a report: its runs, which of them its figures come from, its verdict."""
+
     cell: Cell
     runs: dict[int, dict]
     verdict: str
     reason: str
-    shown: dict[int, dict]  # the ok runs the figures come from: the current ones, or the stale ones when none is current
+    shown: dict[
+        int, dict
+    ]  # the ok runs the figures come from: the current ones, or the stale ones when none is current
     shown_stale: bool
     older: int = 0  # runs with other settings
     smoke: int = 0  # smoke tries
@@ -181,7 +202,9 @@ class Judged:
         return {s: r for s, r in self.runs.items() if r["status"] == "ok" and not r.get("stale")}
 
 
-def judge_suite(suite: Suite, runs_dir: Path, checker: Checker, algos=None, envs=None) -> tuple[list[Judged], list[Cell]]:
+def judge_suite(
+    suite: Suite, runs_dir: Path, checker: Checker, algos=None, envs=None
+) -> tuple[list[Judged], list[Cell]]:
     """The cells to list (those with runs, or selected with `algos` / `envs`) judged; and those left out."""
     listed, left_out = [], []
     for cell in suite.cells:
@@ -194,5 +217,15 @@ def judge_suite(suite: Suite, runs_dir: Path, checker: Checker, algos=None, envs
         mark_stale(cell, runs, checker)
         current = {s: r for s, r in runs.items() if r["status"] == "ok" and not r.get("stale")}
         stale_ok = {s: r for s, r in runs.items() if r["status"] == "ok" and r.get("stale")}
-        listed.append(Judged(cell, runs, *verdict(cell, runs), current or stale_ok, not current and bool(stale_ok), older, smoke))
+        listed.append(
+            Judged(
+                cell,
+                runs,
+                *verdict(cell, runs),
+                current or stale_ok,
+                not current and bool(stale_ok),
+                older,
+                smoke,
+            )
+        )
     return listed, left_out

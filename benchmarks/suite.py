@@ -34,16 +34,26 @@ class Cell:
     eval_every: int
     threshold: float | None = None
     pass_rule: str = "mean"
-    pass_rule_source: str = ""  # the published result that asks the threshold of every seed (pass_rule "all" only)
+    pass_rule_source: str = (
+        ""  # the published result that asks the threshold of every seed (pass_rule "all" only)
+    )
     threshold_source: str = ""
     settings_source: str = ""
     references: list[str] = field(default_factory=list)
     note: str = ""  # why the cell falls short, once known (shown beside a FAIL, or beside a cell without threshold; not part of the run identity)
-    comparable: bool = True  # False: a smoke try on a shrunk budget (with_budget), never counted toward a verdict
+    comparable: bool = (
+        True  # False: a smoke try on a shrunk budget (with_budget), never counted toward a verdict
+    )
 
     @property
     def digest(self) -> str:
-        spec = {"algo": self.algo, "env": self.env, "steps": self.steps, "settings": self.settings, "eval_every": self.eval_every}
+        spec = {
+            "algo": self.algo,
+            "env": self.env,
+            "steps": self.steps,
+            "settings": self.settings,
+            "eval_every": self.eval_every,
+        }
         if not self.comparable:
             spec["comparable"] = False
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
@@ -85,22 +95,50 @@ def load_suite(name: str, path: Path | str = SUITES_FILE, raw: dict | None = Non
     if include := s.get("include"):  # another suite's cells, unchanged (same settings: the same run hashes)
         other = load_suite(include["suite"], path, raw)
         envs, algos = include.get("envs"), include.get("algos")
-        cells += [c for c in other.cells if (envs is None or c.env in envs) and (algos is None or c.algo in algos)]
+        cells += [
+            c for c in other.cells if (envs is None or c.env in envs) and (algos is None or c.algo in algos)
+        ]
     for c in s.get("cells", []):
-        if unknown := set(c) - {"algo", "env", "steps", "settings", "seeds", "threshold", "pass_rule", "pass_rule_source",
-                                "threshold_source", "settings_source", "references", "note"}:
-            raise SystemExit(f"suite {name}: cell {c.get('algo')}/{c.get('env')} has unknown keys {sorted(unknown)}")
+        if unknown := set(c) - {
+            "algo",
+            "env",
+            "steps",
+            "settings",
+            "seeds",
+            "threshold",
+            "pass_rule",
+            "pass_rule_source",
+            "threshold_source",
+            "settings_source",
+            "references",
+            "note",
+        }:
+            raise SystemExit(
+                f"suite {name}: cell {c.get('algo')}/{c.get('env')} has unknown keys {sorted(unknown)}"
+            )
         if c.get("pass_rule", "mean") not in ("mean", "all"):
             raise SystemExit(f"suite {name}: cell {c['algo']}/{c['env']}: pass_rule must be 'mean' or 'all'")
         if c.get("pass_rule") == "all" and not c.get("pass_rule_source"):
-            raise SystemExit(f"suite {name}: cell {c['algo']}/{c['env']}: pass_rule 'all' needs a pass_rule_source, the "
-                             "published result that asks the threshold of every seed; without one, use 'mean'")
+            raise SystemExit(
+                f"suite {name}: cell {c['algo']}/{c['env']}: pass_rule 'all' needs a pass_rule_source, the "
+                "published result that asks the threshold of every seed; without one, use 'mean'"
+            )
         steps, points = int(c["steps"]), s.get("eval_points", 20)
-        cells.append(Cell(**{**c, "steps": steps, "settings": dict(c.get("settings", {})),  # a key left out: Cell's default
-                             "references": list(c.get("references", [])),
-                             "seeds": list(c.get("seeds", s.get("seeds", [1, 2, 3]))),
-                             "eval_every": max(1, steps // int(points)) if points else 0}))
-    return Suite(name, s.get("description", ""), cells, s.get("runnable", True), s.get("not_runnable_reason", ""))
+        cells.append(
+            Cell(
+                **{
+                    **c,
+                    "steps": steps,
+                    "settings": dict(c.get("settings", {})),  # a key left out: Cell's default
+                    "references": list(c.get("references", [])),
+                    "seeds": list(c.get("seeds", s.get("seeds", [1, 2, 3]))),
+                    "eval_every": max(1, steps // int(points)) if points else 0,
+                }
+            )
+        )
+    return Suite(
+        name, s.get("description", ""), cells, s.get("runnable", True), s.get("not_runnable_reason", "")
+    )
 
 
 def load_references(path: Path | str = REFERENCES_FILE) -> dict[str, dict]:

@@ -39,12 +39,17 @@ try:  # optional (benchmarks/requirements-cluster.txt): main() says so in one li
     from optuna.storages import RetryHeartbeatStaleTrialCallback as Retry
     from optuna.storages.journal import JournalFileBackend
     from optuna.trial import TrialState
+
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the retry callback's
 except ImportError:
     optuna = None
 
-SPACES = tomllib.loads((BENCH / "spaces.toml").read_text())  # the built-in search spaces, in `--space FILE`'s format
-STUDIES_DIR = ROOT / "runs" / "tuning"  # the default: untracked (.gitignore's runs/); committed studies live in benchmarks/results/tuning/
+SPACES = tomllib.loads(
+    (BENCH / "spaces.toml").read_text()
+)  # the built-in search spaces, in `--space FILE`'s format
+STUDIES_DIR = (
+    ROOT / "runs" / "tuning"
+)  # the default: untracked (.gitignore's runs/); committed studies live in benchmarks/results/tuning/
 
 
 class RunFailed(RuntimeError):
@@ -59,14 +64,26 @@ def check_space(algo: str, space: dict, origin: str) -> dict:
     fields = {f.name for f in dataclasses.fields(importlib.import_module(algo).Args)}
     for name, spec in space.items():
         if name not in fields:
-            raise BadInput(f"{origin}: {name!r} is not a flag of algos/{algo}.py (its Args has no field {name})")
-        if not isinstance(spec, dict) or not ({"choices"} == set(spec) or {"low", "high"} <= set(spec) <= {"low", "high", "log", "step"}):
-            raise BadInput(f"{origin}: {name} needs {{choices = [...]}} or {{low = ..., high = ...}} (optional log, step), got {spec!r}")
+            raise BadInput(
+                f"{origin}: {name!r} is not a flag of algos/{algo}.py (its Args has no field {name})"
+            )
+        if not isinstance(spec, dict) or not (
+            {"choices"} == set(spec) or {"low", "high"} <= set(spec) <= {"low", "high", "log", "step"}
+        ):
+            raise BadInput(
+                f"{origin}: {name} needs {{choices = [...]}} or {{low = ..., high = ...}} (optional log, step), got {spec!r}"
+            )
         if "choices" in spec:
             if not isinstance(spec["choices"], list) or not spec["choices"]:
                 raise BadInput(f"{origin}: {name}: choices must be a non-empty list")
-        elif not (isinstance(spec["low"], (int, float)) and isinstance(spec["high"], (int, float)) and spec["low"] < spec["high"]):
-            raise BadInput(f"{origin}: {name}: needs numbers low < high, got {spec['low']!r} and {spec['high']!r}")
+        elif not (
+            isinstance(spec["low"], (int, float))
+            and isinstance(spec["high"], (int, float))
+            and spec["low"] < spec["high"]
+        ):
+            raise BadInput(
+                f"{origin}: {name}: needs numbers low < high, got {spec['low']!r} and {spec['high']!r}"
+            )
         elif spec.get("log") and spec["low"] <= 0:
             raise BadInput(f"{origin}: {name}: a log range needs low > 0, got {spec['low']}")
     return space
@@ -83,7 +100,10 @@ def load_space(algo: str, path: str | None, params: list[str] | None) -> dict:
     if params is not None:
         if unknown := sorted(set(params) - set(space)):
             raise BadInput(f"--params {' '.join(unknown)}: not in {origin} ({', '.join(space)})")
-        space, origin = {k: v for k, v in space.items() if k in params}, f"{origin} with --params {' '.join(params) or '(none)'}"
+        space, origin = (
+            {k: v for k, v in space.items() if k in params},
+            f"{origin} with --params {' '.join(params) or '(none)'}",
+        )
     return check_space(algo, space, origin)
 
 
@@ -92,11 +112,17 @@ def sample(trial, space: dict) -> dict:
     values = {}
     for name, spec in space.items():
         if "choices" in spec:  # Optuna's choices must be scalars: lists go as JSON
-            values[name] = json.loads(trial.suggest_categorical(name, [json.dumps(c) for c in spec["choices"]]))
+            values[name] = json.loads(
+                trial.suggest_categorical(name, [json.dumps(c) for c in spec["choices"]])
+            )
         elif isinstance(spec["low"], int) and isinstance(spec["high"], int):
-            values[name] = trial.suggest_int(name, spec["low"], spec["high"], step=spec.get("step", 1), log=spec.get("log", False))
+            values[name] = trial.suggest_int(
+                name, spec["low"], spec["high"], step=spec.get("step", 1), log=spec.get("log", False)
+            )
         else:
-            x = trial.suggest_float(name, spec["low"], spec["high"], log=spec.get("log", False), step=spec.get("step"))
+            x = trial.suggest_float(
+                name, spec["low"], spec["high"], log=spec.get("log", False), step=spec.get("step")
+            )
             values[name] = float(f"{x:.3g}")
     return values
 
@@ -116,8 +142,12 @@ def eval_rows(job: Job) -> list[tuple[int, float]]:
     """(global_step, eval_return) of the evaluations in the run's metrics.csv so far (whole lines only)."""
     path = metrics_file(job.dir)
     text = path.read_text(errors="ignore") if path else ""
-    text = text[:text.rfind("\n") + 1]
-    return [(int(r["global_step"]), float(r["eval_return"])) for r in csv.DictReader(text.splitlines()) if r.get("eval_return")]
+    text = text[: text.rfind("\n") + 1]
+    return [
+        (int(r["global_step"]), float(r["eval_return"]))
+        for r in csv.DictReader(text.splitlines())
+        if r.get("eval_return")
+    ]
 
 
 def points(cell: Cell) -> int:
@@ -132,16 +162,25 @@ def objective(trial, config: dict, state: dict) -> float:
         return run_trial(trial, config, state)
     except KeyboardInterrupt:
         trial.set_user_attr("interrupted", True)
-        optuna.logging.set_verbosity(optuna.logging.ERROR)  # the process is stopping: our own line says so, not a traceback
+        optuna.logging.set_verbosity(
+            optuna.logging.ERROR
+        )  # the process is stopping: our own line says so, not a traceback
         raise
 
 
 def run_trial(trial, config: dict, state: dict) -> float:
     baseline = bool(trial.user_attrs.get("baseline"))  # the cell's own settings, nothing drawn
-    settings = dict(config["cell"]["settings"]) if baseline else {**config["cell"]["settings"], **sample(trial, config["space"])}
+    settings = (
+        dict(config["cell"]["settings"])
+        if baseline
+        else {**config["cell"]["settings"], **sample(trial, config["space"])}
+    )
     trial.set_user_attr("settings", settings)
     cell = Cell(**{**config["cell"], "settings": settings})
-    seeds, per_seed = config["seeds"], points(cell) + 1  # Optuna steps per seed: its evaluations and the final one
+    seeds, per_seed = (
+        config["seeds"],
+        points(cell) + 1,
+    )  # Optuna steps per seed: its evaluations and the final one
     at_point: dict[int, list[float]] = {}  # an evaluation's point -> the returns there of the seeds so far
     evals: dict[str, float] = {}
     state["trial"] = trial.number
@@ -149,7 +188,9 @@ def run_trial(trial, config: dict, state: dict) -> float:
         job = Job(f"{trial.number:04d}", cell, seed, Path(config["study_dir"]) / "trials")
         seen, t0 = 0, time.time()
         try:
-            job.start(code_state(), fresh=True)  # inside: a stop that comes while it starts still ends the run
+            job.start(
+                code_state(), fresh=True
+            )  # inside: a stop that comes while it starts still ends the run
             state["proc"] = job.proc
             while True:
                 ended = job.proc.poll() is not None
@@ -160,29 +201,45 @@ def run_trial(trial, config: dict, state: dict) -> float:
                     k = min(step // cell.eval_every, points(cell)) if cell.eval_every else 0
                     at_point.setdefault(k, []).append(value)
                     trial.report(statistics.fmean(at_point[k]), i * per_seed + k)
-                    last = i == len(seeds) - 1 and step >= cell.steps  # the last seed's final evaluation: the objective itself
+                    last = (
+                        i == len(seeds) - 1 and step >= cell.steps
+                    )  # the last seed's final evaluation: the objective itself
                     if not last and not baseline and trial.should_prune():
                         trial.set_user_attr("pruned_at", f"seed {seed}, step {step:,}")
                         print(f"trial {trial.number} pruned at seed {seed}, step {step:,}", flush=True)
-                        raise optuna.TrialPruned(f"seed {seed} at step {step:,}: {statistics.fmean(at_point[k]):.1f}")
+                        raise optuna.TrialPruned(
+                            f"seed {seed} at step {step:,}: {statistics.fmean(at_point[k]):.1f}"
+                        )
                 seen = len(rows)
                 if ended:
                     break
                 time.sleep(1.0)
         finally:
-            if job.proc is not None and job.proc.poll() is None:  # pruned, or the worker is being stopped: the run is not needed
+            if (
+                job.proc is not None and job.proc.poll() is None
+            ):  # pruned, or the worker is being stopped: the run is not needed
                 job.proc.kill()
                 job.proc.wait()
-            result = job.finish() if job.proc is not None else None  # None only on the way out with an exception
+            result = (
+                job.finish() if job.proc is not None else None
+            )  # None only on the way out with an exception
             state["proc"] = None
-        if result["status"] in ("preempted", "interrupted"):  # the run was stopped by a signal (Ctrl-C, SLURM's scancel)
+        if result["status"] in (
+            "preempted",
+            "interrupted",
+        ):  # the run was stopped by a signal (Ctrl-C, SLURM's scancel)
             raise KeyboardInterrupt(f"trial {trial.number} seed {seed}: the run was {result['status']}")
         if result["status"] != "ok":
             trial.set_user_attr("error", f"seed {seed}: {result.get('error')}")
-            raise RunFailed(f"trial {trial.number} seed {seed}: {result.get('error')} (log: {job.dir / 'log.txt'})")
+            raise RunFailed(
+                f"trial {trial.number} seed {seed}: {result.get('error')} (log: {job.dir / 'log.txt'})"
+            )
         evals[str(seed)] = result["summary"]["eval_return_mean"]
         trial.set_user_attr("evals", evals)
-        print(f"trial {trial.number} seed {seed}: eval {evals[str(seed)]:.2f} ({time.time() - t0:.0f} s)", flush=True)
+        print(
+            f"trial {trial.number} seed {seed}: eval {evals[str(seed)]:.2f} ({time.time() - t0:.0f} s)",
+            flush=True,
+        )
     print(f"trial {trial.number}: objective {statistics.fmean(evals.values()):.2f}", flush=True)
     return statistics.fmean(evals.values())
 
@@ -191,10 +248,16 @@ def open_study(config: dict, worker: int = 0):
     """The study in the config's journal file, with the median pruner and the TPE sampler, seeded per worker
     and past the trials the study holds (a continued study draws anew)."""
     storage = JournalStorage(JournalFileBackend(str(Path(config["study_dir"]) / "journal.log")))
-    pruner = (optuna.pruners.MedianPruner(n_startup_trials=config["prune_after"], n_warmup_steps=points(Cell(**config["cell"])) // 2)
-              if config["prune_after"] >= 0 else optuna.pruners.NopPruner())
-    study = optuna.create_study(study_name=config["name"], storage=storage, pruner=pruner, direction="maximize",
-                                load_if_exists=True)
+    pruner = (
+        optuna.pruners.MedianPruner(
+            n_startup_trials=config["prune_after"], n_warmup_steps=points(Cell(**config["cell"])) // 2
+        )
+        if config["prune_after"] >= 0
+        else optuna.pruners.NopPruner()
+    )
+    study = optuna.create_study(
+        study_name=config["name"], storage=storage, pruner=pruner, direction="maximize", load_if_exists=True
+    )
     seed = config["sampler_seed"] + 1000 * worker + len(study.get_trials(deepcopy=False))
     study.sampler = optuna.samplers.TPESampler(n_startup_trials=5, seed=seed)
     return study
@@ -202,7 +265,9 @@ def open_study(config: dict, worker: int = 0):
 
 def retried(trials) -> set[int]:
     """The trials stopped and queued again: Optuna's retry history (older studies: the user attr `retry_of`)."""
-    return {n for t in trials for n in Retry.retry_history(t)} | {t.user_attrs.get("retry_of") for t in trials}
+    return {n for t in trials for n in Retry.retry_history(t)} | {
+        t.user_attrs.get("retry_of") for t in trials
+    }
 
 
 def counted(study) -> int:
@@ -210,8 +275,13 @@ def counted(study) -> int:
     however often queued), nor the baseline."""
     trials = study.get_trials(deepcopy=False)
     again = retried(trials)
-    return len({t.system_attrs.get("failed_trial", t.user_attrs.get("retry_of", t.number)) for t in trials
-                if t.state != TrialState.WAITING and t.number not in again and not t.user_attrs.get("baseline")})
+    return len(
+        {
+            t.system_attrs.get("failed_trial", t.user_attrs.get("retry_of", t.number))
+            for t in trials
+            if t.state != TrialState.WAITING and t.number not in again and not t.user_attrs.get("baseline")
+        }
+    )
 
 
 def to_run(study, trials: int) -> int:
@@ -235,16 +305,26 @@ def baseline_trial(study, settings: dict):
     """The trial that scored the cell's current `settings` as they are: a completed one (a trial whose
     drawn values the cell took counts too), else the latest one queued or run for them; None if none."""
     same = json.dumps(settings, sort_keys=True)  # lists and tuples alike, as stored
-    found = [t for t in study.get_trials(deepcopy=False) if json.dumps(t.user_attrs.get("settings"), sort_keys=True) == same]
-    found = [t for t in found if t.state == TrialState.COMPLETE] or [t for t in found if t.user_attrs.get("baseline")]
+    found = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if json.dumps(t.user_attrs.get("settings"), sort_keys=True) == same
+    ]
+    found = [t for t in found if t.state == TrialState.COMPLETE] or [
+        t for t in found if t.user_attrs.get("baseline")
+    ]
     return found[-1] if found else None
 
 
-def work(config: dict, worker: int = 0, state: dict | None = None, interrupted_trial: int | None = None) -> int:
+def work(
+    config: dict, worker: int = 0, state: dict | None = None, interrupted_trial: int | None = None
+) -> int:
     """One worker: trials one at a time until none is left to run (every worker's count); first, a trial its
     SLURM task was stopped in is failed and queued again. The number of trials it ran."""
     state = {} if state is None else state
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own lines per seed and trial; failures still show
+    optuna.logging.set_verbosity(
+        optuna.logging.WARNING
+    )  # our own lines per seed and trial; failures still show
     study = open_study(config, worker)
     stopped = [t for t in study.get_trials(deepcopy=False) if t.number == interrupted_trial]
     if stopped and stopped[0].state == TrialState.RUNNING:
@@ -268,43 +348,92 @@ def fmt(x) -> str:
 
 def study_markdown(study, config: dict) -> tuple[str, str | None]:
     """STUDY.md's text, and the best trial's settings block (None without a completed trial)."""
-    cell, seeds, space, trials = config["cell"], config["seeds"], config["space"], study.get_trials(deepcopy=False)
+    cell, seeds, space, trials = (
+        config["cell"],
+        config["seeds"],
+        config["space"],
+        study.get_trials(deepcopy=False),
+    )
     counts = {s: sum(t.state == s for t in trials) for s in TrialState}
     again, budget, steps = retried(trials), fmt_steps(cell["steps"]), cell["steps"]
-    threshold = (f"; the cell's threshold: {cell['threshold']:g} ({cell['pass_rule']} of the suite's seeds {cell['seeds']})"
-                 if cell.get("threshold") is not None else "")
-    starts, ends = [t.datetime_start for t in trials if t.datetime_start], [t.datetime_complete for t in trials if t.datetime_complete]
-    lines = [f"# Tuning study: `{cell['algo']}` on `{cell['env']}` (suite `{config['suite']}`)", "",
-             f"- **Objective**: the mean over seeds {', '.join(map(str, seeds))} of the final greedy evaluation "
-             f"(eval_return_mean: {cell['settings'].get('eval_episodes', 10)} episodes), each seed trained for the cell's "
-             f"{budget} env steps with the cell's settings and the trial's values{threshold}.",
-             "- **Pruning**: " + (f"Optuna's median rule on the evaluations every {cell['eval_every']:,} steps (the mean over the "
-                                   f"seeds run so far at each point), after {config['prune_after']} finished trials and from "
-                                   f"step {steps // 2:,} of the first seed" if config["prune_after"] >= 0 else "none") +
-             "; sampler: TPE.",
-             "- **Search space**: " + "; ".join(
-                 f"`{k}` in {toml_value(v['choices'])}" if "choices" in v else
-                 f"`{k}` from {v['low']:g} to {v['high']:g}{' (log)' if v.get('log') else ''}" for k, v in space.items()) + ".",
-             f"- **Cell's settings** (kept unless searched): `{settings_line(cell['settings'])}`",
-             "- **Commands** (" + ", ".join(study.user_attrs.get("dates", [])) + "):", "",
-             *[f"  `{c}`" for c in study.user_attrs.get("commands", [])], "",
-             f"- **Trials**: {len(trials)} ({counts[TrialState.COMPLETE]} complete, {counts[TrialState.PRUNED]} pruned, "
-             f"{counts[TrialState.FAIL]} failed, {counts[TrialState.RUNNING] + counts[TrialState.WAITING]} unfinished); "
-             + (f"started {min(starts):%Y-%m-%d %H:%M}, last finished {max(ends):%Y-%m-%d %H:%M}; " if starts and ends else "")
-             + f"{sum(t.duration.total_seconds() for t in trials if t.duration) / 60:.1f} min of trial time in all.", ""]
+    threshold = (
+        f"; the cell's threshold: {cell['threshold']:g} ({cell['pass_rule']} of the suite's seeds {cell['seeds']})"
+        if cell.get("threshold") is not None
+        else ""
+    )
+    starts, ends = (
+        [t.datetime_start for t in trials if t.datetime_start],
+        [t.datetime_complete for t in trials if t.datetime_complete],
+    )
+    lines = [
+        f"# Tuning study: `{cell['algo']}` on `{cell['env']}` (suite `{config['suite']}`)",
+        "",
+        f"- **Objective**: the mean over seeds {', '.join(map(str, seeds))} of the final greedy evaluation "
+        f"(eval_return_mean: {cell['settings'].get('eval_episodes', 10)} episodes), each seed trained for the cell's "
+        f"{budget} env steps with the cell's settings and the trial's values{threshold}.",
+        "- **Pruning**: "
+        + (
+            f"Optuna's median rule on the evaluations every {cell['eval_every']:,} steps (the mean over the "
+            f"seeds run so far at each point), after {config['prune_after']} finished trials and from "
+            f"step {steps // 2:,} of the first seed"
+            if config["prune_after"] >= 0
+            else "none"
+        )
+        + "; sampler: TPE.",
+        "- **Search space**: "
+        + "; ".join(
+            f"`{k}` in {toml_value(v['choices'])}"
+            if "choices" in v
+            else f"`{k}` from {v['low']:g} to {v['high']:g}{' (log)' if v.get('log') else ''}"
+            for k, v in space.items()
+        )
+        + ".",
+        f"- **Cell's settings** (kept unless searched): `{settings_line(cell['settings'])}`",
+        "- **Commands** (" + ", ".join(study.user_attrs.get("dates", [])) + "):",
+        "",
+        *[f"  `{c}`" for c in study.user_attrs.get("commands", [])],
+        "",
+        f"- **Trials**: {len(trials)} ({counts[TrialState.COMPLETE]} complete, {counts[TrialState.PRUNED]} pruned, "
+        f"{counts[TrialState.FAIL]} failed, {counts[TrialState.RUNNING] + counts[TrialState.WAITING]} unfinished); "
+        + (
+            f"started {min(starts):%Y-%m-%d %H:%M}, last finished {max(ends):%Y-%m-%d %H:%M}; "
+            if starts and ends
+            else ""
+        )
+        + f"{sum(t.duration.total_seconds() for t in trials if t.duration) / 60:.1f} min of trial time in all.",
+        "",
+    ]
     header = ["trial", "state", "objective", *[f"seed {s}" for s in seeds], "pruned at", "min", *space]
     lines += [md_row(header), "|" + "---|" * len(header)]
     order = {TrialState.COMPLETE: 0, TrialState.PRUNED: 1}
-    for t in sorted(trials, key=lambda t: (order.get(t.state, 2), -t.value if t.state == TrialState.COMPLETE else 0, t.number)):
-        evals, settings, state = t.user_attrs.get("evals", {}), t.user_attrs.get("settings", {}), t.state.name.lower()
+    for t in sorted(
+        trials,
+        key=lambda t: (order.get(t.state, 2), -t.value if t.state == TrialState.COMPLETE else 0, t.number),
+    ):
+        evals, settings, state = (
+            t.user_attrs.get("evals", {}),
+            t.user_attrs.get("settings", {}),
+            t.state.name.lower(),
+        )
         if t.state == TrialState.FAIL:
-            state += ": " + (t.user_attrs.get("error") or ("stopped, retried" if t.number in again else "stopped"))
+            state += ": " + (
+                t.user_attrs.get("error") or ("stopped, retried" if t.number in again else "stopped")
+            )
         elif t.state == TrialState.PRUNED:
             state += f" (at {fmt(t.intermediate_values.get(t.last_step))})"
-        lines.append(md_row([f"{t.number} (the cell's settings)" if t.user_attrs.get("baseline") else t.number, state.replace("|", "\\|"),
-                             fmt(t.value if t.state == TrialState.COMPLETE else None), *[fmt(evals.get(str(s))) for s in seeds],
-                             t.user_attrs.get("pruned_at", "-"), fmt(t.duration.total_seconds() / 60 if t.duration else None),
-                             *[toml_value(settings[k]) if k in settings else "-" for k in space]]))
+        lines.append(
+            md_row(
+                [
+                    f"{t.number} (the cell's settings)" if t.user_attrs.get("baseline") else t.number,
+                    state.replace("|", "\\|"),
+                    fmt(t.value if t.state == TrialState.COMPLETE else None),
+                    *[fmt(evals.get(str(s))) for s in seeds],
+                    t.user_attrs.get("pruned_at", "-"),
+                    fmt(t.duration.total_seconds() / 60 if t.duration else None),
+                    *[toml_value(settings[k]) if k in settings else "-" for k in space],
+                ]
+            )
+        )
     lines.append("")
     searched = [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline")]
     if not searched:
@@ -313,49 +442,114 @@ def study_markdown(study, config: dict) -> tuple[str, str | None]:
     base_value = base.value if base is not None and base.state == TrialState.COMPLETE else None
     table = Path(config["study_dir"]).resolve() / "STUDY.md"
     where = table.relative_to(ROOT).as_posix() if table.is_relative_to(ROOT) else str(table)
-    reaches = "" if cell.get("threshold") is None else (
-        f" On these tuning seeds it {'reaches' if best.value >= cell['threshold'] else 'stays below'} the cell's "
-        f"threshold {cell['threshold']:g}; the suite's own runs (seeds {cell['seeds']}) decide the cell's verdict.")
-    lines += [f"**Best: trial {best.number}**, objective {best.value:.1f} (seeds: "
-              + ", ".join(f"{s}: {fmt(best.user_attrs['evals'].get(str(s)))}" for s in seeds) + f").{reaches}", ""]
+    reaches = (
+        ""
+        if cell.get("threshold") is None
+        else (
+            f" On these tuning seeds it {'reaches' if best.value >= cell['threshold'] else 'stays below'} the cell's "
+            f"threshold {cell['threshold']:g}; the suite's own runs (seeds {cell['seeds']}) decide the cell's verdict."
+        )
+    )
+    lines += [
+        f"**Best: trial {best.number}**, objective {best.value:.1f} (seeds: "
+        + ", ".join(f"{s}: {fmt(best.user_attrs['evals'].get(str(s)))}" for s in seeds)
+        + f").{reaches}",
+        "",
+    ]
     if base_value is not None:
-        lines += [f"The cell's current settings (trial {base.number}) score {base_value:.1f} on the same seeds.", ""]
-    no_line = (f"the trials ran {budget} env steps, a smoke try (`--total-timesteps`), not the cell's budget."
-               if not cell.get("comparable", True) else
-               "the cell's current settings have no score on these seeds yet (the next tune.py command on this study runs "
-               "them first)." if base_value is None else
-               "the cell has these settings already." if best.number == base.number else
-               f"no trial scores above the cell's current settings ({base_value:.1f})." if best.value <= base_value else None)
+        lines += [
+            f"The cell's current settings (trial {base.number}) score {base_value:.1f} on the same seeds.",
+            "",
+        ]
+    no_line = (
+        f"the trials ran {budget} env steps, a smoke try (`--total-timesteps`), not the cell's budget."
+        if not cell.get("comparable", True)
+        else "the cell's current settings have no score on these seeds yet (the next tune.py command on this study runs "
+        "them first)."
+        if base_value is None
+        else "the cell has these settings already."
+        if best.number == base.number
+        else f"no trial scores above the cell's current settings ({base_value:.1f})."
+        if best.value <= base_value
+        else None
+    )
     if no_line:
         return "\n".join(lines + [f"No settings line: {no_line}", ""]), None
-    block = "\n".join([settings_line(best.user_attrs["settings"]),
-                       f'settings_source = "{where}: best of {counted(study)} trials (trial {best.number}, mean greedy eval '
-                       f'{best.value:.1f} over seeds {", ".join(map(str, seeds))}, where the settings it replaces score {base_value:.1f})"'])
-    lines += ["Its settings, to paste into the cell in `benchmarks/suites.toml` (replacing `settings` and "
-              "`settings_source`; the new settings give the cell new run folders):", "", "```toml", block, "```", ""]
+    block = "\n".join(
+        [
+            settings_line(best.user_attrs["settings"]),
+            f'settings_source = "{where}: best of {counted(study)} trials (trial {best.number}, mean greedy eval '
+            f'{best.value:.1f} over seeds {", ".join(map(str, seeds))}, where the settings it replaces score {base_value:.1f})"',
+        ]
+    )
+    lines += [
+        "Its settings, to paste into the cell in `benchmarks/suites.toml` (replacing `settings` and "
+        "`settings_source`; the new settings give the cell new run folders):",
+        "",
+        "```toml",
+        block,
+        "```",
+        "",
+    ]
     return "\n".join(lines), block
 
 
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
-    p = OneLineParser(prog="benchmarks/tune.py", description=__doc__.splitlines()[0],
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(
+        prog="benchmarks/tune.py",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--suite", required=True, help="suite holding the cell (classic, continuous, ...)")
     p.add_argument("--algo", required=True, help="the cell's algorithm")
     p.add_argument("--env", required=True, help="the cell's env id")
-    p.add_argument("--trials", type=int, default=20, help="trials in the study in all, over every worker and earlier commands (default 20)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[1001, 1002, 1003], help="seeds of each trial (default 1001 1002 1003)")
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=20,
+        help="trials in the study in all, over every worker and earlier commands (default 20)",
+    )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[1001, 1002, 1003],
+        help="seeds of each trial (default 1001 1002 1003)",
+    )
     p.add_argument("--workers", type=int, default=1, help="trials at a time: local processes, or SLURM tasks")
-    p.add_argument("--backend", choices=("local", "slurm"), default="local", help="local processes, or a SLURM job array through submitit")
-    p.add_argument("--space", help="TOML file: the search space (name = {low = .., high = .., log = true} or {choices = [..]}) "
-                                   "instead of the built-in one")
+    p.add_argument(
+        "--backend",
+        choices=("local", "slurm"),
+        default="local",
+        help="local processes, or a SLURM job array through submitit",
+    )
+    p.add_argument(
+        "--space",
+        help="TOML file: the search space (name = {low = .., high = .., log = true} or {choices = [..]}) "
+        "instead of the built-in one",
+    )
     p.add_argument("--params", nargs="*", help="search only these parameters of the space")
-    p.add_argument("--prune-after", type=int, default=5, help="finished trials before pruning starts (-1: never prune; default 5)")
-    p.add_argument("--sampler-seed", type=int, default=0, help="seed of the TPE sampler (worker w: seed + 1000 w)")
-    p.add_argument("--study-dir", help="storage, table and trial runs (default runs/tuning/<suite>__<algo>__<env>, untracked: "
-                                       "give benchmarks/results/tuning/<name> for a study to commit)")
-    p.add_argument("--total-timesteps", type=int, metavar="N",
-                   help="smoke try: each seed trains N env steps instead of the cell's budget (must be smaller); its own "
-                        "study, runs marked not comparable, no settings line")
+    p.add_argument(
+        "--prune-after",
+        type=int,
+        default=5,
+        help="finished trials before pruning starts (-1: never prune; default 5)",
+    )
+    p.add_argument(
+        "--sampler-seed", type=int, default=0, help="seed of the TPE sampler (worker w: seed + 1000 w)"
+    )
+    p.add_argument(
+        "--study-dir",
+        help="storage, table and trial runs (default runs/tuning/<suite>__<algo>__<env>, untracked: "
+        "give benchmarks/results/tuning/<name> for a study to commit)",
+    )
+    p.add_argument(
+        "--total-timesteps",
+        type=int,
+        metavar="N",
+        help="smoke try: each seed trains N env steps instead of the cell's budget (must be smaller); its own "
+        "study, runs marked not comparable, no settings line",
+    )
     p.add_argument("--suites-file", default=str(SUITES_FILE), help=argparse.SUPPRESS)
     add_slurm_flags(p)
     a = p.parse_args(argv)
@@ -376,16 +570,28 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
     cell = next((c for c in suite.cells if c.algo == a.algo and c.env == a.env), None)
     if cell is None:
         envs = [c.env for c in suite.cells if c.algo == a.algo]
-        raise BadInput(f"unknown env {a.env!r} for {a.algo} in suite {a.suite}; its envs there: {', '.join(envs)}")
+        raise BadInput(
+            f"unknown env {a.env!r} for {a.algo} in suite {a.suite}; its envs there: {', '.join(envs)}"
+        )
     space = load_space(a.algo, a.space, a.params)
     name = f"{a.suite}__{cell.slug}"
     if a.total_timesteps:
         if a.total_timesteps >= cell.steps:
-            raise BadInput(f"--total-timesteps {a.total_timesteps:,} must be below the cell's budget ({cell.steps:,})")
+            raise BadInput(
+                f"--total-timesteps {a.total_timesteps:,} must be below the cell's budget ({cell.steps:,})"
+            )
         cell, name = cell.with_budget(a.total_timesteps), f"{name}__steps{a.total_timesteps}"
-    config = {"name": name, "suite": a.suite, "cell": dataclasses.asdict(cell), "space": space, "seeds": a.seeds,
-              "trials": a.trials, "prune_after": a.prune_after, "sampler_seed": a.sampler_seed,
-              "study_dir": str(Path(a.study_dir or STUDIES_DIR / name))}
+    config = {
+        "name": name,
+        "suite": a.suite,
+        "cell": dataclasses.asdict(cell),
+        "space": space,
+        "seeds": a.seeds,
+        "trials": a.trials,
+        "prune_after": a.prune_after,
+        "sampler_seed": a.sampler_seed,
+        "study_dir": str(Path(a.study_dir or STUDIES_DIR / name)),
+    }
     return a, config
 
 
@@ -404,12 +610,24 @@ def run_workers(a: argparse.Namespace, config: dict, todo: int) -> int | None:
             import cluster
         except ImportError as e:
             return fail("tune", NO_SUBMITIT.format(e))
-        executor = cluster.make_executor(a, Path(a.submitit_dir or Path(config["study_dir"]) / "submitit"), f"tune-{config['name']}",
-                                         a.workers)
+        executor = cluster.make_executor(
+            a,
+            Path(a.submitit_dir or Path(config["study_dir"]) / "submitit"),
+            f"tune-{config['name']}",
+            a.workers,
+        )
         import tune  # this module by its name: a task unpickles tune.work, where __main__.work would not resolve
+
         tasks = [cluster.StudyTask(tune.work, config, w) for w in range(min(a.workers, todo))]
-        jobs = executor.submit_array(tasks) if a.submitit_cluster == "slurm" else [executor.submit(t) for t in tasks]
-        print(f"submitted {len(jobs)} workers ({jobs[0].job_id.split('_')[0]}); submitit files: {executor.folder}", flush=True)
+        jobs = (
+            executor.submit_array(tasks)
+            if a.submitit_cluster == "slurm"
+            else [executor.submit(t) for t in tasks]
+        )
+        print(
+            f"submitted {len(jobs)} workers ({jobs[0].job_id.split('_')[0]}); submitit files: {executor.folder}",
+            flush=True,
+        )
         cluster.wait_for(jobs, poll=5.0 if a.submitit_cluster == "slurm" else 0.5)
         jobs.clear()
         gc.collect()  # submitit's jobs sit in reference cycles: collected now, not at interpreter exit, where their __del__ fails
@@ -441,15 +659,20 @@ def main(argv: list[str] | None = None) -> int:
         study_dir.mkdir(parents=True, exist_ok=True)
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own line per seed and per trial
         study = open_study(config)
-        same = {"cell": {k: config["cell"][k] for k in ("algo", "env", "steps", "settings", "eval_every")},
-                "space": config["space"], "seeds": config["seeds"]}  # what the trials' numbers depend on
+        same = {
+            "cell": {k: config["cell"][k] for k in ("algo", "env", "steps", "settings", "eval_every")},
+            "space": config["space"],
+            "seeds": config["seeds"],
+        }  # what the trials' numbers depend on
         made = study.user_attrs.get("config")
         if made is None:
             study.set_user_attr("config", same)
         elif unsearched(made) != (now := unsearched(json.loads(json.dumps(same)))):
             changed = [k for k in now if now[k] != unsearched(made).get(k)]
-            raise BadInput(f"the study in {study_dir} was made with another {', '.join(changed)}; "
-                           "give a new --study-dir, or the same flags and cell as before")
+            raise BadInput(
+                f"the study in {study_dir} was made with another {', '.join(changed)}; "
+                "give a new --study-dir, or the same flags and cell as before"
+            )
     except BadInput as e:
         return fail("tune", e)
 
@@ -463,25 +686,38 @@ def main(argv: list[str] | None = None) -> int:
     if baseline := t is None or (t.state == TrialState.FAIL and not t.user_attrs.get("interrupted")):
         study.enqueue_trial({}, user_attrs={"baseline": True, "settings": config["cell"]["settings"]})
     todo = to_run(study, config["trials"])
-    print(f"study {config['name']} in {study_dir}: {counted(study)} trials so far, {todo} to run with "
-          f"{a.workers} worker(s); each: {len(config['seeds'])} seeds x {config['cell']['steps']:,} steps; "
-          f"searching {', '.join(config['space'])}"
-          + ("; first the cell's own settings, the baseline a settings line must beat" if baseline else "")
-          + (f"; trying again the parameters of trial(s) {', '.join(map(str, again))}, stopped before" if again else ""), flush=True)
+    print(
+        f"study {config['name']} in {study_dir}: {counted(study)} trials so far, {todo} to run with "
+        f"{a.workers} worker(s); each: {len(config['seeds'])} seeds x {config['cell']['steps']:,} steps; "
+        f"searching {', '.join(config['space'])}"
+        + ("; first the cell's own settings, the baseline a settings line must beat" if baseline else "")
+        + (
+            f"; trying again the parameters of trial(s) {', '.join(map(str, again))}, stopped before"
+            if again
+            else ""
+        ),
+        flush=True,
+    )
     with stop_on_signals():  # SIGTERM stops the study as Ctrl-C does
         try:
             if (status := run_workers(a, config, todo)) is not None:
                 return status
         except KeyboardInterrupt:
-            print("\ninterrupted: the trials in progress are recorded as failed; the same command tries their parameters "
-                  "again and continues the study", flush=True)
+            print(
+                "\ninterrupted: the trials in progress are recorded as failed; the same command tries their parameters "
+                "again and continues the study",
+                flush=True,
+            )
             status = 130
         text, block = study_markdown(study, config)  # within: a second stop leaves no half-written table
         (study_dir / "STUDY.md").write_text(text)
         print(f"\nwrote {study_dir / 'STUDY.md'}")
         no_line = next((x for x in text.splitlines() if x.startswith("No ")), "")
         print("settings for the cell in suites.toml:\n" + block if block else no_line)
-        completed = any(t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False))
+        completed = any(
+            t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline")
+            for t in study.get_trials(deepcopy=False)
+        )
     return status if status is not None else 0 if completed else 1
 
 

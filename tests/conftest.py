@@ -14,4 +14,6 @@ from harness.run import KERNEL_VARIABLES  # noqa: E402
 
 KERNELS = "_".join(f"{k}-{os.environ[k]}" for k in KERNEL_VARIABLES if k in os.environ)
 if KERNELS:
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"torchinductor_{KERNELS}"))
+    os.environ.setdefault(
+        "TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"torchinductor_{KERNELS}")
+    )

@@ -60,7 +60,13 @@ class ChainEnv(gym.Env):
     def step(self, action):
         ChainEnv.steps += 1
         self.t += 1
-        return np.array([self.t, self.episode], np.float32), float(action), bool(self.t == self.end), False, {}
+        return (
+            np.array([self.t, self.episode], np.float32),
+            float(action),
+            bool(self.t == self.end),
+            False,
+            {},
+        )
 
 
 CHAIN_ID = "Chain-v0"
@@ -114,7 +120,13 @@ class RecordingWrapper(NetworkWrapper):
 
 def flat(module) -> torch.Tensor:
     """A copy of every floating parameter and buffer of `module`, as one vector."""
-    return torch.cat([t.detach().reshape(-1).clone() for t in (*module.parameters(), *module.buffers()) if t.is_floating_point()])
+    return torch.cat(
+        [
+            t.detach().reshape(-1).clone()
+            for t in (*module.parameters(), *module.buffers())
+            if t.is_floating_point()
+        ]
+    )
 
 
 def recording_wrapper(base: type, events: list, wrappers: dict) -> type:
@@ -124,7 +136,9 @@ def recording_wrapper(base: type, events: list, wrappers: dict) -> type:
     collects the instances by name."""
 
     def snapshot():
-        return {n: (flat(w.online), None if w.target is None else flat(w.target)) for n, w in wrappers.items()}
+        return {
+            n: (flat(w.online), None if w.target is None else flat(w.target)) for n, w in wrappers.items()
+        }
 
     class RecordingWrapper(base):
         def __init__(self, net, **kw):
@@ -157,15 +171,28 @@ def assert_only_recorded_calls_move_the_networks(events: list) -> None:
         for n in after:
             for k, what in enumerate(("online", "target")):
                 if after[n][k] is not None and not torch.equal(after[n][k], before[n][k]):
-                    raise AssertionError(f"{n}'s {what} network moved between {kind} {name} and {next_kind} {next_name}")
+                    raise AssertionError(
+                        f"{n}'s {what} network moved between {kind} {name} and {next_kind} {next_name}"
+                    )
 
 
 def tiny_args(module, algo: str, run_dir, **overrides):
     """A 200-step run of `algo` on a classic env (Pendulum-v1 for the continuous-action scripts) that
     still learns; `overrides` replace or add Args fields."""
-    kw = {"env_id": "Pendulum-v1" if algo in ("ddpg", "naf") else "CartPole-v1", "total_timesteps": 200,
-          "run_dir": str(run_dir), "progress": False, "eval_episodes": 1}
-    kw.update({k: v for k, v in {"learning_starts": 100, "batch_size": 32, "num_envs": 2}.items() if k in module.Args.__dataclass_fields__})
+    kw = {
+        "env_id": "Pendulum-v1" if algo in ("ddpg", "naf") else "CartPole-v1",
+        "total_timesteps": 200,
+        "run_dir": str(run_dir),
+        "progress": False,
+        "eval_episodes": 1,
+    }
+    kw.update(
+        {
+            k: v
+            for k, v in {"learning_starts": 100, "batch_size": 32, "num_envs": 2}.items()
+            if k in module.Args.__dataclass_fields__
+        }
+    )
     return module.Args(**{**kw, **overrides})
 
 

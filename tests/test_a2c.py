@@ -88,7 +88,9 @@ def test_n_step_targets_match_hand_computation(n):
 
 def test_gae_targets_match_hand_computation():
     rewards, values, next_values, terminated, truncated = rollout()
-    advantages, returns = a2c_targets(rewards, values, next_values, terminated, truncated, GAMMA, gae_lambda=0.5)
+    advantages, returns = a2c_targets(
+        rewards, values, next_values, terminated, truncated, GAMMA, gae_lambda=0.5
+    )
     torch.testing.assert_close(advantages, torch.tensor(HAND_GAE_ADV))
     torch.testing.assert_close(returns, torch.tensor(HAND_GAE_ADV) + values)
 
@@ -103,7 +105,9 @@ def test_gae_lambda_one_equals_full_rollout_return_and_zero_equals_one_step():
     ended = (terminated + truncated)[:-1] > 0
     next_values[:-1] = torch.where(ended, next_values[:-1], values[1:])
     for lam, n in ((1.0, None), (0.0, 1)):
-        adv_gae, ret_gae = a2c_targets(rewards, values, next_values, terminated, truncated, 0.9, gae_lambda=lam)
+        adv_gae, ret_gae = a2c_targets(
+            rewards, values, next_values, terminated, truncated, 0.9, gae_lambda=lam
+        )
         adv_n, ret_n = a2c_targets(rewards, values, next_values, terminated, truncated, 0.9, n=n)
         torch.testing.assert_close(ret_gae, ret_n)
         torch.testing.assert_close(adv_gae, adv_n)
@@ -113,7 +117,9 @@ def test_targets_carry_no_gradient():
     rewards, values, next_values, terminated, truncated = rollout()
     values.requires_grad_(True)
     for lam in (None, 0.9):
-        advantages, returns = a2c_targets(rewards, values, next_values, terminated, truncated, GAMMA, gae_lambda=lam)
+        advantages, returns = a2c_targets(
+            rewards, values, next_values, terminated, truncated, GAMMA, gae_lambda=lam
+        )
         assert not advantages.requires_grad and not returns.requires_grad
 
 
@@ -122,22 +128,30 @@ def test_a2c_loss_against_hand_values():
     entropy = torch.tensor([1.5, 0.5], requires_grad=True)
     values = torch.tensor([1.0, 3.0], requires_grad=True)
     advantages, returns = torch.tensor([2.0, 1.0]), torch.tensor([2.0, 1.0])
-    loss, policy_loss, value_loss, entropy_mean = a2c.a2c_loss(logp, entropy, values, advantages, returns, value_coef=0.5, entropy_coef=0.1)
+    loss, policy_loss, value_loss, entropy_mean = a2c.a2c_loss(
+        logp, entropy, values, advantages, returns, value_coef=0.5, entropy_coef=0.1
+    )
     # policy -mean(A log pi) = -mean(-2, -2) = 2; value mean((V - G)^2) = mean(1, 4) = 2.5; entropy mean 1
     assert (policy_loss.item(), value_loss.item(), entropy_mean.item()) == (2.0, 2.5, 1.0)
     assert loss.item() == pytest.approx(2.0 + 0.5 * 2.5 - 0.1 * 1.0)  # the entropy is a bonus: subtracted
     loss.backward()
     torch.testing.assert_close(logp.grad, torch.tensor([-1.0, -0.5]))  # -A / N: raise log pi where A > 0
-    torch.testing.assert_close(entropy.grad, torch.tensor([-0.05, -0.05]))  # -entropy_coef / N: more entropy lowers the loss
+    torch.testing.assert_close(
+        entropy.grad, torch.tensor([-0.05, -0.05])
+    )  # -entropy_coef / N: more entropy lowers the loss
     torch.testing.assert_close(values.grad, torch.tensor([-0.5, 1.0]))  # value_coef * 2 (V - G) / N
 
 
-def test_rollout_values_the_true_final_observation_and_the_loss_sees_the_unclipped_action(tmp_path, monkeypatch):
+def test_rollout_values_the_true_final_observation_and_the_loss_sees_the_unclipped_action(
+    tmp_path, monkeypatch
+):
     seen = {"obs": [], "next_obs": [], "actions": [], "terminated": [], "coefs": []}
 
     class RecordingActorCritic(a2c.ActorCritic):
         def forward(self, obs):
-            if torch.is_grad_enabled():  # the loss's pass, not the acting path's check against forward() (no grad)
+            if (
+                torch.is_grad_enabled()
+            ):  # the loss's pass, not the acting path's check against forward() (no grad)
                 seen["obs"].append(obs.detach().clone())  # the rollout's observations [T * B, 3]
             return super().forward(obs)
 
@@ -163,10 +177,21 @@ def test_rollout_values_the_true_final_observation_and_the_loss_sees_the_unclipp
     monkeypatch.setattr(a2c, "log_prob_entropy", recording_log_prob_entropy)
     monkeypatch.setattr(a2c, "a2c_targets", recording_targets)
     monkeypatch.setattr(a2c, "a2c_loss", recording_loss)
-    summary = train(small(tmp_path, env_id=probes.ENV_ID, total_timesteps=200, num_envs=2, eval_episodes=1,
-                          value_coef=0.25, entropy_coef=0.01))
+    summary = train(
+        small(
+            tmp_path,
+            env_id=probes.ENV_ID,
+            total_timesteps=200,
+            num_envs=2,
+            eval_episodes=1,
+            value_coef=0.25,
+            entropy_coef=0.01,
+        )
+    )
     assert summary["updates"] == 20
-    obs, next_obs, actions, terminated = (torch.cat(seen[k]) for k in ("obs", "next_obs", "actions", "terminated"))
+    obs, next_obs, actions, terminated = (
+        torch.cat(seen[k]) for k in ("obs", "next_obs", "actions", "terminated")
+    )
     assert len(obs) == len(next_obs) == len(actions) == 200
     # one step later in the same episode, never the next episode's reset observation (t = 0)
     torch.testing.assert_close(next_obs[:, 0], obs[:, 0] + 1, rtol=0, atol=0)
@@ -175,7 +200,9 @@ def test_rollout_values_the_true_final_observation_and_the_loss_sees_the_unclipp
     assert truncations.any() and terminated.any()
     # the loss scores the sampled Gaussian action; the env received it clipped to the bounds
     torch.testing.assert_close(next_obs[:, 2], actions[:, 0].clamp(probes.LOW, probes.HIGH), rtol=0, atol=0)
-    assert (actions.abs() > probes.HIGH).float().mean() > 0.3  # std 1 against bounds of +-0.5: most samples lie outside
+    assert (
+        actions.abs() > probes.HIGH
+    ).float().mean() > 0.3  # std 1 against bounds of +-0.5: most samples lie outside
     assert set(seen["coefs"]) == {(0.25, 0.01)}
 
 
@@ -184,7 +211,9 @@ def test_true_next_obs_uses_final_observation_under_same_step_autoreset():
     obs, _ = envs.reset(seed=0)
     ended_once = False
     for _ in range(200):
-        next_obs, _, terminated, truncated, infos = envs.step(np.zeros(2, dtype=np.int64))  # always left: ends fast
+        next_obs, _, terminated, truncated, infos = envs.step(
+            np.zeros(2, dtype=np.int64)
+        )  # always left: ends fast
         real = true_next_obs(next_obs, infos)
         for i in range(2):
             if terminated[i] or truncated[i]:
@@ -259,7 +288,9 @@ def test_image_torso_acts_in_torch_like_the_forward_and_starts_orthogonal(shared
     with torch.no_grad():
         net.policy_head.weight.mul_(100.0)  # logits far enough apart for the argmax to vary
         expected, _ = net(torch.from_numpy(obs))
-    np.testing.assert_allclose(numpy_head(net, torch.device("cpu"))(obs), expected.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        numpy_head(net, torch.device("cpu"))(obs), expected.numpy(), rtol=1e-6, atol=1e-6
+    )
     actions = greedy_policy(net, torch.device("cpu"), gym.spaces.Discrete(3))(obs)
     assert (actions == expected.numpy().argmax(1)).all() and len(set(actions)) > 1
 
@@ -277,7 +308,9 @@ def test_running_statistics_match_the_moments_of_all_data_seen():
 
 
 def small(tmp_path: Path, **kw) -> Args:
-    defaults = dict(total_timesteps=400, num_envs=4, n_steps=5, run_dir=str(tmp_path), progress=False, eval_episodes=2)
+    defaults = dict(
+        total_timesteps=400, num_envs=4, n_steps=5, run_dir=str(tmp_path), progress=False, eval_episodes=2
+    )
     return Args(**{**defaults, **kw})
 
 
@@ -293,13 +326,24 @@ def test_smoke_discrete(tmp_path):
 
 
 def test_smoke_continuous_with_normalisation_saves_and_reloads(tmp_path):
-    args = small(tmp_path, env_id="Pendulum-v1", normalize_obs=True, normalize_reward=True, gae_lambda=0.9,
-                 optimizer="adam", save_model=True, eval_episodes=1, bounded_mean=True)
+    args = small(
+        tmp_path,
+        env_id="Pendulum-v1",
+        normalize_obs=True,
+        normalize_reward=True,
+        gae_lambda=0.9,
+        optimizer="adam",
+        save_model=True,
+        eval_episodes=1,
+        bounded_mean=True,
+    )
     summary = train(args)
     assert summary["completed"] and summary["updates"] == 20
     model = Path(summary["run_dir"]) / "model.pt"
     state = torch.load(model, weights_only=True)
-    assert state["obs_norm.count"] > 400 - 20 and not torch.allclose(state["obs_norm.mean"], torch.zeros(3, dtype=torch.float64))
+    assert state["obs_norm.count"] > 400 - 20 and not torch.allclose(
+        state["obs_norm.mean"], torch.zeros(3, dtype=torch.float64)
+    )
     policy = load_policy(args, str(model))
     returns = run_evaluate(policy, functools.partial(a2c.make_env, "Pendulum-v1"), 1, args.seed + 100_000)
     assert returns[0] == pytest.approx(summary["eval_return_mean"])  # the saved statistics reproduce the eval
@@ -312,7 +356,9 @@ def _metrics_without_timing(run_dir: str) -> list[dict]:
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_same_seed_gives_identical_metrics(tmp_path, env_id):
-    kw = dict(env_id=env_id, total_timesteps=2_000, eval_every=1_000, normalize_obs=env_id == "Pendulum-v1", seed=3)
+    kw = dict(
+        env_id=env_id, total_timesteps=2_000, eval_every=1_000, normalize_obs=env_id == "Pendulum-v1", seed=3
+    )
     a = train(small(tmp_path / "a", **kw))
     b = train(small(tmp_path / "b", **kw))
     rows = _metrics_without_timing(a["run_dir"])
@@ -338,7 +384,9 @@ def test_nan_loss_stops_the_run_with_exit_1(tmp_path, monkeypatch):
 def _run_cli(*argv: str, tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(ROOT / "algos" / "a2c.py"), "--run-dir", str(tmp_path), "--no-progress", *argv],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -350,15 +398,24 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path):
     assert not list(tmp_path.iterdir())  # no run folder for a run that never started
 
 
-@pytest.mark.parametrize("kw, needle", [
-    (dict(env_id="NoSuchEnv-v0"), "NoSuchEnv-v0"),
-    (dict(env_id="Blackjack-v1"), "Box observation space"),
-    (dict(gae_lambda=1.5), "--gae-lambda"),
-    (dict(gae_lambda=0.9, n_step_return=2), "cannot be used together"),
-    (dict(env_id=probes.IMAGE_BOX_ID), "image observations with discrete actions only"),
-    pytest.param(dict(env_id="MinAtar/Breakout-v1", normalize_obs=True), "--normalize-obs is for vector observations",
-                 marks=pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="pip install -r requirements/requirements-pixels.txt")),
-])
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        (dict(env_id="NoSuchEnv-v0"), "NoSuchEnv-v0"),
+        (dict(env_id="Blackjack-v1"), "Box observation space"),
+        (dict(gae_lambda=1.5), "--gae-lambda"),
+        (dict(gae_lambda=0.9, n_step_return=2), "cannot be used together"),
+        (dict(env_id=probes.IMAGE_BOX_ID), "image observations with discrete actions only"),
+        pytest.param(
+            dict(env_id="MinAtar/Breakout-v1", normalize_obs=True),
+            "--normalize-obs is for vector observations",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("minatar") is None,
+                reason="pip install -r requirements/requirements-pixels.txt",
+            ),
+        ),
+    ],
+)
 def test_bad_input_in_process_gives_one_line_and_exit_2(tmp_path, capsys, kw, needle):
     assert main(small(tmp_path, **kw)) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -368,8 +425,18 @@ def test_bad_input_in_process_gives_one_line_and_exit_2(tmp_path, capsys, kw, ne
 @pytest.mark.slow
 def test_sigterm_writes_a_checkpoint_and_an_incomplete_summary(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "algos" / "a2c.py"), "--run-dir", str(tmp_path), "--no-progress", "--total-timesteps", "10000000"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            str(ROOT / "algos" / "a2c.py"),
+            "--run-dir",
+            str(tmp_path),
+            "--no-progress",
+            "--total-timesteps",
+            "10000000",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.time() + 60
     while not list(tmp_path.glob("*/metrics.csv")) and time.time() < deadline:
@@ -379,7 +446,9 @@ def test_sigterm_writes_a_checkpoint_and_an_incomplete_summary(tmp_path):
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 75, stderr
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
-    assert summary["completed"] is False and summary["error"] == "preempted" and summary["total_timesteps"] > 0
+    assert (
+        summary["completed"] is False and summary["error"] == "preempted" and summary["total_timesteps"] > 0
+    )
     assert "Traceback" not in stderr
 
 
@@ -390,7 +459,9 @@ def test_learns_cartpole_fast(tmp_path):
     # evaluation is no learning test at this budget, since an untrained network's argmax already
     # scores 9-230 depending on the seed (seed 1: 230). Seeds 1-8 reached 150-362 (seed 1: 346),
     # so 120 is a threshold every calibrated seed clears, not one tuned to the test's seed.
-    summary = train(Args(env_id="CartPole-v1", seed=1, total_timesteps=40_000, run_dir=str(tmp_path), progress=False))
+    summary = train(
+        Args(env_id="CartPole-v1", seed=1, total_timesteps=40_000, run_dir=str(tmp_path), progress=False)
+    )
     assert summary["completed"] and summary["train_return_last10"] >= 120.0, summary
 
 
@@ -404,7 +475,9 @@ class TorchActingActorCritic(ActorCritic):
 
 
 @pytest.mark.parametrize("path", ["numpy", "torch"])
-def test_obs_statistics_grow_by_one_rollout_per_update_and_evaluations_leave_them(tmp_path, monkeypatch, path):
+def test_obs_statistics_grow_by_one_rollout_per_update_and_evaluations_leave_them(
+    tmp_path, monkeypatch, path
+):
     """--normalize-obs: the statistics an update's loss sees, and the ones the whole next rollout
     acts with, are those of every earlier rollout's observations and nothing else (the prior count
     1e-4 aside); the actor uses them as forward() does; an evaluation changes nothing."""
@@ -424,8 +497,18 @@ def test_obs_statistics_grow_by_one_rollout_per_update_and_evaluations_leave_the
 
     def build(args, envs):  # a2c.build_network's, as the Recording class
         space = envs.single_action_space
-        nets.append(Recording(a2c.obs_shape(envs.single_observation_space), int(space.shape[0]), False, tuple(args.hidden_sizes),
-                        args.shared_torso, args.activation, args.normalize_obs, args.log_std_init))
+        nets.append(
+            Recording(
+                a2c.obs_shape(envs.single_observation_space),
+                int(space.shape[0]),
+                False,
+                tuple(args.hidden_sizes),
+                args.shared_torso,
+                args.activation,
+                args.normalize_obs,
+                args.log_std_init,
+            )
+        )
         return nets[-1]
 
     def head(net, device):
@@ -435,7 +518,9 @@ def test_obs_statistics_grow_by_one_rollout_per_update_and_evaluations_leave_the
         def checked(obs):
             out = act(obs)
             with torch.no_grad():  # the statistics the actor used are the module's current ones
-                np.testing.assert_allclose(out, net(torch.as_tensor(obs, dtype=torch.float32))[0].numpy(), rtol=1e-5, atol=1e-5)
+                np.testing.assert_allclose(
+                    out, net(torch.as_tensor(obs, dtype=torch.float32))[0].numpy(), rtol=1e-5, atol=1e-5
+                )
             acting.append((len(stats_at), snapshot()))
             return out
 
@@ -455,8 +540,17 @@ def test_obs_statistics_grow_by_one_rollout_per_update_and_evaluations_leave_the
     monkeypatch.setattr(a2c, "numpy_head", head)
     monkeypatch.setattr(a2c, "a2c_targets", targets)
     monkeypatch.setattr(a2c.Run, "evaluate", evaluate)
-    summary = train(small(tmp_path, env_id="Pendulum-v1", normalize_obs=True, num_envs=2, total_timesteps=100, eval_every=50,
-                          eval_episodes=1))
+    summary = train(
+        small(
+            tmp_path,
+            env_id="Pendulum-v1",
+            normalize_obs=True,
+            num_envs=2,
+            total_timesteps=100,
+            eval_every=50,
+            eval_episodes=1,
+        )
+    )
     assert summary["completed"] and summary["updates"] == 10 and len(stats_at) == len(rollouts) == 10
     stats_at.append(snapshot())  # after the last update
     for k, (count, mean, var) in enumerate(stats_at):
@@ -465,15 +559,26 @@ def test_obs_statistics_grow_by_one_rollout_per_update_and_evaluations_leave_the
             seen = torch.cat(rollouts[:k])
             torch.testing.assert_close(mean, seen.mean(0), rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(var, seen.var(0, unbiased=False), rtol=1e-4, atol=1e-4)
-    assert len([k for k, _ in acting if k < 10]) >= 50 + 200  # 50 training steps, and the evaluation at step 50 (one episode)
-    for k, (count, mean, var) in acting:  # rollout k acts with the statistics its update will learn with (k = 10: the final evaluation)
-        assert count == stats_at[k][0] and torch.equal(mean, stats_at[k][1]) and torch.equal(var, stats_at[k][2])
+    assert (
+        len([k for k, _ in acting if k < 10]) >= 50 + 200
+    )  # 50 training steps, and the evaluation at step 50 (one episode)
+    for (
+        k,
+        (count, mean, var),
+    ) in (
+        acting
+    ):  # rollout k acts with the statistics its update will learn with (k = 10: the final evaluation)
+        assert (
+            count == stats_at[k][0] and torch.equal(mean, stats_at[k][1]) and torch.equal(var, stats_at[k][2])
+        )
     assert len(evals) == 2
     for before, after in evals:
         assert before[0] == after[0] and torch.equal(before[1], after[1]) and torch.equal(before[2], after[2])
 
 
-def test_reward_scaler_in_a_run_divides_by_the_std_of_discounted_returns_restarted_at_episode_ends(tmp_path, monkeypatch):
+def test_reward_scaler_in_a_run_divides_by_the_std_of_discounted_returns_restarted_at_episode_ends(
+    tmp_path, monkeypatch
+):
     """--normalize-reward on episodes that terminate and truncate: every learned reward equals a
     brute-force recomputation, each env's discounted return restarting after its episode's end."""
     raw, learned = [], []
@@ -490,8 +595,17 @@ def test_reward_scaler_in_a_run_divides_by_the_std_of_discounted_returns_restart
     monkeypatch.setattr(a2c.Run, "episodes", episodes)
     monkeypatch.setattr(a2c, "a2c_targets", targets)
     gamma = 0.9
-    summary = train(small(tmp_path, env_id=probes.ENV_ID, normalize_reward=True, num_envs=2, total_timesteps=200, gamma=gamma,
-                          eval_episodes=1))
+    summary = train(
+        small(
+            tmp_path,
+            env_id=probes.ENV_ID,
+            normalize_reward=True,
+            num_envs=2,
+            total_timesteps=200,
+            gamma=gamma,
+            eval_episodes=1,
+        )
+    )
     assert summary["completed"] and len(raw) == 100
     learned = torch.cat(learned).numpy()  # [T * updates, B]
     dones = np.array([d for _, d in raw])

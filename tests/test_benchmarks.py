@@ -79,7 +79,9 @@ def tiny(tmp_path_factory):
 def current(monkeypatch):
     """The runs just made count as current, whatever the state of the working tree they ran in
     (the rules for stale runs: tests/test_report.py)."""
-    monkeypatch.setattr(report.Checker, "freshness", lambda self, state, algo, key: provenance.Freshness(True, ""))
+    monkeypatch.setattr(
+        report.Checker, "freshness", lambda self, state, algo, key: provenance.Freshness(True, "")
+    )
 
 
 @pytest.mark.slow
@@ -96,7 +98,9 @@ def test_runner_runs_each_seed_in_its_folder(tiny):
         machine = result["summary"]["machine"]  # where the run's floats were made (harness.run.machine)
         assert machine["torch_threads"] == 1 and machine["kind"] == result["machine"]["kind"]
         assert machine["vendor"] and machine["cpu"] and machine["capability"] and "blas" in machine
-        code = provenance.code_state()  # what the runs recorded of the code: the commit and the dirty flag, explicitly
+        code = (
+            provenance.code_state()
+        )  # what the runs recorded of the code: the commit and the dirty flag, explicitly
         assert result["commit"] == code["commit"] and len(result["commit"]) == 40
         assert result["dirty"] is code["dirty"] and result["dirty_files"] == code["dirty_files"]
         assert result["comparable"] is True
@@ -108,7 +112,10 @@ def test_failing_run_is_recorded_and_reported_not_swallowed(tiny):
     (bad,) = tiny["runs"].glob("dqn__Acrobot-v1__s1__*")
     result = json.loads((bad / "result.json").read_text())
     assert result["status"] == "failed"
-    assert "batch-size must be positive" in result["error"] and "Traceback (most recent call last)" in result["traceback"]
+    assert (
+        "batch-size must be positive" in result["error"]
+        and "Traceback (most recent call last)" in result["traceback"]
+    )
 
 
 @pytest.mark.slow
@@ -117,8 +124,10 @@ def test_resume_runs_nothing_the_second_time(tiny, capsys):
     rc = run.main([*tiny["common"], "--workers", "2"])
     out = capsys.readouterr().out
     suites, results = tiny["common"][3], tiny["common"][5]
-    assert f"report: python benchmarks/report.py --suite tiny --suites-file {suites} --results-dir {results}" in out, \
-        "the closing hint keeps the flags the runner was given"
+    assert (
+        f"report: python benchmarks/report.py --suite tiny --suites-file {suites} --results-dir {results}"
+        in out
+    ), "the closing hint keeps the flags the runner was given"
     assert "0 to run" in out and "start " not in out
     assert "2 already ok" in out and "1 failed before" in out and "script missing" in out
     assert rc == 1, "known failures are still reported on resume"
@@ -127,24 +136,46 @@ def test_resume_runs_nothing_the_second_time(tiny, capsys):
 
 @pytest.mark.slow
 def test_report_has_table_verdicts_and_plot(tiny, current):
-    assert report.main(["--suite", "tiny", "--suites-file", str(tiny["common"][3]), "--results-dir", str(tiny["results"])]) == 0
+    assert (
+        report.main(
+            [
+                "--suite",
+                "tiny",
+                "--suites-file",
+                str(tiny["common"][3]),
+                "--results-dir",
+                str(tiny["results"]),
+            ]
+        )
+        == 0
+    )
     text = (tiny["results"] / "tiny" / "REPORT.md").read_text()
-    assert "| algo | env | steps | seeds ok | eval: mean [95% CI] | train (last 10) | steps/s | wall/run | threshold | references | verdict |" in text
+    assert (
+        "| algo | env | steps | seeds ok | eval: mean [95% CI] | train (last 10) | steps/s | wall/run | threshold | references | verdict |"
+        in text
+    )
     row = next(x for x in text.splitlines() if x.startswith("| dqn | CartPole-v1 |"))
     assert "| 2/2 |" in row and "488.69 ± 16.11" in row
     assert "**partial**: 2 seeds; a verdict needs 5 finished seeds" in row or "below threshold" in row, row
-    assert re.search(r"\| \d+\.\d \[\d+\.\d, \d+\.\d\]<br>std \d+\.\d<br>\d/2 seeds ≥ 10 \|", row), \
+    assert re.search(r"\| \d+\.\d \[\d+\.\d, \d+\.\d\]<br>std \d+\.\d<br>\d/2 seeds ≥ 10 \|", row), (
         "eval: mean [CI], the std, and how many seeds reach the threshold"
+    )
     assert "every seed must reach it, as in a published result" in text, "an 'all' cell names its source"
     bad = next(x for x in text.splitlines() if x.startswith("| dqn | Acrobot-v1 |"))
     assert "**FAIL**" in bad and "crashed" in bad and "batch-size must be positive" in bad
     assert "Why: the batch size is zero on purpose" in bad, "a cell's note is shown beside its FAIL"
-    assert not any(x.startswith("| no_such_algo |") for x in text.splitlines()), "a cell without runs is listed only when selected"
+    assert not any(x.startswith("| no_such_algo |") for x in text.splitlines()), (
+        "a cell without runs is listed only when selected"
+    )
     assert "Not listed: 1 cell without runs (no_such_algo CartPole-v1)" in text
     assert "## Failures" in text and "## Machine and versions" in text and "torch 2" in text
     kind = harness_run.machine()["kind"]
-    assert "- Runs from 1 machine kind (" in text and f"  - M1: {kind} (" in text, "the report names its machine kinds"
-    assert re.search(r"^\| dqn \| CartPole-v1 \| 1 \| ok \|.*\| M1 \|", text, re.M), "each run's row names its machine"
+    assert "- Runs from 1 machine kind (" in text and f"  - M1: {kind} (" in text, (
+        "the report names its machine kinds"
+    )
+    assert re.search(r"^\| dqn \| CartPole-v1 \| 1 \| ok \|.*\| M1 \|", text, re.M), (
+        "each run's row names its machine"
+    )
     assert "python algos/dqn.py --env CartPole-v1 --seed 1 --total-timesteps 300" in text
     png = tiny["results"] / "tiny" / "plots" / "dqn__CartPole-v1.png"
     try:  # plotting is a benchmarks-only dependency: the core install (requirements.txt) has no matplotlib
@@ -160,12 +191,33 @@ def test_report_has_table_verdicts_and_plot(tiny, current):
 def test_a_cell_without_runs_is_listed_when_selected(tiny, tmp_path, current):
     results = tmp_path / "results"
     shutil.copytree(tiny["results"], results)
-    assert report.main(["--suite", "tiny", "--suites-file", tiny["common"][3], "--results-dir", str(results), "--no-plots",
-                        "--algos", "no_such_algo"]) == 0
+    assert (
+        report.main(
+            [
+                "--suite",
+                "tiny",
+                "--suites-file",
+                tiny["common"][3],
+                "--results-dir",
+                str(results),
+                "--no-plots",
+                "--algos",
+                "no_such_algo",
+            ]
+        )
+        == 0
+    )
     text = (results / "tiny" / "REPORT.md").read_text()
     table = text.split("| algo | env | steps |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
-    assert len(table) == 1 and table[0].startswith("| no_such_algo | CartPole-v1 |") and "**FAIL**: script missing" in table[0]
-    assert "**1 of the suite's 3 cells: 0 PASS, 1 FAIL" in text and "--suite tiny --algos no_such_algo` from" in text
+    assert (
+        len(table) == 1
+        and table[0].startswith("| no_such_algo | CartPole-v1 |")
+        and "**FAIL**: script missing" in table[0]
+    )
+    assert (
+        "**1 of the suite's 3 cells: 0 PASS, 1 FAIL" in text
+        and "--suite tiny --algos no_such_algo` from" in text
+    )
 
 
 @pytest.mark.slow
@@ -174,11 +226,17 @@ def test_a_note_shows_beside_a_cell_without_threshold(tiny, tmp_path, current):
     suites = tmp_path / "suites.toml"
     rule = 'threshold = 10.0\npass_rule = "all"\npass_rule_source = "a published result that asks the threshold of every seed (test)"\n'
     assert rule in TINY
-    suites.write_text(TINY.replace(rule, 'note = "seeds 3-4 were run by hand"\n'))  # verdict fields only: the same runs count
+    suites.write_text(
+        TINY.replace(rule, 'note = "seeds 3-4 were run by hand"\n')
+    )  # verdict fields only: the same runs count
     results = tmp_path / "results"
     shutil.copytree(tiny["results"], results)
     assert report.main(["--suite", "tiny", "--suites-file", str(suites), "--results-dir", str(results)]) == 0
-    row = next(x for x in (results / "tiny" / "REPORT.md").read_text().splitlines() if x.startswith("| dqn | CartPole-v1 |"))
+    row = next(
+        x
+        for x in (results / "tiny" / "REPORT.md").read_text().splitlines()
+        if x.startswith("| dqn | CartPole-v1 |")
+    )
     assert "| 2/2 |" in row and "**n/a**" in row and row.endswith("Note: seeds 3-4 were run by hand |"), row
 
 
@@ -187,8 +245,20 @@ def test_a_smoke_try_is_not_comparable_and_never_counts(tiny, tmp_path, capsys, 
     """--total-timesteps shrinks the budget: the runs get folders of their own, record that they are
     not comparable, and the report ignores them; a budget not below the cell's is refused."""
     results = tmp_path / "results"
-    argv = ["--suite", "tiny", "--suites-file", tiny["common"][3], "--results-dir", str(results), "--algos", "dqn",
-            "--envs", "CartPole-v1", "--seeds", "1"]
+    argv = [
+        "--suite",
+        "tiny",
+        "--suites-file",
+        tiny["common"][3],
+        "--results-dir",
+        str(results),
+        "--algos",
+        "dqn",
+        "--envs",
+        "CartPole-v1",
+        "--seeds",
+        "1",
+    ]
     assert run.main([*argv, "--total-timesteps", "300"]) == 2
     assert "must be below the budget of every selected cell: dqn CartPole-v1 (300)" in capsys.readouterr().err
     assert run.main([*argv, "--total-timesteps", "200"]) == 0
@@ -200,9 +270,26 @@ def test_a_smoke_try_is_not_comparable_and_never_counts(tiny, tmp_path, capsys, 
     cell = load_suite("tiny", tiny["common"][3]).cells[0]
     assert smoke.name != cell.run_name(1) and smoke.name == cell.with_budget(200).run_name(1)
     result = json.loads((smoke / "result.json").read_text())
-    assert result["status"] == "ok" and result["comparable"] is False and result["summary"]["total_timesteps"] == 200
+    assert (
+        result["status"] == "ok"
+        and result["comparable"] is False
+        and result["summary"]["total_timesteps"] == 200
+    )
     shutil.copytree(tiny["runs"] / cell.run_name(1), results / "tiny" / "runs" / cell.run_name(1))
-    assert report.main(["--suite", "tiny", "--suites-file", tiny["common"][3], "--results-dir", str(results), "--no-plots"]) == 0
+    assert (
+        report.main(
+            [
+                "--suite",
+                "tiny",
+                "--suites-file",
+                tiny["common"][3],
+                "--results-dir",
+                str(results),
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     text = (results / "tiny" / "REPORT.md").read_text()
     row = next(x for x in text.splitlines() if x.startswith("| dqn | CartPole-v1 |"))
     assert "| 1/2 |" in row and "partial" in row, "the smoke try is not a second seed"
@@ -211,10 +298,22 @@ def test_a_smoke_try_is_not_comparable_and_never_counts(tiny, tmp_path, capsys, 
 
 @pytest.mark.slow
 def test_a_smoke_try_goes_to_an_untracked_folder_by_default(tiny, capsys):
-    argv = ["--suite", "tiny", "--suites-file", tiny["common"][3], "--algos", "dqn", "--envs", "CartPole-v1", "--dry-run"]
+    argv = [
+        "--suite",
+        "tiny",
+        "--suites-file",
+        tiny["common"][3],
+        "--algos",
+        "dqn",
+        "--envs",
+        "CartPole-v1",
+        "--dry-run",
+    ]
     assert run.main([*argv, "--total-timesteps", "100"]) == 0
     assert f"-> {run.SMOKE_DIR / 'tiny' / 'runs'}" in capsys.readouterr().out
-    ignored = subprocess.run(["git", "check-ignore", "-q", str(run.SMOKE_DIR / "tiny" / "runs" / "x" / "result.json")], cwd=ROOT)
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", str(run.SMOKE_DIR / "tiny" / "runs" / "x" / "result.json")], cwd=ROOT
+    )
     assert ignored.returncode == 0, "runs/smoke/ is ignored by git"
 
 
@@ -226,7 +325,16 @@ def test_retry_failed_runs_the_failed_run_again(tiny, capsys):
 
 
 def _cell(**kw) -> Cell:
-    base = dict(algo="dqn", env="CartPole-v1", steps=1000, settings={}, seeds=[1, 2, 3], eval_every=50, threshold=100.0, pass_rule="all")
+    base = dict(
+        algo="dqn",
+        env="CartPole-v1",
+        steps=1000,
+        settings={},
+        seeds=[1, 2, 3],
+        eval_every=50,
+        threshold=100.0,
+        pass_rule="all",
+    )
     return Cell(**{**base, **kw})
 
 
@@ -257,16 +365,32 @@ def test_eta_of_a_resumed_run_is_from_this_attempts_speed(tmp_path, monkeypatch)
 
 def test_verdict_rules():
     five = [1, 2, 3, 4, 5]
-    assert report.verdict(_cell(seeds=five), {s: _ok(v) for s, v in zip(five, [100, 120, 500, 200, 300])})[0] == "PASS"
+    assert (
+        report.verdict(_cell(seeds=five), {s: _ok(v) for s, v in zip(five, [100, 120, 500, 200, 300])})[0]
+        == "PASS"
+    )
     v, why = report.verdict(_cell(seeds=five), {s: _ok(v) for s, v in zip(five, [99, 120, 500, 200, 300])})
     assert v == "FAIL" and "seed 1: 99.0 < 100" in why
-    assert report.verdict(_cell(pass_rule="mean", seeds=five), {s: _ok(v) for s, v in zip(five, [99, 120, 500, 200, 300])})[0] == "PASS"
+    assert (
+        report.verdict(
+            _cell(pass_rule="mean", seeds=five), {s: _ok(v) for s, v in zip(five, [99, 120, 500, 200, 300])}
+        )[0]
+        == "PASS"
+    )
     v, why = report.verdict(_cell(), {1: _ok(200), 2: _ok(200)})
-    assert v == "partial" and why == "partial: 2 of 3 seeds (not run: seed 3)", "seeds not run yet are not a FAIL"
+    assert v == "partial" and why == "partial: 2 of 3 seeds (not run: seed 3)", (
+        "seeds not run yet are not a FAIL"
+    )
     v, why = report.verdict(_cell(pass_rule="mean"), {1: _ok(99)})
-    assert v == "partial" and why.startswith("partial: 1 of 3 seeds (not run: seeds 2, 3)") and "mean so far 99.0 (< 100)" in why
+    assert (
+        v == "partial"
+        and why.startswith("partial: 1 of 3 seeds (not run: seeds 2, 3)")
+        and "mean so far 99.0 (< 100)" in why
+    )
     v, why = report.verdict(_cell(), {1: _ok(99)})
-    assert v == "FAIL" and "seed 1: 99.0 < 100" in why and "partial: 1 of 3 seeds" in why, "a seed below an all-seeds bar fails the cell already"
+    assert v == "FAIL" and "seed 1: 99.0 < 100" in why and "partial: 1 of 3 seeds" in why, (
+        "a seed below an all-seeds bar fails the cell already"
+    )
     v, why = report.verdict(_cell(), {1: _ok(200), 2: {"status": "incomplete"}})
     assert v == "partial" and "unfinished: seed 2 incomplete" in why
     v, why = report.verdict(_cell(), {1: _ok(200), 2: _ok(200), 3: {"status": "failed", "error": "boom"}})
@@ -279,7 +403,10 @@ def test_a_cell_passes_only_with_5_current_seeds():
     (nor FAIL on a mean below it)."""
     four = [1, 2, 3, 4]
     v, why = report.verdict(_cell(pass_rule="mean", seeds=four), {s: _ok(500) for s in four})
-    assert v == "partial" and why == "partial: 4 seeds; a verdict needs 5 finished seeds; mean so far 500.0 (≥ 100)"
+    assert (
+        v == "partial"
+        and why == "partial: 4 seeds; a verdict needs 5 finished seeds; mean so far 500.0 (≥ 100)"
+    )
     v, why = report.verdict(_cell(pass_rule="all", seeds=four), {s: _ok(500) for s in four})
     assert v == "partial" and "a verdict needs 5" in why
     v, why = report.verdict(_cell(pass_rule="mean", seeds=four), {s: _ok(50) for s in four})
@@ -307,8 +434,12 @@ def test_bootstrap_ci_of_the_mean():
     lo, hi = report.bootstrap_ci(x)
     assert lo < x.mean() < hi
     assert report.bootstrap_ci(x) == (lo, hi), "seeded: the same values give the same interval"
-    assert report.bootstrap_ci(x, seed=report.BOOTSTRAP_SEED + 1) != (lo, hi), "the generator seed is what fixes it"
-    lo50, hi50 = report.bootstrap_ci(np.tile(x, 10))  # the same spread over 50 seeds: about 1/sqrt(10) as wide
+    assert report.bootstrap_ci(x, seed=report.BOOTSTRAP_SEED + 1) != (lo, hi), (
+        "the generator seed is what fixes it"
+    )
+    lo50, hi50 = report.bootstrap_ci(
+        np.tile(x, 10)
+    )  # the same spread over 50 seeds: about 1/sqrt(10) as wide
     assert 0.2 * (hi - lo) < hi50 - lo50 < 0.5 * (hi - lo)
     assert report.bootstrap_ci([3.25] * 4) == (3.25, 3.25)
     assert report.bootstrap_ci([3.25] * 4, report.iqm) == (3.25, 3.25)
@@ -331,6 +462,7 @@ def test_the_report_statistics_are_the_same_on_every_cpu_and_in_every_order_of_t
     """What a report prints must not move with the CPU: numpy's sums and dot products add in an order that
     follows the vector width and the BLAS. One sample's mean and IQM are exactly rounded, each resample's are
     its sorted values added left to right, so they equal the same sums done in plain Python."""
+
     def exact_iqm(v):  # the weights in quarters of 1/n, all products and the sum in rationals
         n = len(v)
         weights = (max(0.0, min(i + 1, 0.75 * n) - max(i, 0.25 * n)) for i in range(n))
@@ -357,7 +489,9 @@ def test_iqm_is_rliables_where_n_is_a_multiple_of_4():
     x = np.random.default_rng(2).normal(size=12)
     for n in (4, 8, 12):
         assert report.iqm(x[:n]) == pytest.approx(scipy_stats.trim_mean(x[:n], 0.25))
-    assert scipy_stats.trim_mean([0.0, 1.0, 2.0, 10.0, 100.0], 0.25) == pytest.approx(13 / 3), "not 4.1: no fractions"
+    assert scipy_stats.trim_mean([0.0, 1.0, 2.0, 10.0, 100.0], 0.25) == pytest.approx(13 / 3), (
+        "not 4.1: no fractions"
+    )
 
 
 def test_eval_column_shows_the_ci_from_2_seeds_and_the_iqm_from_5():
@@ -380,14 +514,22 @@ def test_verdict_judges_5_seeds_by_the_mean_and_says_what_the_ci_shows():
     assert report.verdict(cell, firm) == ("PASS", "mean 490.0 ≥ 450; CI lower bound 484.0 clears it too")
     close = {s: _ok(v) for s, v in zip(cell.seeds, [400.0, 400.0, 400.0, 400.0, 500.0])}
     v, why = report.verdict(cell, close)
-    assert v == "FAIL" and why.startswith("below threshold: mean 420.0 < 450; CI upper bound ") and why.endswith(" reaches it")
+    assert (
+        v == "FAIL"
+        and why.startswith("below threshold: mean 420.0 < 450; CI upper bound ")
+        and why.endswith(" reaches it")
+    )
     v, why = report.verdict(_cell(pass_rule="mean"), {1: _ok(150), 2: _ok(120), 3: _ok(130)})
     assert v == "partial" and "a verdict needs 5 finished seeds" in why, "under 5 seeds there is no verdict"
 
 
 def test_pass_rule_all_needs_a_published_source(tmp_path):
     suites = tmp_path / "suites.toml"
-    suites.write_text(TINY.replace('pass_rule_source = "a published result that asks the threshold of every seed (test)"\n', ""))
+    suites.write_text(
+        TINY.replace(
+            'pass_rule_source = "a published result that asks the threshold of every seed (test)"\n', ""
+        )
+    )
     with pytest.raises(SystemExit, match="needs a pass_rule_source"):
         load_suite("tiny", suites)
 
@@ -396,7 +538,9 @@ def test_settings_hash_identifies_the_run():
     assert _cell().digest == _cell().digest
     assert _cell().digest != _cell(settings={"learning_rate": 1e-3}).digest
     assert _cell().digest != _cell(steps=2000).digest
-    assert _cell().digest == _cell(threshold=5.0, seeds=[7], note="why").digest, "verdict fields do not change what runs"
+    assert _cell().digest == _cell(threshold=5.0, seeds=[7], note="why").digest, (
+        "verdict fields do not change what runs"
+    )
 
 
 def test_suites_declare_every_algorithm_on_its_canonical_tasks():
@@ -415,7 +559,9 @@ def test_suites_declare_every_algorithm_on_its_canonical_tasks():
         for env in ("Pendulum-v1", "MountainCarContinuous-v0", "InvertedPendulum-v5"):
             assert (algo, env) in classic
     mujoco = {(c.algo, c.env) for c in load_suite("mujoco").cells}
-    assert {(a, e) for a in ("ddpg", "naf", "a2c") for e in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")} <= mujoco
+    assert {
+        (a, e) for a in ("ddpg", "naf", "a2c") for e in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")
+    } <= mujoco
     continuous = load_suite("continuous")
     assert all(c.env not in ("CartPole-v1", "Acrobot-v1") for c in continuous.cells)
 
@@ -449,13 +595,27 @@ def test_report_of_a_partial_run_says_partial(tiny, tmp_path, current):
     results = tmp_path / "results"
     (one,) = tiny["runs"].glob("dqn__CartPole-v1__s1__*")
     shutil.copytree(one, results / "tiny" / "runs" / one.name)
-    assert report.main(["--suite", "tiny", "--suites-file", tiny["common"][3], "--results-dir", str(results), "--no-plots"]) == 0
+    assert (
+        report.main(
+            [
+                "--suite",
+                "tiny",
+                "--suites-file",
+                tiny["common"][3],
+                "--results-dir",
+                str(results),
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     text = (results / "tiny" / "REPORT.md").read_text()
     row = next(x for x in text.splitlines() if x.startswith("| dqn | CartPole-v1 |"))
     assert "**partial**: 1 of 2 seeds (not run: seed 2)" in row and "FAIL" not in row
     assert "**1 of the suite's 3 cells: 0 PASS, 0 FAIL, 1 partial" in text
-    assert "Not listed: 2 cells without runs (dqn Acrobot-v1, no_such_algo CartPole-v1)" in text, \
+    assert "Not listed: 2 cells without runs (dqn Acrobot-v1, no_such_algo CartPole-v1)" in text, (
         "cells never run and not selected are named, not listed as partial"
+    )
 
 
 def test_speed_quick_shortens_every_comparison():
@@ -464,7 +624,9 @@ def test_speed_quick_shortens_every_comparison():
         assert quick is not None, f"{name} has no --quick budget"
         assert "--total-timesteps" in quick, name
         steps = int(quick[quick.index("--total-timesteps") + 1])
-        assert steps <= 3000 and (steps < int(full[full.index("--total-timesteps") + 1]) if "--total-timesteps" in full else True), name
+        assert steps <= 3000 and (
+            steps < int(full[full.index("--total-timesteps") + 1]) if "--total-timesteps" in full else True
+        ), name
 
 
 def _git_history() -> str | None:
@@ -475,7 +637,10 @@ def _git_history() -> str | None:
 
 RESULTS = ROOT / "benchmarks" / "results"
 # the suites' own results, and the runs of some suites' cells again under a second kernel set (docs/results.md)
-REPORTS = sorted(p.parent.relative_to(RESULTS).as_posix() for p in [*RESULTS.glob("*/REPORT.md"), *RESULTS.glob("compatible_kernels/*/REPORT.md")])
+REPORTS = sorted(
+    p.parent.relative_to(RESULTS).as_posix()
+    for p in [*RESULTS.glob("*/REPORT.md"), *RESULTS.glob("compatible_kernels/*/REPORT.md")]
+)
 
 
 @pytest.mark.parametrize("where", REPORTS)
@@ -501,13 +666,16 @@ def test_committed_report_is_what_report_py_writes_from_the_committed_runs(tmp_p
     expected = (committed / suite / "REPORT.md").read_text()
     if plots and "## Learning curves" in expected:
         head, rest = expected.split("## Learning curves", 1)
-        expected = head + rest[rest.index("## Failures"):]
+        expected = head + rest[rest.index("## Failures") :]
     elif not plots:
+
         def names(folder):  # a suite without current runs draws no plot (and may have no folder)
             return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
         assert names(tmp_path / suite / "plots") == names(committed / suite / "plots")
-    assert written == expected, f"regenerate it: python benchmarks/report.py --suite {suite} --results-dir {committed.relative_to(ROOT)}"
+    assert written == expected, (
+        f"regenerate it: python benchmarks/report.py --suite {suite} --results-dir {committed.relative_to(ROOT)}"
+    )
 
 
 def test_speed_devices_rate_is_taken_between_the_logged_rows_past_the_heatup(tmp_path):
@@ -517,27 +685,57 @@ def test_speed_devices_rate_is_taken_between_the_logged_rows_past_the_heatup(tmp
     run.mkdir()
     # 1,000 steps of heatup in 1 s, then 100 steps/s: step 2,000 at 11 s, 4,000 at 31 s
     rows = [(500, 1000), (2000, round(2000 / 11)), (4000, round(4000 / 31))]
-    (run / "metrics.csv").write_text("global_step,sps,loss\n" + "".join(f"{s},{r},0.1\n" for s, r in rows) + "4100,,\n")
+    (run / "metrics.csv").write_text(
+        "global_step,sps,loss\n" + "".join(f"{s},{r},0.1\n" for s, r in rows) + "4100,,\n"
+    )
     rate, n = speed.sps_while_learning(tmp_path, after=1000)
     assert n == 2 and rate == pytest.approx(100, rel=0.01)
     assert speed.sps_while_learning(tmp_path, after=3000) == (None, 1)  # one row: no rate
 
 
-@pytest.mark.skipif(importlib.import_module("torch").cuda.is_available(), reason="the refusal is for machines without CUDA")
+@pytest.mark.skipif(
+    importlib.import_module("torch").cuda.is_available(), reason="the refusal is for machines without CUDA"
+)
 def test_speed_devices_refuses_cuda_without_a_gpu():
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speed.py"), "devices", "--devices", "cuda"], capture_output=True, text=True)
-    assert r.returncode == 2 and r.stderr.strip().splitlines() == ["speed devices: error: --devices names cuda, but torch sees no CUDA GPU"]
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "speed.py"), "devices", "--devices", "cuda"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "speed devices: error: --devices names cuda, but torch sees no CUDA GPU"
+    ]
 
 
-@pytest.mark.parametrize("cells,message", [
-    ("classic:dqn", "expected suite:algo:env"), ("nosuch:dqn:CartPole-v1", "unknown suite 'nosuch'"),
-    ("classic:dqn:Nope-v0", "no cell dqn Nope-v0 in suite classic"),
-])
+@pytest.mark.parametrize(
+    "cells,message",
+    [
+        ("classic:dqn", "expected suite:algo:env"),
+        ("nosuch:dqn:CartPole-v1", "unknown suite 'nosuch'"),
+        ("classic:dqn:Nope-v0", "no cell dqn Nope-v0 in suite classic"),
+    ],
+)
 def test_speed_devices_names_a_wrong_cell_in_one_line(cells, message):
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speed.py"), "devices", "--devices", "cpu", "--cells", cells],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "speed.py"),
+            "devices",
+            "--devices",
+            "cpu",
+            "--cells",
+            cells,
+        ],
+        capture_output=True,
+        text=True,
+    )
     lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("speed devices: error: --cells") and message in lines[0]
+    assert (
+        r.returncode == 2
+        and len(lines) == 1
+        and lines[0].startswith("speed devices: error: --cells")
+        and message in lines[0]
+    )
 
 
 def test_device_check_names_only_suite_cells_and_refuses_an_unknown_step(tmp_path):
@@ -551,8 +749,17 @@ def test_device_check_names_only_suite_cells_and_refuses_an_unknown_step(tmp_pat
         speed.find_cell(spec)
     steps = re.search(r'^STEPS="([^"]+)"', text, re.MULTILINE).group(1).split()
     assert steps and all(re.search(rf"^\s+{s}\)", text, re.MULTILINE) for s in steps)
-    r = subprocess.run(["bash", str(script), "nosuch"], capture_output=True, text=True, env={"OUT": str(tmp_path / "out"), "PATH": "/usr/bin:/bin"})
-    assert r.returncode == 2 and r.stdout.startswith("unknown step nosuch: ddpg") and not (tmp_path / "out").exists()
+    r = subprocess.run(
+        ["bash", str(script), "nosuch"],
+        capture_output=True,
+        text=True,
+        env={"OUT": str(tmp_path / "out"), "PATH": "/usr/bin:/bin"},
+    )
+    assert (
+        r.returncode == 2
+        and r.stdout.startswith("unknown step nosuch: ddpg")
+        and not (tmp_path / "out").exists()
+    )
 
 
 def test_a_smoke_sweep_ends_with_where_its_runs_are_not_a_report_command(tmp_path, capsys):
@@ -564,7 +771,14 @@ def test_a_smoke_sweep_ends_with_where_its_runs_are_not_a_report_command(tmp_pat
     a = argparse.Namespace(total_timesteps=200, results_dir=str(tmp_path), suites_file=str(run.SUITES_FILE))
     assert run.closing("classic", a, [], [], [], [], time.time()) == 0
     out = capsys.readouterr().out
-    assert "report: " not in out and f"{tmp_path / 'classic' / 'runs'}/<run>/result.json" in out and "summary.json" in out
+    assert (
+        "report: " not in out
+        and f"{tmp_path / 'classic' / 'runs'}/<run>/result.json" in out
+        and "summary.json" in out
+    )
     a.total_timesteps = None
     run.closing("classic", a, [], [], [], [], time.time())
-    assert f"report: python benchmarks/report.py --suite classic --results-dir {tmp_path}" in capsys.readouterr().out
+    assert (
+        f"report: python benchmarks/report.py --suite classic --results-dir {tmp_path}"
+        in capsys.readouterr().out
+    )

@@ -46,7 +46,9 @@ def test_the_td3_diff_applies_to_a_copy_of_ddpg_trains_and_resumes_exactly(tmp_p
     assert applied.returncode == 0, applied.stdout + applied.stderr
 
     def td3(*argv: str) -> None:
-        r = subprocess.run([sys.executable, "td3.py", *argv], cwd=project, capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [sys.executable, "td3.py", *argv], cwd=project, capture_output=True, text=True, timeout=300
+        )
         assert r.returncode == 0 and "td3: done" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
 
     td3("--total-timesteps", "600", "--checkpoint-every", "300", "--run-dir", "straight", *SHORT)

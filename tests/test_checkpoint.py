@@ -38,23 +38,109 @@ MODULES = {"dqn": dqn, "n_step_q": n_step_q, "sarsa": sarsa, "a2c": a2c, "ddpg":
 WALL_CLOCK = ("wall_seconds", "sps")
 
 CASES = {
-    "dqn-CartPole": ("dqn", dict(env_id="CartPole-v1", num_envs=2, total_timesteps=1600, learning_starts=200, train_every=2,
-                                 batch_size=32, buffer_size=1000, target_every=100, eval_every=600)),
-    "n_step_q-CartPole": ("n_step_q", dict(env_id="CartPole-v1", num_envs=4, n_steps=5, total_timesteps=1600, target_every=100,
-                                           eval_every=600, paper_epsilons=True)),
-    "sarsa-CartPole": ("sarsa", dict(env_id="CartPole-v1", num_envs=4, n_steps=5, total_timesteps=1600, target_network=True,
-                                     target_every=100, eval_every=600)),
-    "a2c-CartPole": ("a2c", dict(env_id="CartPole-v1", num_envs=4, n_steps=5, total_timesteps=1600, eval_every=600)),
-    "a2c-Pendulum": ("a2c", dict(env_id="Pendulum-v1", num_envs=4, n_steps=5, total_timesteps=1600, normalize_obs=True,
-                                 normalize_reward=True, gae_lambda=0.9)),
-    "ddpg-Pendulum": ("ddpg", dict(env_id="Pendulum-v1", total_timesteps=900, learning_starts=100, batch_size=32, buffer_size=500,
-                                   hidden_sizes=(32, 32), noise="ou", eval_every=450)),
-    "naf-Pendulum": ("naf", dict(env_id="Pendulum-v1", total_timesteps=900, learning_starts=100, batch_size=32, buffer_size=500,
-                                 hidden_sizes=(32, 32), eval_every=450)),
-    "naf-Pendulum-twin": ("naf", dict(env_id="Pendulum-v1", total_timesteps=900, learning_starts=100, batch_size=32, buffer_size=500,
-                                      hidden_sizes=(32, 32), eval_every=450, twin_q=True)),
-    "ddpg-HalfCheetah": ("ddpg", dict(env_id="HalfCheetah-v5", total_timesteps=700, learning_starts=100, batch_size=32,
-                                      buffer_size=1000, hidden_sizes=(32, 32))),
+    "dqn-CartPole": (
+        "dqn",
+        dict(
+            env_id="CartPole-v1",
+            num_envs=2,
+            total_timesteps=1600,
+            learning_starts=200,
+            train_every=2,
+            batch_size=32,
+            buffer_size=1000,
+            target_every=100,
+            eval_every=600,
+        ),
+    ),
+    "n_step_q-CartPole": (
+        "n_step_q",
+        dict(
+            env_id="CartPole-v1",
+            num_envs=4,
+            n_steps=5,
+            total_timesteps=1600,
+            target_every=100,
+            eval_every=600,
+            paper_epsilons=True,
+        ),
+    ),
+    "sarsa-CartPole": (
+        "sarsa",
+        dict(
+            env_id="CartPole-v1",
+            num_envs=4,
+            n_steps=5,
+            total_timesteps=1600,
+            target_network=True,
+            target_every=100,
+            eval_every=600,
+        ),
+    ),
+    "a2c-CartPole": (
+        "a2c",
+        dict(env_id="CartPole-v1", num_envs=4, n_steps=5, total_timesteps=1600, eval_every=600),
+    ),
+    "a2c-Pendulum": (
+        "a2c",
+        dict(
+            env_id="Pendulum-v1",
+            num_envs=4,
+            n_steps=5,
+            total_timesteps=1600,
+            normalize_obs=True,
+            normalize_reward=True,
+            gae_lambda=0.9,
+        ),
+    ),
+    "ddpg-Pendulum": (
+        "ddpg",
+        dict(
+            env_id="Pendulum-v1",
+            total_timesteps=900,
+            learning_starts=100,
+            batch_size=32,
+            buffer_size=500,
+            hidden_sizes=(32, 32),
+            noise="ou",
+            eval_every=450,
+        ),
+    ),
+    "naf-Pendulum": (
+        "naf",
+        dict(
+            env_id="Pendulum-v1",
+            total_timesteps=900,
+            learning_starts=100,
+            batch_size=32,
+            buffer_size=500,
+            hidden_sizes=(32, 32),
+            eval_every=450,
+        ),
+    ),
+    "naf-Pendulum-twin": (
+        "naf",
+        dict(
+            env_id="Pendulum-v1",
+            total_timesteps=900,
+            learning_starts=100,
+            batch_size=32,
+            buffer_size=500,
+            hidden_sizes=(32, 32),
+            eval_every=450,
+            twin_q=True,
+        ),
+    ),
+    "ddpg-HalfCheetah": (
+        "ddpg",
+        dict(
+            env_id="HalfCheetah-v5",
+            total_timesteps=700,
+            learning_starts=100,
+            batch_size=32,
+            buffer_size=1000,
+            hidden_sizes=(32, 32),
+        ),
+    ),
 }
 
 
@@ -72,7 +158,7 @@ def weights(run_dir) -> dict:
     state = torch.load(Path(run_dir) / "model.pt", weights_only=True)
     flat = {}
     for key, value in state.items():
-        for k, v in (value.items() if isinstance(value, dict) else [(None, value)]):
+        for k, v in value.items() if isinstance(value, dict) else [(None, value)]:
             flat[f"{key}.{k}"] = v
     return flat
 
@@ -93,7 +179,10 @@ def stop_at_env_step(monkeypatch, module, calls: int) -> None:
 
 def assert_same_run(resumed: dict, straight: dict) -> None:
     assert resumed["completed"] and resumed["error"] is None
-    assert resumed["total_timesteps"] == straight["total_timesteps"] and resumed["updates"] == straight["updates"]
+    assert (
+        resumed["total_timesteps"] == straight["total_timesteps"]
+        and resumed["updates"] == straight["updates"]
+    )
     assert metrics(resumed["run_dir"]) == metrics(straight["run_dir"])
     a, b = weights(resumed["run_dir"]), weights(straight["run_dir"])
     assert a.keys() == b.keys()
@@ -108,10 +197,14 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_run(tmp_path, monkeypa
     algo, kw = CASES[case]
     module = MODULES[algo]
     straight = module.train(make_args(algo, tmp_path / "straight", **kw))
-    assert straight["completed"] and straight["checkpoint_seconds"] is None  # no checkpoint asked for, none written
+    assert (
+        straight["completed"] and straight["checkpoint_seconds"] is None
+    )  # no checkpoint asked for, none written
 
     with monkeypatch.context() as m:
-        stop_at_env_step(m, module, calls=137)  # not a rollout or logging boundary; past every case's learning_starts
+        stop_at_env_step(
+            m, module, calls=137
+        )  # not a rollout or logging boundary; past every case's learning_starts
         stopped = module.train(make_args(algo, tmp_path / "resumed", **kw))
     assert stopped["error"] == "preempted" and not stopped["completed"]
     assert 0 < stopped["total_timesteps"] < straight["total_timesteps"]
@@ -156,22 +249,48 @@ def test_resume_without_the_replay_memory_refills_it_before_learning(tmp_path, m
 
 
 def test_env_that_cannot_be_captured_restarts_its_episodes(tmp_path, monkeypatch):
-    kw = dict(env_id="LunarLander-v3", total_timesteps=600, learning_starts=100, batch_size=32, buffer_size=1000)
+    kw = dict(
+        env_id="LunarLander-v3", total_timesteps=600, learning_starts=100, batch_size=32, buffer_size=1000
+    )
     with monkeypatch.context() as m:
         stop_at_env_step(m, dqn, calls=250)
         stopped = dqn.train(make_args("dqn", tmp_path, **kw))
     resumed = dqn.train(make_args("dqn", tmp_path, resume=stopped["run_dir"], **kw))
     assert resumed["completed"] and resumed["total_timesteps"] == 600
-    assert resumed["envs_on_resume"].startswith("episodes restarted on resume") and "b2World" in resumed["envs_on_resume"]
+    assert (
+        resumed["envs_on_resume"].startswith("episodes restarted on resume")
+        and "b2World" in resumed["envs_on_resume"]
+    )
 
 
 # the command line: exit codes, one-line errors, files left alone -------------------------------
 def cli(algo: str, *flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "algos" / f"{algo}.py"), *flags], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "algos" / f"{algo}.py"), *flags],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
-DQN_FLAGS = ("--total-timesteps", "1200", "--learning-starts", "200", "--train-every", "2", "--batch-size", "32",
-             "--buffer-size", "1000", "--target-every", "100", "--eval-episodes", "2", "--no-progress", "--save-model")
+DQN_FLAGS = (
+    "--total-timesteps",
+    "1200",
+    "--learning-starts",
+    "200",
+    "--train-every",
+    "2",
+    "--batch-size",
+    "32",
+    "--buffer-size",
+    "1000",
+    "--target-every",
+    "100",
+    "--eval-episodes",
+    "2",
+    "--no-progress",
+    "--save-model",
+)
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +357,9 @@ def test_corrupted_checkpoint_is_one_line_and_left_untouched(tmp_path, dqn_run):
         assert r.returncode == 2, r.stderr
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("dqn: error:") and "checkpoint" in lines[0], r.stderr
-        assert (run / "checkpoint.pt").read_bytes() == broken and (run / "metrics.csv").read_bytes() == metrics_before
+        assert (run / "checkpoint.pt").read_bytes() == broken and (
+            run / "metrics.csv"
+        ).read_bytes() == metrics_before
 
 
 @pytest.mark.slow
@@ -252,7 +373,11 @@ def test_resume_refuses_a_changed_algorithm_argument(tmp_path, dqn_run):
     r = cli("dqn", "--resume", str(run), "--total-timesteps", "1500", "--eval-episodes", "3")
     assert r.returncode == 0, r.stderr
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["total_timesteps"] == 1500 and summary["eval_episodes"] == 3 and summary["resumed_at"] == [1200]
+    assert (
+        summary["total_timesteps"] == 1500
+        and summary["eval_episodes"] == 3
+        and summary["resumed_at"] == [1200]
+    )
 
 
 @pytest.mark.slow
@@ -260,14 +385,26 @@ def test_resume_refuses_another_algorithms_run_or_checkpoint(tmp_path, dqn_run):
     r = cli("sarsa", "--resume", str(dqn_run))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "'dqn'" in r.stderr, r.stderr
     # a sarsa checkpoint dropped into the dqn run folder
-    sarsa_run = sarsa.train(sarsa.Args(total_timesteps=200, num_envs=2, checkpoint_every=100, run_dir=str(tmp_path / "s"),
-                                       progress=False, eval_episodes=1))
+    sarsa_run = sarsa.train(
+        sarsa.Args(
+            total_timesteps=200,
+            num_envs=2,
+            checkpoint_every=100,
+            run_dir=str(tmp_path / "s"),
+            progress=False,
+            eval_episodes=1,
+        )
+    )
     run = copy_run(dqn_run, tmp_path / "run")
     (run / "checkpoint.pt").write_bytes((Path(sarsa_run["run_dir"]) / "checkpoint.pt").read_bytes())
     r = cli("dqn", "--resume", str(run))
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "'sarsa' checkpoint" in r.stderr, r.stderr
+    assert (
+        r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "'sarsa' checkpoint" in r.stderr
+    ), r.stderr
     r = cli("dqn", "--resume", str(tmp_path / "nowhere"))
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "no config.json" in r.stderr, r.stderr
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "no config.json" in r.stderr, (
+        r.stderr
+    )
 
 
 def test_checkpoint_files_hold_no_code(tmp_path, dqn_run):
@@ -292,8 +429,12 @@ def test_env_state_round_trip_is_exact_for_classic_and_mujoco_envs():
     from gymnasium.vector import AutoresetMode
 
     for env_id in ("CartPole-v1", "Pendulum-v1", "MountainCar-v0", "Acrobot-v1", "Hopper-v5"):
+
         def make(env_id=env_id):
-            return gym.vector.SyncVectorEnv([functools.partial(gym.make, env_id) for _ in range(2)], autoreset_mode=AutoresetMode.SAME_STEP)
+            return gym.vector.SyncVectorEnv(
+                [functools.partial(gym.make, env_id) for _ in range(2)],
+                autoreset_mode=AutoresetMode.SAME_STEP,
+            )
 
         a = make()
         a.action_space.seed(3)
@@ -324,7 +465,8 @@ def test_resume_arguments_come_from_the_run_folder(monkeypatch, dqn_run):
     stored = json.loads((dqn_run / "config.json").read_text())
     assert args.batch_size == 32 and args.buffer_size == 1000 and args.resume == str(dqn_run)
     assert {k: v for k, v in dataclasses.asdict(args).items() if k != "resume"} == {
-        k: tuple(v) if isinstance(v, list) else v for k, v in stored.items() if k not in ("algo", "resume")}
+        k: tuple(v) if isinstance(v, list) else v for k, v in stored.items() if k not in ("algo", "resume")
+    }
 
 
 def test_global_generators_round_trip_through_a_checkpoint_file(tmp_path):
@@ -343,11 +485,28 @@ def test_global_generators_round_trip_through_a_checkpoint_file(tmp_path):
 # envs); neither divides the period, so a checkpoint falls on the first boundary past each
 # multiple, and one more at the run's end, which is no multiple's boundary here
 CADENCE = {
-    "dqn": (dict(env_id="CartPole-v1", learning_starts=200, batch_size=32, buffer_size=1000), 100, 699, [102, 201, 300, 402, 501, 600, 699]),
-    "ddpg": (dict(env_id="Pendulum-v1", learning_starts=200, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32)), 100, 699,
-             [102, 201, 300, 402, 501, 600, 699]),
-    "naf": (dict(env_id="Pendulum-v1", learning_starts=200, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32)), 100, 699,
-            [102, 201, 300, 402, 501, 600, 699]),
+    "dqn": (
+        dict(env_id="CartPole-v1", learning_starts=200, batch_size=32, buffer_size=1000),
+        100,
+        699,
+        [102, 201, 300, 402, 501, 600, 699],
+    ),
+    "ddpg": (
+        dict(
+            env_id="Pendulum-v1", learning_starts=200, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32)
+        ),
+        100,
+        699,
+        [102, 201, 300, 402, 501, 600, 699],
+    ),
+    "naf": (
+        dict(
+            env_id="Pendulum-v1", learning_starts=200, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32)
+        ),
+        100,
+        699,
+        [102, 201, 300, 402, 501, 600, 699],
+    ),
     "n_step_q": (dict(env_id="CartPole-v1", n_steps=5), 40, 195, [45, 90, 120, 165, 195]),
     "sarsa": (dict(env_id="CartPole-v1", n_steps=5), 40, 195, [45, 90, 120, 165, 195]),
     "a2c": (dict(env_id="CartPole-v1", n_steps=5), 40, 195, [45, 90, 120, 165, 195]),
@@ -355,7 +514,9 @@ CADENCE = {
 
 
 @pytest.mark.parametrize("algo", list(CADENCE))
-def test_a_checkpoint_each_time_the_step_count_passes_a_multiple_of_checkpoint_every(tmp_path, monkeypatch, algo):
+def test_a_checkpoint_each_time_the_step_count_passes_a_multiple_of_checkpoint_every(
+    tmp_path, monkeypatch, algo
+):
     kw, every, total, expected = CADENCE[algo]
     written = []
     real_save = harness.checkpoint.save
@@ -365,8 +526,18 @@ def test_a_checkpoint_each_time_the_step_count_passes_a_multiple_of_checkpoint_e
         return real_save(path, state)
 
     monkeypatch.setattr(harness.checkpoint, "save", save)
-    summary = MODULES[algo].train(make_args(algo, tmp_path, num_envs=3, total_timesteps=total, checkpoint_every=every,
-                                            save_model=False, eval_episodes=1, **kw))
+    summary = MODULES[algo].train(
+        make_args(
+            algo,
+            tmp_path,
+            num_envs=3,
+            total_timesteps=total,
+            checkpoint_every=every,
+            save_model=False,
+            eval_episodes=1,
+            **kw,
+        )
+    )
     assert summary["completed"] and summary["total_timesteps"] == expected[-1]
     assert written == expected
     assert harness.resume.load(Path(summary["run_dir"]) / "checkpoint.pt")["global_step"] == expected[-1]

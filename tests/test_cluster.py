@@ -63,7 +63,17 @@ def suites(tmp_path_factory) -> Path:
 
 
 def args(suites: Path, results: Path, *extra: str) -> list[str]:
-    return ["--suite", "tiny", "--suites-file", str(suites), "--results-dir", str(results), "--status-every", "1000", *extra]
+    return [
+        "--suite",
+        "tiny",
+        "--suites-file",
+        str(suites),
+        "--results-dir",
+        str(results),
+        "--status-every",
+        "1000",
+        *extra,
+    ]
 
 
 def slurm(suites: Path, results: Path, *extra: str) -> list[str]:
@@ -85,7 +95,9 @@ def wait_for_checkpoint(run_dir: Path, timeout: float = 120.0) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if list(run_dir.glob("*/checkpoint.pt")):
-            assert not (run_dir / "result.json").exists(), "the run ended before it could be stopped: make it longer"
+            assert not (run_dir / "result.json").exists(), (
+                "the run ended before it could be stopped: make it longer"
+            )
             return
         time.sleep(0.05)
     raise AssertionError(f"no checkpoint in {run_dir} after {timeout} s")
@@ -105,7 +117,10 @@ def test_slurm_backend_runs_the_cells_and_skips_finished_ones(suites, tmp_path, 
     results = tmp_path / "results"
     assert run.main(slurm(suites, results, "--envs", "CartPole-v1", "--workers", "2")) == 0
     out = capsys.readouterr().out
-    assert "2 to run with 2 worker(s) through submitit's local executor" in out and out.count("OK     dqn CartPole-v1") == 2
+    assert (
+        "2 to run with 2 worker(s) through submitit's local executor" in out
+        and out.count("OK     dqn CartPole-v1") == 2
+    )
     runs = sorted((results / "tiny" / "runs").iterdir())
     assert [p.name.split("__")[2] for p in runs] == ["s1", "s2"], "the local backend's folders"
     for p in runs:
@@ -128,11 +143,15 @@ def test_slurm_backend_runs_the_cells_and_skips_finished_ones(suites, tmp_path, 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the task's process in /proc")
-def test_task_stopped_by_slurm_is_requeued_and_resumes_to_the_uninterrupted_result(suites, straight, tmp_path):
+def test_task_stopped_by_slurm_is_requeued_and_resumes_to_the_uninterrupted_result(
+    suites, straight, tmp_path
+):
     """SIGUSR2 to the job's processes (SLURM's warning before the time limit, and a preemption, as
     submitit asks for them): the run checkpoints, the task is requeued, the run resumes, not restarts."""
     results = tmp_path / "results"
-    ns = argparse.Namespace(submitit_cluster="local", time_limit=10, cpus_per_task=1, partition=None, slurm_option=[], workers=1)
+    ns = argparse.Namespace(
+        submitit_cluster="local", time_limit=10, cpus_per_task=1, partition=None, slurm_option=[], workers=1
+    )
     executor = cluster.make_executor(ns, tmp_path / "submitit", "test", 1)
     cell = next(c for c in load_suite("tiny", suites).cells if c.env == "Acrobot-v1")
     sj = executor.submit(cluster.CellTask("tiny", cell, 1, str(results), 1000, fresh=False))
@@ -149,7 +168,9 @@ def test_task_stopped_by_slurm_is_requeued_and_resumes_to_the_uninterrupted_resu
     (stopped_at,) = r["summary"]["resumed_at"]
     assert 1000 <= stopped_at < cell.steps, "resumed once, from a step inside the run"
     log = (run_dir / "log.txt").read_text()
-    assert f"preempted at step {stopped_at:,}: checkpoint written" in log, "the signal stopped the run at a checkpoint"
+    assert f"preempted at step {stopped_at:,}: checkpoint written" in log, (
+        "the signal stopped the run at a checkpoint"
+    )
     assert "resuming" in log, "the requeued task resumed the run"
     assert "requeued" in Path(sj.paths.stdout).read_text()
     assert metrics(run_dir) == metrics(straight)
@@ -206,17 +227,26 @@ def test_run_killed_mid_run_resumes_from_its_checkpoint_next_time(suites, straig
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the run's process in /proc")
-def test_local_sweep_stopped_by_sigterm_stops_its_run_with_a_checkpoint_and_resumes_it(suites, straight, tmp_path):
+def test_local_sweep_stopped_by_sigterm_stops_its_run_with_a_checkpoint_and_resumes_it(
+    suites, straight, tmp_path
+):
     """SIGTERM to the runner alone (kill's default, a scheduler's stop) stops it as Ctrl-C does: it
     passes the signal on to its run, which writes a checkpoint and stops, rather than dying and
     leaving the run going. The same command again resumes the run to the uninterrupted result."""
     results = tmp_path / "results"
     argv = args(suites, results, "--envs", "Acrobot-v1", "--checkpoint-every", "1000")
-    sweep = subprocess.Popen([sys.executable, "benchmarks/run.py", *argv], cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+    sweep = subprocess.Popen(
+        [sys.executable, "benchmarks/run.py", *argv],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     cell = next(c for c in load_suite("tiny", suites).cells if c.env == "Acrobot-v1")
     run_dir = results / "tiny" / "runs" / cell.run_name(1)
-    wait_for_checkpoint(run_dir)  # in its training loop (metrics.csv is flushed every few seconds: too late a sign)
+    wait_for_checkpoint(
+        run_dir
+    )  # in its training loop (metrics.csv is flushed every few seconds: too late a sign)
     pid = _pid_of_run(run_dir / "spec.json")
     sweep.send_signal(signal.SIGTERM)
     out, _ = sweep.communicate(timeout=120)
@@ -235,10 +265,13 @@ def test_local_sweep_stopped_by_sigterm_stops_its_run_with_a_checkpoint_and_resu
 
 
 def test_bad_slurm_flags_are_one_line_and_exit_2(suites, tmp_path, capsys):
-    for extra, message in ((["--workers", "0"], "--workers must be >= 1"),
-                           (["--checkpoint-every", "-5"], "--checkpoint-every must be >= 0"),
-                           (["--slurm-option", "account"], "--slurm-option takes KEY=VALUE"),
-                           (["--suite", "nope"], "unknown suite 'nope'"), (["--backend", "pbs"], "invalid choice: 'pbs'")):
+    for extra, message in (
+        (["--workers", "0"], "--workers must be >= 1"),
+        (["--checkpoint-every", "-5"], "--checkpoint-every must be >= 0"),
+        (["--slurm-option", "account"], "--slurm-option takes KEY=VALUE"),
+        (["--suite", "nope"], "unknown suite 'nope'"),
+        (["--backend", "pbs"], "invalid choice: 'pbs'"),
+    ):
         try:
             rc = run.main(slurm(suites, tmp_path, *extra))
         except SystemExit as e:  # argparse's own checks (a choice, a type) exit from the parser
@@ -255,7 +288,11 @@ def _commands(script: str) -> list[list[str]]:
     out = []
     for doc in (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"):
         text = doc.read_text().replace("\\\n", " ")
-        out += [shlex.split(line.split("#")[0])[2:] for line in text.splitlines() if line.startswith(f"python benchmarks/{script}")]
+        out += [
+            shlex.split(line.split("#")[0])[2:]
+            for line in text.splitlines()
+            if line.startswith(f"python benchmarks/{script}")
+        ]
     return out
 
 
@@ -283,7 +320,11 @@ def test_a_tuning_worker_task_unpickles_the_worker_function_by_its_module():
     import tune
 
     task = pickle.loads(pickle.dumps(cluster.StudyTask(tune.work, {"name": "x"}, 3)))
-    assert task.work is tune.work and (task.config, task.worker, task.interrupted_trial) == ({"name": "x"}, 3, None)
+    assert task.work is tune.work and (task.config, task.worker, task.interrupted_trial) == (
+        {"name": "x"},
+        3,
+        None,
+    )
 
 
 def test_the_core_imports_no_command_line_tool():

@@ -45,8 +45,12 @@ def test_n_step_returns_matches_brute_force(n, seed):
     truncated = rng.random((T, B)) < 0.2  # some rows have both flags: termination must win
     expected = brute_force_returns(rewards, next_values, terminated, truncated, gamma, n)
     got = n_step_returns(
-        torch.tensor(rewards, dtype=torch.float64), torch.tensor(next_values, dtype=torch.float64),
-        torch.tensor(terminated), torch.tensor(truncated), gamma, n,
+        torch.tensor(rewards, dtype=torch.float64),
+        torch.tensor(next_values, dtype=torch.float64),
+        torch.tensor(terminated),
+        torch.tensor(truncated),
+        gamma,
+        n,
     )
     assert got.shape == (T, B)
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12, atol=1e-12)
@@ -102,7 +106,9 @@ def test_soft_update_formula(rate):
     online.bn.num_batches_tracked.fill_(7)
     before = copy.deepcopy(target)
     soft_update(target, online, rate)
-    for (name, t), o, b in zip(target.state_dict().items(), online.state_dict().values(), before.state_dict().values()):
+    for (name, t), o, b in zip(
+        target.state_dict().items(), online.state_dict().values(), before.state_dict().values()
+    ):
         if t.is_floating_point():
             torch.testing.assert_close(t, rate * o + (1 - rate) * b, rtol=1e-6, atol=1e-7, msg=name)
         else:
@@ -223,8 +229,16 @@ def test_rmsprop_steps_match_torch_bit_for_bit(centered, clip, decay):
     lr_lambda = (lambda u: 1.0 - u / 20) if decay else None
 
     def wrapper(module):
-        return NetworkWrapper(module, lr=1e-2, optimizer="rmsprop", alpha=0.95, eps=0.01, centered=centered,
-                              clip_grad_norm=clip, lr_lambda=lr_lambda)
+        return NetworkWrapper(
+            module,
+            lr=1e-2,
+            optimizer="rmsprop",
+            alpha=0.95,
+            eps=0.01,
+            centered=centered,
+            clip_grad_norm=clip,
+            lr_lambda=lr_lambda,
+        )
 
     w, ref = wrapper(copy.deepcopy(net)), wrapper(copy.deepcopy(net))
     ref._step = ref.optimizer.step  # torch's own step
@@ -258,8 +272,11 @@ def test_lr_decay_and_bad_optimizer():
 def _fill(memory, start, n):
     k = np.arange(start, start + n)
     memory.add(
-        np.stack([k, -k], 1).astype(np.float32), k % 3, k.astype(np.float32),
-        np.stack([k + 1, -k - 1], 1).astype(np.float32), k % 5 == 0,
+        np.stack([k, -k], 1).astype(np.float32),
+        k % 3,
+        k.astype(np.float32),
+        np.stack([k + 1, -k - 1], 1).astype(np.float32),
+        k % 5 == 0,
     )
 
 
@@ -287,8 +304,14 @@ def test_replay_wraparound_shapes_dtypes():
 
 def test_replay_continuous_actions_and_valid_mask():
     memory = ReplayMemory(5, (3,), action_shape=(2,), discrete=False, seed=0)
-    memory.add(np.zeros((3, 3)), np.ones((3, 2)) * [[1], [2], [3]], np.array([1.0, 2, 3]), np.zeros((3, 3)),
-               np.zeros(3, bool), valid=np.array([True, False, True]))
+    memory.add(
+        np.zeros((3, 3)),
+        np.ones((3, 2)) * [[1], [2], [3]],
+        np.array([1.0, 2, 3]),
+        np.zeros((3, 3)),
+        np.zeros(3, bool),
+        valid=np.array([True, False, True]),
+    )
     assert len(memory) == 2
     assert memory.actions[:2].tolist() == [[1, 1], [3, 3]] and memory.actions.dtype == torch.float32
 
@@ -320,8 +343,9 @@ def test_true_next_obs_takes_the_final_observation_where_an_episode_ended():
     import gymnasium as gym
     from gymnasium.vector import AutoresetMode
 
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=3)] * 2,
-                                    autoreset_mode=AutoresetMode.SAME_STEP)
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1", max_episode_steps=3)] * 2, autoreset_mode=AutoresetMode.SAME_STEP
+    )
     obs, _ = envs.reset(seed=0)
     for _ in range(2):
         obs, _, _, _, infos = envs.step(np.array([0, 1]))

@@ -23,11 +23,20 @@ import harness.extras
 import harness.run
 from harness.run import InputError, Run, RunArgs
 
-SCRIPT_CASES = ["dqn-CartPole", "n_step_q-CartPole", "sarsa-CartPole", "a2c-Pendulum", "ddpg-Pendulum", "naf-Pendulum-twin"]
+SCRIPT_CASES = [
+    "dqn-CartPole",
+    "n_step_q-CartPole",
+    "sarsa-CartPole",
+    "a2c-Pendulum",
+    "ddpg-Pendulum",
+    "naf-Pendulum-twin",
+]
 # against eager: a2c logs its loss every 100 updates, and on CartPole (discrete actions) float rounding
 # changes no sampled action, where Pendulum's Gaussian actions carry it into the episodes
-AGAINST_EAGER = {**{case: CASES[case] for case in SCRIPT_CASES if case != "a2c-Pendulum"},
-                 "a2c-CartPole": ("a2c", {**CASES["a2c-CartPole"][1], "total_timesteps": 4400})}
+AGAINST_EAGER = {
+    **{case: CASES[case] for case in SCRIPT_CASES if case != "a2c-Pendulum"},
+    "a2c-CartPole": ("a2c", {**CASES["a2c-CartPole"][1], "total_timesteps": 4400}),
+}
 
 
 def train(algo: str, tmp_path: Path, **kw) -> dict:
@@ -54,7 +63,9 @@ def test_compiled_update_gives_the_eager_metrics(tmp_path, case):
     assert compiled["compile_seconds"] > 0 and "compile_seconds" not in eager
     assert compiled["updates"] == eager["updates"]
     rows_e, rows_c = metrics(eager["run_dir"]), metrics(compiled["run_dir"])
-    assert len(rows_e) == len(rows_c) and any(v for row in rows_e for k, v in row.items() if k.endswith("loss"))
+    assert len(rows_e) == len(rows_c) and any(
+        v for row in rows_e for k, v in row.items() if k.endswith("loss")
+    )
     for row_e, row_c in zip(rows_e, rows_c):
         assert row_e.keys() == row_c.keys()
         bad = {k: (row_e[k], row_c[k]) for k in row_e if not close(row_e[k], row_c[k])}
@@ -88,7 +99,9 @@ def test_resume_keeps_the_compile_mode_and_reads_folders_written_before_it(tmp_p
     for key in ("compile", "cudagraphs"):  # a folder from before the flags existed: their defaults
         del config[key]
     (run_dir / "config.json").write_text(json.dumps(config))
-    resumed = MODULES[algo].train(make_args(algo, tmp_path, resume=str(run_dir), **{**kw, "total_timesteps": 600}))
+    resumed = MODULES[algo].train(
+        make_args(algo, tmp_path, resume=str(run_dir), **{**kw, "total_timesteps": 600})
+    )
     assert resumed["completed"] and resumed["resumed_at"] == [400]
 
 
@@ -106,7 +119,10 @@ def test_device_auto_takes_the_gpu_only_for_atari(monkeypatch):
     device = lambda **kw: harness.run._device(RunArgs(**kw)).type  # noqa: E731
     assert device(env_id="ALE/Breakout-v5") == "cuda" and device(env_id="BreakoutNoFrameskip-v4") == "cuda"
     assert device(env_id="CartPole-v1") == "cpu" and device(env_id="MinAtar/Breakout-v1") == "cpu"
-    assert device(env_id="CartPole-v1", device="cuda") == "cuda" and device(env_id="ALE/Pong-v5", device="cpu") == "cpu"
+    assert (
+        device(env_id="CartPole-v1", device="cuda") == "cuda"
+        and device(env_id="ALE/Pong-v5", device="cpu") == "cpu"
+    )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert device(env_id="ALE/Breakout-v5") == "cpu"
 

@@ -31,7 +31,7 @@ SHORT_RUN = {
 def readme_table() -> dict[str, tuple[list[str], int]]:
     """script -> (the files listed beside it, the line count given), from README's copying section."""
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Copying a script"):]
+    section = text[text.index("## Copying a script") :]
     section = section[: section.index("\n## ", 3)] if "\n## " in section[3:] else section
     rows = {}
     for line in section.splitlines():
@@ -48,12 +48,19 @@ def imported_files(path: Path, seen: set[Path] | None = None) -> set[Path]:
     seen = set() if seen is None else seen
     for node in ast.parse(path.read_text()).body:
         modules = []
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("common", "harness"):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.split(".")[0] in ("common", "harness")
+        ):
             modules = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
         elif isinstance(node, ast.Import):
             modules = [a.name for a in node.names if a.name.split(".")[0] in ("common", "harness")]
         for module in modules:
-            for candidate in (ROOT / (module.replace(".", "/") + ".py"), ROOT / module.split(".")[0] / "__init__.py"):
+            for candidate in (
+                ROOT / (module.replace(".", "/") + ".py"),
+                ROOT / module.split(".")[0] / "__init__.py",
+            ):
                 if candidate.is_file() and candidate not in seen:
                     seen.add(candidate)
                     imported_files(candidate, seen)
@@ -83,8 +90,10 @@ COPY_LINES, AFTER_TRAIN = 1800, {"validate", "load_policy"}
 def test_each_script_and_its_copy_keep_within_their_budgets_and_read_in_order(algo):
     source = (ROOT / "algos" / f"{algo}.py").read_text()
     assert len(source.splitlines()) <= LINES[algo], len(source.splitlines())
-    names = [node.name for node in ast.parse(source).body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
-    assert set(names[names.index("train") + 1:]) <= AFTER_TRAIN, names[names.index("train") + 1:]
+    names = [
+        node.name for node in ast.parse(source).body if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+    ]
+    assert set(names[names.index("train") + 1 :]) <= AFTER_TRAIN, names[names.index("train") + 1 :]
     assert readme_table()[algo][1] <= COPY_LINES
 
 
@@ -100,14 +109,32 @@ def copy_of(algo: str, tmp_path: Path) -> tuple[Path, dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo, env_id", [*((algo, None) for algo in SCRIPTS), pytest.param(
-    "ddpg", "HalfCheetah-v5", marks=pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="mujoco extra"))])
+@pytest.mark.parametrize(
+    "algo, env_id",
+    [
+        *((algo, None) for algo in SCRIPTS),
+        pytest.param(
+            "ddpg",
+            "HalfCheetah-v5",
+            marks=pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="mujoco extra"),
+        ),
+    ],
+)
 def test_a_folder_with_only_the_listed_files_trains_the_script(algo, env_id, tmp_path):
     """Each script on its default env (Pendulum-v1 for ddpg and naf), and ddpg on a MuJoCo env too."""
     project, env = copy_of(algo, tmp_path)
     env_id = env_id or ("Pendulum-v1" if algo in ("ddpg", "naf") else None)
-    command = [sys.executable, f"{algo}.py", *(["--env", env_id] if env_id else []), *SHORT_RUN[algo],
-               "--eval-episodes", "1", "--run-dir", "out", "--no-progress"]
+    command = [
+        sys.executable,
+        f"{algo}.py",
+        *(["--env", env_id] if env_id else []),
+        *SHORT_RUN[algo],
+        "--eval-episodes",
+        "1",
+        "--run-dir",
+        "out",
+        "--no-progress",
+    ]
     r = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     (summary,) = (project / "out").glob("*/summary.json")
@@ -115,19 +142,44 @@ def test_a_folder_with_only_the_listed_files_trains_the_script(algo, env_id, tmp
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo, argv, missing", [
-    ("dqn", ["--resume", "runs/any"], "harness/resume.py, which --resume need"),
-    ("ddpg", ["--checkpoint-every", "1000"], "harness/checkpoint.py, which --checkpoint-every and --resume need"),
-    ("dqn", ["--tensorboard"], "harness/extras.py, which --tensorboard, --track, --capture-video, --compile and --cudagraphs need"),
-    ("sarsa", ["--compile"], "harness/extras.py, which --tensorboard, --track, --capture-video, --compile and --cudagraphs need"),
-    ("n_step_q", ["--env", "MinAtar/Breakout-v1"], "common/minatar.py, which MinAtar ids need"),
-    ("a2c", ["--normalize-obs"], "common/normalize.py, which --normalize-obs and --normalize-reward need"),
-])
+@pytest.mark.parametrize(
+    "algo, argv, missing",
+    [
+        ("dqn", ["--resume", "runs/any"], "harness/resume.py, which --resume need"),
+        (
+            "ddpg",
+            ["--checkpoint-every", "1000"],
+            "harness/checkpoint.py, which --checkpoint-every and --resume need",
+        ),
+        (
+            "dqn",
+            ["--tensorboard"],
+            "harness/extras.py, which --tensorboard, --track, --capture-video, --compile and --cudagraphs need",
+        ),
+        (
+            "sarsa",
+            ["--compile"],
+            "harness/extras.py, which --tensorboard, --track, --capture-video, --compile and --cudagraphs need",
+        ),
+        ("n_step_q", ["--env", "MinAtar/Breakout-v1"], "common/minatar.py, which MinAtar ids need"),
+        (
+            "a2c",
+            ["--normalize-obs"],
+            "common/normalize.py, which --normalize-obs and --normalize-reward need",
+        ),
+    ],
+)
 def test_a_copy_asked_for_a_feature_it_lacks_names_the_file_in_one_line(algo, argv, missing, tmp_path):
     """README: an optional feature imports one more file; a copy without it says which, exit 2, no traceback."""
     project, env = copy_of(algo, tmp_path)
-    r = subprocess.run([sys.executable, f"{algo}.py", *argv, "--total-timesteps", "20000", "--run-dir", "out"],
-                       cwd=project, capture_output=True, text=True, timeout=300, env=env)
+    r = subprocess.run(
+        [sys.executable, f"{algo}.py", *argv, "--total-timesteps", "20000", "--run-dir", "out"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         f"{algo}: error: this copy lacks {missing}; copy it beside the script's other files (README, 'Copying a script')"
     ], r.stderr
@@ -135,10 +187,18 @@ def test_a_copy_asked_for_a_feature_it_lacks_names_the_file_in_one_line(algo, ar
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig, extra, status, says", [
-    (signal.SIGINT, ["checkpoint.py"], 130, "checkpoint written; resuming it needs harness/resume.py beside the script"),
-    (signal.SIGTERM, [], 75, "no checkpoint written: that needs harness/checkpoint.py beside the script"),
-])
+@pytest.mark.parametrize(
+    "sig, extra, status, says",
+    [
+        (
+            signal.SIGINT,
+            ["checkpoint.py"],
+            130,
+            "checkpoint written; resuming it needs harness/resume.py beside the script",
+        ),
+        (signal.SIGTERM, [], 75, "no checkpoint written: that needs harness/checkpoint.py beside the script"),
+    ],
+)
 def test_a_stopped_copy_offers_only_what_it_can_do(sig, extra, status, says, tmp_path):
     """Ctrl-C in a copy that writes checkpoints but lacks harness/resume.py offers no --resume; a stop signal in
     the copy the README lists (no harness/checkpoint.py) stops without a checkpoint and says why."""
@@ -146,11 +206,29 @@ def test_a_stopped_copy_offers_only_what_it_can_do(sig, extra, status, says, tmp
     for name in extra:  # README: harness/checkpoint.py for --checkpoint-every
         shutil.copy(ROOT / "harness" / name, project / "harness")
     every = ["--checkpoint-every", "1000"] if extra else []
-    proc = subprocess.Popen([sys.executable, "dqn.py", "--total-timesteps", "10000000", "--learning-starts", "500",
-                             *every, "--no-progress", "--run-dir", "out"],
-                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "dqn.py",
+            "--total-timesteps",
+            "10000000",
+            "--learning-starts",
+            "500",
+            *every,
+            "--no-progress",
+            "--run-dir",
+            "out",
+        ],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     deadline = time.time() + 60
-    while time.time() < deadline and not list((project / "out").glob("*/checkpoint.pt" if extra else "*/metrics.csv")):
+    while time.time() < deadline and not list(
+        (project / "out").glob("*/checkpoint.pt" if extra else "*/metrics.csv")
+    ):
         time.sleep(0.2)
     time.sleep(0.5)
     proc.send_signal(sig)

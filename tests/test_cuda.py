@@ -48,7 +48,10 @@ def test_every_script_trains_on_the_gpu_and_its_model_loads_on_a_cpu(tmp_path, c
 
     # the same weights act the same on both devices, on standard-normal observations (float rounding
     # across devices is far below the gaps between Q-values there)
-    act_cpu, act_gpu = module.load_policy(args, str(model), "cpu"), module.load_policy(args, str(model), "cuda")
+    act_cpu, act_gpu = (
+        module.load_policy(args, str(model), "cpu"),
+        module.load_policy(args, str(model), "cuda"),
+    )
     env = gym.make(kw["env_id"])
     obs = probe_batch(env.observation_space.shape)
     env.close()
@@ -97,20 +100,33 @@ def test_a_checkpoint_moves_between_a_gpu_machine_and_a_cpu_one(tmp_path, monkey
         if gpu_first:
             m.setattr(torch.cuda, "is_available", lambda: False)
         resumed = module.train(make_args(algo, tmp_path, resume=stopped["run_dir"], **auto))
-    assert resumed["completed"] and resumed["device"] == other and resumed["resumed_at"] == [stopped["total_timesteps"]]
+    assert (
+        resumed["completed"]
+        and resumed["device"] == other
+        and resumed["resumed_at"] == [stopped["total_timesteps"]]
+    )
     assert math.isfinite(resumed["eval_return_mean"])
 
 
 def test_replay_memory_lives_on_the_gpu_and_samples_the_rows_the_cpu_one_samples():
     rng = np.random.default_rng(0)
-    mems = {"host": ReplayMemory(300, (3,), (2,), discrete=False, device="cpu", seed=7),
-            "gpu": ReplayMemory(300, (3,), (2,), discrete=False, device="cuda", seed=7)}
+    mems = {
+        "host": ReplayMemory(300, (3,), (2,), discrete=False, device="cpu", seed=7),
+        "gpu": ReplayMemory(300, (3,), (2,), discrete=False, device="cuda", seed=7),
+    }
     for _ in range(40):  # 400 rows into 300: wraps around
-        rows = (rng.normal(size=(10, 3)).astype(np.float32), rng.normal(size=(10, 2)).astype(np.float32), rng.normal(size=10),
-                rng.normal(size=(10, 3)).astype(np.float32), rng.random(10) < 0.1)
+        rows = (
+            rng.normal(size=(10, 3)).astype(np.float32),
+            rng.normal(size=(10, 2)).astype(np.float32),
+            rng.normal(size=10),
+            rng.normal(size=(10, 3)).astype(np.float32),
+            rng.random(10) < 0.1,
+        )
         for m in mems.values():
             m.add(*rows)
-    assert all(t.is_cuda for t in (mems["gpu"].obs, mems["gpu"].actions, mems["gpu"].rewards, mems["gpu"].next_obs))
+    assert all(
+        t.is_cuda for t in (mems["gpu"].obs, mems["gpu"].actions, mems["gpu"].rewards, mems["gpu"].next_obs)
+    )
     for _ in range(3):
         a, b = mems["host"].sample(64), mems["gpu"].sample(64)
         for x, y in zip(a, b):
@@ -122,7 +138,10 @@ def test_replay_memory_lives_on_the_gpu_and_samples_the_rows_the_cpu_one_samples
 
 
 def test_frame_memory_sends_the_same_batches_to_the_gpu():
-    mems = {"host": FrameMemory(200, (5, 6), 4, 2, device="cpu", seed=3), "gpu": FrameMemory(200, (5, 6), 4, 2, device="cuda", seed=3)}
+    mems = {
+        "host": FrameMemory(200, (5, 6), 4, 2, device="cpu", seed=3),
+        "gpu": FrameMemory(200, (5, 6), 4, 2, device="cuda", seed=3),
+    }
     for m in mems.values():
         fill(m, 2, 4, 150)
     for _ in range(3):
@@ -133,8 +152,17 @@ def test_frame_memory_sends_the_same_batches_to_the_gpu():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["compile", "cudagraphs"])
-@pytest.mark.parametrize("case", ["dqn-CartPole", "n_step_q-CartPole", "sarsa-CartPole", "a2c-CartPole", "ddpg-Pendulum",
-                                  "naf-Pendulum-twin"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "dqn-CartPole",
+        "n_step_q-CartPole",
+        "sarsa-CartPole",
+        "a2c-CartPole",
+        "ddpg-Pendulum",
+        "naf-Pendulum-twin",
+    ],
+)
 def test_compiled_and_graph_replayed_updates_give_the_eager_metrics_on_the_gpu(tmp_path, case, mode):
     from test_compile import AGAINST_EAGER, close, train
 

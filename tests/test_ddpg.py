@@ -21,16 +21,42 @@ from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY_KEYS = {
-    "algo", "env", "seed", "total_timesteps", "num_envs", "device", "wall_seconds", "sps", "eval_return_mean",
-    "eval_return_std", "eval_episodes", "train_return_last10", "completed", "error", "updates", "run_dir", "versions",
-    "machine", "resumed_at", "envs_on_resume", "checkpoint_seconds", "checkpoint_bytes",
+    "algo",
+    "env",
+    "seed",
+    "total_timesteps",
+    "num_envs",
+    "device",
+    "wall_seconds",
+    "sps",
+    "eval_return_mean",
+    "eval_return_std",
+    "eval_episodes",
+    "train_return_last10",
+    "completed",
+    "error",
+    "updates",
+    "run_dir",
+    "versions",
+    "machine",
+    "resumed_at",
+    "envs_on_resume",
+    "checkpoint_seconds",
+    "checkpoint_bytes",
 }
 
 
 def small_args(tmp_path, **kw) -> Args:
     base = dict(
-        total_timesteps=300, learning_starts=100, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32),
-        eval_episodes=2, run_dir=str(tmp_path), progress=False, device="cpu",
+        total_timesteps=300,
+        learning_starts=100,
+        batch_size=32,
+        buffer_size=1000,
+        hidden_sizes=(32, 32),
+        eval_episodes=2,
+        run_dir=str(tmp_path),
+        progress=False,
+        device="cpu",
     )
     base.update(kw)
     return Args(**base)
@@ -38,7 +64,9 @@ def small_args(tmp_path, **kw) -> Args:
 
 # ---- networks ------------------------------------------------------------------------------------
 def test_actor_stays_within_asymmetric_bounds_and_numpy_policy_matches_torch():
-    space = gym.spaces.Box(low=np.array([-1.0, 0.0, -5.0], np.float32), high=np.array([3.0, 5.0, -4.0], np.float32))
+    space = gym.spaces.Box(
+        low=np.array([-1.0, 0.0, -5.0], np.float32), high=np.array([3.0, 5.0, -4.0], np.float32)
+    )
     torch.manual_seed(0)
     actor = Actor(4, space, (16, 16))
     with torch.no_grad():
@@ -47,7 +75,9 @@ def test_actor_stays_within_asymmetric_bounds_and_numpy_policy_matches_torch():
     with torch.no_grad():
         expected = actor(torch.as_tensor(obs)).numpy()
     assert (expected >= space.low - 1e-6).all() and (expected <= space.high + 1e-6).all()
-    assert np.isclose(expected, space.low, atol=1e-3).any() and np.isclose(expected, space.high, atol=1e-3).any()
+    assert (
+        np.isclose(expected, space.low, atol=1e-3).any() and np.isclose(expected, space.high, atol=1e-3).any()
+    )
     act = deterministic_policy(actor, torch.device("cpu"))
     np.testing.assert_allclose(act(obs), expected, rtol=1e-5, atol=1e-5)
     # the numpy views follow in-place updates of the weights (optimizer steps, target syncs)
@@ -129,8 +159,18 @@ def test_smoke_run_takes_gradient_steps_and_writes_the_run_folder(tmp_path):
 
 
 def test_smoke_run_ou_noise_several_envs_save_and_load(tmp_path):
-    summary = train(small_args(tmp_path, env_id="InvertedPendulum-v5", num_envs=2, noise="ou", save_model=True,
-                               train_every=2, gradient_steps=3, policy_every=1))
+    summary = train(
+        small_args(
+            tmp_path,
+            env_id="InvertedPendulum-v5",
+            num_envs=2,
+            noise="ou",
+            save_model=True,
+            train_every=2,
+            gradient_steps=3,
+            policy_every=1,
+        )
+    )
     assert summary["completed"]
     assert summary["updates"] == (300 - 100) // 2 * 3
     args = small_args(tmp_path, env_id="InvertedPendulum-v5")
@@ -165,17 +205,35 @@ def test_same_seed_gives_identical_metrics_and_another_seed_different_ones(tmp_p
     for k, seed in enumerate((1, 1, 2)):
         summary = train(small_args(tmp_path / str(k), total_timesteps=250, seed=seed))
         with open(Path(summary["run_dir"]) / "metrics.csv") as f:
-            rows.append([{key: v for key, v in r.items() if key not in ("wall_seconds", "sps")} for r in csv.DictReader(f)])
+            rows.append(
+                [
+                    {key: v for key, v in r.items() if key not in ("wall_seconds", "sps")}
+                    for r in csv.DictReader(f)
+                ]
+            )
     assert rows[0] == rows[1] and len(rows[0]) > 1
-    training = [[r for r in rs if not r["eval_return"]] for rs in rows]  # the evaluations' seed differs anyway
+    training = [
+        [r for r in rs if not r["eval_return"]] for rs in rows
+    ]  # the evaluations' seed differs anyway
     assert training[2] != training[0]
 
 
 # ---- what train() stores, regresses on and moves -------------------------------------------------
 def box_args(tmp_path, **kw) -> Args:
     """A few hundred steps on the tiny CountBoxEnv; 100 critic updates after 100 steps of heatup."""
-    return small_args(tmp_path, **{**dict(env_id=probes.ENV_ID, total_timesteps=200, batch_size=16, hidden_sizes=(16, 16),
-                                          eval_episodes=1), **kw})
+    return small_args(
+        tmp_path,
+        **{
+            **dict(
+                env_id=probes.ENV_ID,
+                total_timesteps=200,
+                batch_size=16,
+                hidden_sizes=(16, 16),
+                eval_episodes=1,
+            ),
+            **kw,
+        },
+    )
 
 
 def test_episode_ends_store_the_true_final_observation(tmp_path, monkeypatch):
@@ -193,7 +251,9 @@ def test_episode_ends_store_the_true_final_observation(tmp_path, monkeypatch):
     # one step later in the same episode, never the next episode's reset observation (t = 0)
     np.testing.assert_array_equal(next_obs[:, 0], obs[:, 0] + 1)
     np.testing.assert_array_equal(next_obs[:, 1], obs[:, 1])
-    np.testing.assert_array_equal(next_obs[:, 2], actions[:, 0])  # the stored action is the one the env received
+    np.testing.assert_array_equal(
+        next_obs[:, 2], actions[:, 0]
+    )  # the stored action is the one the env received
     truncations = (next_obs[:, 0] == probes.TIME_LIMIT) & ~terminated
     assert truncations.any() and terminated.any()
 
@@ -206,7 +266,9 @@ def test_targets_move_by_the_rate_after_each_actor_update_and_bootstrap_reads_th
         bootstraps.append((critic_target, actor_target))
         return real_targets(critic_target, actor_target, *a, **kw)
 
-    monkeypatch.setattr(ddpg, "NetworkWrapper", probes.recording_wrapper(ddpg.NetworkWrapper, events, wrappers))
+    monkeypatch.setattr(
+        ddpg, "NetworkWrapper", probes.recording_wrapper(ddpg.NetworkWrapper, events, wrappers)
+    )
     monkeypatch.setattr(ddpg, "ddpg_targets", recording_targets)
     rate, policy_every = 0.3, 3
     summary = train(box_args(tmp_path, target_rate=rate, policy_every=policy_every))
@@ -224,14 +286,23 @@ def test_targets_move_by_the_rate_after_each_actor_update_and_bootstrap_reads_th
     assert len(groups) == 100
     for u, group in enumerate(groups, start=1):
         if u % policy_every == 0:
-            assert group[:2] == [("step", "Critic"), ("step", "Actor")] and sorted(group[2:]) == [("sync", "Actor"), ("sync", "Critic")], (u, group)
+            assert group[:2] == [("step", "Critic"), ("step", "Actor")] and sorted(group[2:]) == [
+                ("sync", "Actor"),
+                ("sync", "Critic"),
+            ], (u, group)
         else:
             assert group == [("step", "Critic")], (u, group)
     probes.assert_only_recorded_calls_move_the_networks(events)
     for kind, name, r, before, after in events:
         for n in ("Critic", "Actor"):
-            assert torch.equal(after[n][0], before[n][0]) or (kind, n) == ("step", name)  # only a step moves its own network
-            assert torch.equal(after[n][1], before[n][1]) or (kind, n) == ("sync", name)  # only a sync moves its target
+            assert torch.equal(after[n][0], before[n][0]) or (kind, n) == (
+                "step",
+                name,
+            )  # only a step moves its own network
+            assert torch.equal(after[n][1], before[n][1]) or (kind, n) == (
+                "sync",
+                name,
+            )  # only a sync moves its target
         online, target = before[name]
         if kind == "sync":
             torch.testing.assert_close(after[name][1], rate * online + (1 - rate) * target)
@@ -255,8 +326,14 @@ def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
     "argv, message",
     [
         (["--env", "CartPole-v1"], "needs a continuous (Box) action space"),
-        pytest.param(["--env", "MinAtar/Breakout-v1"], "takes vector observations; MinAtar/Breakout-v1 is a pixel env",
-                     marks=pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="pip install -r requirements/requirements-pixels.txt")),
+        pytest.param(
+            ["--env", "MinAtar/Breakout-v1"],
+            "takes vector observations; MinAtar/Breakout-v1 is a pixel env",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("minatar") is None,
+                reason="pip install -r requirements/requirements-pixels.txt",
+            ),
+        ),
         (["--env", "NoSuchEnv-v0"], "unknown environment id"),
         (["--total-timesteps", "0"], "--total-timesteps must be positive"),
     ],
@@ -264,7 +341,9 @@ def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
 def test_bad_input_gives_one_line_and_exit_2(tmp_path, argv, message):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "algos" / "ddpg.py"), *argv, "--run-dir", str(tmp_path), "--no-progress"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -276,9 +355,23 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, argv, message):
 @pytest.mark.slow
 def test_sigterm_writes_a_checkpoint_and_logs(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "algos" / "ddpg.py"), "--total-timesteps", "1000000", "--learning-starts", "100",
-         "--hidden-sizes", "32", "32", "--run-dir", str(tmp_path), "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            str(ROOT / "algos" / "ddpg.py"),
+            "--total-timesteps",
+            "1000000",
+            "--learning-starts",
+            "100",
+            "--hidden-sizes",
+            "32",
+            "32",
+            "--run-dir",
+            str(tmp_path),
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.time() + 90
     while not list(tmp_path.glob("*/metrics.csv")) and time.time() < deadline:
@@ -297,10 +390,20 @@ def test_sigterm_writes_a_checkpoint_and_logs(tmp_path):
 def test_learns_pendulum_in_10k_steps(tmp_path):
     """A uniform random policy scores about -1200 to -1500; this run reaches about -200 (seeds 1 and 2: -200 and
     -193 when the threshold was set). ~25 s of CPU."""
-    summary = train(Args(
-        total_timesteps=10_000, learning_starts=1000, hidden_sizes=(64, 64), actor_learning_rate=1e-3,
-        critic_learning_rate=1e-3, batch_size=128, policy_every=1, run_dir=str(tmp_path), progress=False, device="cpu",
-    ))
+    summary = train(
+        Args(
+            total_timesteps=10_000,
+            learning_starts=1000,
+            hidden_sizes=(64, 64),
+            actor_learning_rate=1e-3,
+            critic_learning_rate=1e-3,
+            batch_size=128,
+            policy_every=1,
+            run_dir=str(tmp_path),
+            progress=False,
+            device="cpu",
+        )
+    )
     assert summary["eval_return_mean"] >= -350, summary["eval_return_mean"]
 
 
@@ -312,9 +415,14 @@ def test_actor_step_ascends_q_and_leaves_the_critic_unchanged(tmp_path, monkeypa
 
     def recording_actor_loss(actor, critic, obs):
         # the gradient the actor must follow: -d mean Q(s, mu(s)) / d theta through the online critic, on copies
-        actor_copy, critic_copy = copy.deepcopy(wrappers["Actor"].online), copy.deepcopy(wrappers["Critic"].online)
+        actor_copy, critic_copy = (
+            copy.deepcopy(wrappers["Actor"].online),
+            copy.deepcopy(wrappers["Critic"].online),
+        )
         q = critic_copy(obs, actor_copy(obs)).mean()
-        pending["expected"] = -torch.cat([g.reshape(-1) for g in torch.autograd.grad(q, list(actor_copy.parameters()))])
+        pending["expected"] = -torch.cat(
+            [g.reshape(-1) for g in torch.autograd.grad(q, list(actor_copy.parameters()))]
+        )
         return real_actor_loss(actor, critic, obs)
 
     class CheckingWrapper(Recording):
@@ -333,9 +441,13 @@ def test_actor_step_ascends_q_and_leaves_the_critic_unchanged(tmp_path, monkeypa
     probes.assert_only_recorded_calls_move_the_networks(events)
     for _, _, _, before, after in actor_steps:
         assert not torch.equal(after["Actor"][0], before["Actor"][0])  # the actor moved
-        assert torch.equal(after["Critic"][0], before["Critic"][0]) and torch.equal(after["Critic"][1], before["Critic"][1])
+        assert torch.equal(after["Critic"][0], before["Critic"][0]) and torch.equal(
+            after["Critic"][1], before["Critic"][1]
+        )
     for _, _, _, before, after in (e for e in events if e[:2] == ("step", "Critic")):
-        assert not torch.equal(after["Critic"][0], before["Critic"][0])  # the critic keeps learning after actor steps
+        assert not torch.equal(
+            after["Critic"][0], before["Critic"][0]
+        )  # the critic keeps learning after actor steps
         assert torch.equal(after["Actor"][0], before["Actor"][0])
 
 
@@ -363,9 +475,17 @@ def test_exploration_and_replay_sampling_draw_independent_streams(tmp_path, monk
 
 
 def test_image_observations_give_one_line_and_exit_2(tmp_path, capsys):
-    args = Args(env_id=probes.IMAGE_BOX_ID, total_timesteps=200, learning_starts=100, buffer_size=1_000,
-                run_dir=str(tmp_path), progress=False)  # short and small, were it to run
+    args = Args(
+        env_id=probes.IMAGE_BOX_ID,
+        total_timesteps=200,
+        learning_starts=100,
+        buffer_size=1_000,
+        run_dir=str(tmp_path),
+        progress=False,
+    )  # short and small, were it to run
     assert ddpg.main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["ddpg: error: ddpg takes vector observations; ImageBox-v0 gives images of shape (3, 84, 84)"]
+    assert err == [
+        "ddpg: error: ddpg takes vector observations; ImageBox-v0 gives images of shape (3, 84, 84)"
+    ]
     assert not any(tmp_path.iterdir())

@@ -39,9 +39,16 @@ def run_workers(fn, *args, nprocs: int = 2, ranks: list[int] | None = None, time
     """Start `fn(i, port, world, *args)` in `nprocs` fresh processes that act as torchrun workers
     (RANK = ranks[i], WORLD_SIZE = nprocs); re-raise the first worker's exception here."""
     multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", "common"])
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(nprocs), "RL_DIST_TIMEOUT": str(timeout)}
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "WORLD_SIZE": str(nprocs),
+        "RL_DIST_TIMEOUT": str(timeout),
+    }
     ranks = list(range(nprocs)) if ranks is None else ranks
-    ctx = tmp.start_processes(_worker, (fn, env, ranks, args), nprocs=len(ranks), join=False, start_method="forkserver")
+    ctx = tmp.start_processes(
+        _worker, (fn, env, ranks, args), nprocs=len(ranks), join=False, start_method="forkserver"
+    )
     deadline = time.monotonic() + DEADLINE
     try:
         while not ctx.join(timeout=1.0):
@@ -82,7 +89,12 @@ def all_equal_across_ranks(t: torch.Tensor) -> bool:
 def test_single_process_needs_no_process_group(monkeypatch):
     for k in ("WORLD_SIZE", "RANK"):
         monkeypatch.delenv(k, raising=False)
-    assert (distributed.world_size(), distributed.rank(), distributed.is_main(), distributed.launched()) == (1, 0, True, False)
+    assert (distributed.world_size(), distributed.rank(), distributed.is_main(), distributed.launched()) == (
+        1,
+        0,
+        True,
+        False,
+    )
     assert distributed.init() == 1
     net = NetworkWrapper(mlp(0), lr=1e-2, clip_grad_norm=1.0, workers=distributed)
     reference = NetworkWrapper(mlp(0), lr=1e-2, clip_grad_norm=1.0)
@@ -105,9 +117,13 @@ def _train_two_workers(rank, steps, optimizer):
     assert net.world_size == 2 and dist.get_backend() == "gloo"
     reference = copy.deepcopy(net.online)  # plain module for the one-process gradient
     assert all_equal_across_ranks(net.flat_param)
-    torch.testing.assert_close(nn.utils.parameters_to_vector(net.target.parameters()), net.flat_param.detach(), rtol=0, atol=0)
+    torch.testing.assert_close(
+        nn.utils.parameters_to_vector(net.target.parameters()), net.flat_param.detach(), rtol=0, atol=0
+    )
     rank0 = mlp(seed=0)
-    torch.testing.assert_close(net.flat_param.detach(), nn.utils.parameters_to_vector(rank0.parameters()), rtol=0, atol=0)
+    torch.testing.assert_close(
+        net.flat_param.detach(), nn.utils.parameters_to_vector(rank0.parameters()), rtol=0, atol=0
+    )
 
     g = torch.Generator().manual_seed(100 + rank)  # each worker its own data
     w_true = torch.randn(4, 2, generator=torch.Generator().manual_seed(7))
@@ -118,7 +134,9 @@ def _train_two_workers(rank, steps, optimizer):
         # one process, concatenated batch [2B], from the current (shared) weights
         x_all, y_all = distributed.gather(x), distributed.gather(y)
         reference.load_state_dict(net.online.state_dict())
-        expected = torch.autograd.grad(nn.functional.mse_loss(reference(x_all), y_all), list(reference.parameters()))
+        expected = torch.autograd.grad(
+            nn.functional.mse_loss(reference(x_all), y_all), list(reference.parameters())
+        )
         expected = torch.cat([e.reshape(-1) for e in expected])
         expected_norm = expected.norm()
         expected_clipped = expected * torch.clamp(0.5 / (expected_norm + 1e-6), max=1.0)
@@ -127,7 +145,9 @@ def _train_two_workers(rank, steps, optimizer):
         _, grad_norm = net.train_step(nn.functional.mse_loss(net.online(x), y))
         torch.testing.assert_close(grad_norm, expected_norm, rtol=1e-5, atol=1e-7)
         torch.testing.assert_close(net.flat_grad, expected_clipped, rtol=1e-5, atol=1e-7)  # after clipping
-        assert all_equal_across_ranks(net.flat_param), f"weights differ across workers after update {step + 1}"
+        assert all_equal_across_ranks(net.flat_param), (
+            f"weights differ across workers after update {step + 1}"
+        )
         assert all_equal_across_ranks(net.flat_grad)
     assert 0 < clipped < steps  # both branches of the clipping were exercised
     final = nn.functional.mse_loss(net.online(x), y).item()
@@ -176,7 +196,10 @@ def _mismatched_network(rank, out_dir):
 def test_different_networks_fail_on_every_worker(tmp_path):
     run_workers(_mismatched_network, tmp_path)
     for rank in (0, 1):
-        assert "the network differs across workers: rank 0 has 114 parameters, rank 1 has 226" in (tmp_path / f"rank{rank}.txt").read_text()
+        assert (
+            "the network differs across workers: rank 0 has 114 parameters, rank 1 has 226"
+            in (tmp_path / f"rank{rank}.txt").read_text()
+        )
 
 
 def _lonely(rank, out_dir):
@@ -215,7 +238,9 @@ def _one_dies(rank, out_dir):
 def test_dead_worker_stops_the_survivor_with_a_clear_message(tmp_path):
     run_workers(_one_dies, tmp_path, timeout=5.0)
     message = (tmp_path / "message.txt").read_text()
-    assert message.startswith("rank 0 of 2: all_reduce the gradient failed, another worker died or stopped answering"), message
+    assert message.startswith(
+        "rank 0 of 2: all_reduce the gradient failed, another worker died or stopped answering"
+    ), message
 
 
 # ---- the on-policy scripts under torchrun -----------------------------------------------------------
@@ -223,23 +248,46 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _clean_env() -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
     return {**env, "OMP_NUM_THREADS": "1", "RL_DIST_TIMEOUT": "60"}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["a2c", "n_step_q", "sarsa"])
 def test_script_runs_unchanged_under_torchrun_with_two_workers(tmp_path, algo):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), str(ROOT / "algos" / f"{algo}.py"),
-           "--total-timesteps", "2000", "--num-envs", "4", "--run-dir", str(tmp_path), "--no-progress", "--save-model"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        str(ROOT / "algos" / f"{algo}.py"),
+        "--total-timesteps",
+        "2000",
+        "--num-envs",
+        "4",
+        "--run-dir",
+        str(tmp_path),
+        "--no-progress",
+        "--save-model",
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=DEADLINE, env=_clean_env())
     assert p.returncode == 0, p.stdout + p.stderr
     runs = list(tmp_path.iterdir())
     assert len(runs) == 1, runs  # rank 0 alone writes a run folder
     summary = json.loads((runs[0] / "summary.json").read_text())
     assert summary["completed"] and summary["world_size"] == 2 and summary["num_envs"] == 4
-    assert summary["total_timesteps"] == 2000 and summary["updates"] == 2000 // (2 * 4 * 5)  # steps counted over both workers
+    assert summary["total_timesteps"] == 2000 and summary["updates"] == 2000 // (
+        2 * 4 * 5
+    )  # steps counted over both workers
     assert summary["eval_episodes"] > 0 and (runs[0] / "model.pt").exists()
     assert p.stdout.count(f"{algo}: done in") == 1 and "x 2 workers" in p.stdout  # one worker prints
 
@@ -256,16 +304,32 @@ def _reward_statistics(rank, out_dir):
             super().__init__(*args, **kw)
             scalers.append(self)
 
-    common.normalize.RewardScaler = RecordingScaler  # this worker process's own module, where a2c imports it from
-    summary = a2c.train(a2c.Args(
-        env_id="Pendulum-v1", total_timesteps=400, num_envs=2, n_steps=5, normalize_reward=True, eval_episodes=1,
-        run_dir=str(out_dir / "runs"), progress=False, device="cpu",
-    ))
+    common.normalize.RewardScaler = (
+        RecordingScaler  # this worker process's own module, where a2c imports it from
+    )
+    summary = a2c.train(
+        a2c.Args(
+            env_id="Pendulum-v1",
+            total_timesteps=400,
+            num_envs=2,
+            n_steps=5,
+            normalize_reward=True,
+            eval_episodes=1,
+            run_dir=str(out_dir / "runs"),
+            progress=False,
+            device="cpu",
+        )
+    )
     (scaler,) = scalers
-    (out_dir / f"rank{rank}.json").write_text(json.dumps({
-        "completed": summary["completed"], "statistics": [scaler.mean, scaler.var, scaler.count],
-        "discounted": scaler.discounted.tolist(),
-    }))
+    (out_dir / f"rank{rank}.json").write_text(
+        json.dumps(
+            {
+                "completed": summary["completed"],
+                "statistics": [scaler.mean, scaler.var, scaler.count],
+                "discounted": scaler.discounted.tolist(),
+            }
+        )
+    )
 
 
 @pytest.mark.slow
@@ -285,9 +349,26 @@ def test_a2c_workers_scale_rewards_by_the_same_statistics(tmp_path):
 def test_script_workers_with_different_arguments_stop_with_one_line(tmp_path):
     port, procs = str(free_port()), []
     for rank, lr in ((0, "0.0007"), (1, "0.001")):
-        env = {**_clean_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank)}
-        cmd = [sys.executable, str(ROOT / "algos" / "a2c.py"), "--learning-rate", lr, "--run-dir", str(tmp_path), "--no-progress"]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+        env = {
+            **_clean_env(),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+            "WORLD_SIZE": "2",
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+        }
+        cmd = [
+            sys.executable,
+            str(ROOT / "algos" / "a2c.py"),
+            "--learning-rate",
+            lr,
+            "--run-dir",
+            str(tmp_path),
+            "--no-progress",
+        ]
+        procs.append(
+            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        )
     for p in procs:
         _, stderr = p.communicate(timeout=DEADLINE)
         assert p.returncode == 2, stderr

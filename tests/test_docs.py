@@ -16,16 +16,25 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import run  # noqa: E402
 from suite import load_suite  # noqa: E402
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # the README and the pages it links by subject
-DOCS = [*PAGES, ROOT / "benchmarks" / "README.md", *sorted((ROOT / "benchmarks" / "results").glob("*.md")),
-        *sorted((ROOT / "benchmarks" / "results").glob("*/REPORT.md")),
-        *sorted((ROOT / "benchmarks" / "results").glob("*/superseded/README.md"))]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+]  # the README and the pages it links by subject
+DOCS = [
+    *PAGES,
+    ROOT / "benchmarks" / "README.md",
+    *sorted((ROOT / "benchmarks" / "results").glob("*.md")),
+    *sorted((ROOT / "benchmarks" / "results").glob("*/REPORT.md")),
+    *sorted((ROOT / "benchmarks" / "results").glob("*/superseded/README.md")),
+]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def tracked_files() -> list[Path]:
     try:
-        out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=30).stdout
+        out = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=30
+        ).stdout
         return [ROOT / p for p in out.split("\0") if p]
     except (OSError, subprocess.SubprocessError):  # not a git checkout: every file
         return [p for p in ROOT.rglob("*") if p.is_file() and ".git" not in p.parts]
@@ -41,7 +50,9 @@ def test_every_relative_link_in_the_documents_resolves():
     broken = []
     for doc in DOCS:
         for target in LINK.findall(doc.read_text()):
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):  # web links and anchors in the same page
+            if re.match(r"[a-z]+:", target) or target.startswith(
+                "#"
+            ):  # web links and anchors in the same page
                 continue
             path = (doc.parent / target.split("#", 1)[0]).resolve()
             if not path.exists():
@@ -50,8 +61,11 @@ def test_every_relative_link_in_the_documents_resolves():
 
 
 # Docs speak to users about the project: no work items, work periods or internal targets.
-WORDING = re.compile(r"\bissues? ?#?\d|\bissue #|results_issue|results/issue\d|target:? *\**not met|\*\*not met|"
-                     r"REFERENCES\.md|\bsession\b|other helpers", re.IGNORECASE)
+WORDING = re.compile(
+    r"\bissues? ?#?\d|\bissue #|results_issue|results/issue\d|target:? *\**not met|\*\*not met|"
+    r"REFERENCES\.md|\bsession\b|other helpers",
+    re.IGNORECASE,
+)
 TEXT = {".md", ".py", ".toml", ".txt", ".json", ".cfg", ".yml", ".yaml", ".sh", ".ini", ""}
 
 
@@ -61,7 +75,9 @@ def test_no_work_item_wording_in_docs_suites_or_code():
         rel = path.relative_to(ROOT)
         if rel.parts[0] == "tests" or path.suffix not in TEXT or not path.is_file():
             continue
-        if path.suffix == ".log" or (path.name == "log.txt" and "runs" in rel.parts):  # raw output of past runs
+        if path.suffix == ".log" or (
+            path.name == "log.txt" and "runs" in rel.parts
+        ):  # raw output of past runs
             continue
         text = path.read_text(errors="ignore")
         for m in WORDING.finditer(text):
@@ -71,8 +87,15 @@ def test_no_work_item_wording_in_docs_suites_or_code():
 
 
 def test_the_wording_check_can_fail():
-    for bad in ("see issue 2", "Issue #7", "benchmarks/results_issue5.md", "target: not met", "3x SB3: **not met**",
-                "REFERENCES.md", "in the previous session"):
+    for bad in (
+        "see issue 2",
+        "Issue #7",
+        "benchmarks/results_issue5.md",
+        "target: not met",
+        "3x SB3: **not met**",
+        "REFERENCES.md",
+        "in the previous session",
+    ):
         assert WORDING.search(bad), bad
     for fine in ("known issues", "a target network", "the env's reward_threshold", "references.toml"):
         assert not WORDING.search(fine), fine
@@ -81,8 +104,8 @@ def test_the_wording_check_can_fail():
 def readme_block(heading: str, page: str = "README.md") -> str:
     """The first bash block after `heading` in the README (or in another page, e.g. docs/tools.md)."""
     text = (ROOT / page).read_text()
-    section = text[text.index(heading):]
-    return section[section.index("```bash") + 7:section.index("```", section.index("```bash") + 7)]
+    section = text[text.index(heading) :]
+    return section[section.index("```bash") + 7 : section.index("```", section.index("```bash") + 7)]
 
 
 @pytest.mark.slow
@@ -91,15 +114,29 @@ def test_readme_quick_start_runs_and_evaluate_scores_its_run_folder(tmp_path):
     tools/evaluate.py on that folder, as the README shows them."""
     block = readme_block("## Quick start")
     train = next(x for x in block.splitlines() if x.startswith("python algos/dqn.py --env CartPole-v1"))
-    assert "--save-model" in train and any(x.startswith("python tools/evaluate.py runs/") for x in block.splitlines())
-    argv = shlex.split(train.split("#")[0])[1:] + ["--total-timesteps", "2000", "--learning-starts", "500",
-                                                   "--run-dir", str(tmp_path), "--no-progress"]
+    assert "--save-model" in train and any(
+        x.startswith("python tools/evaluate.py runs/") for x in block.splitlines()
+    )
+    argv = shlex.split(train.split("#")[0])[1:] + [
+        "--total-timesteps",
+        "2000",
+        "--learning-starts",
+        "500",
+        "--run-dir",
+        str(tmp_path),
+        "--no-progress",
+    ]
     r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     (folder,) = tmp_path.iterdir()
     assert folder.name.startswith("CartPole-v1__dqn__1__") and (folder / "model.pt").exists()
-    r = subprocess.run([sys.executable, "tools/evaluate.py", str(folder), "--episodes", "3"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "tools/evaluate.py", str(folder), "--episodes", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     assert "over 3 episodes" in r.stdout
 
@@ -124,7 +161,9 @@ def test_readme_tensorboard_commands_follow_from_the_quick_start():
                     seeds = list(trained) if seed == "*" else [seed]
                     assert seeds and all(s in trained for s in seeds), (line, trained)
                     if argv[1] == "tools/tensorboard_export.py":
-                        assert not any(trained[s] for s in seeds), f"{line}: exports a run that --tensorboard already wrote"
+                        assert not any(trained[s] for s in seeds), (
+                            f"{line}: exports a run that --tensorboard already wrote"
+                        )
     assert any(trained.values()), "the block shows --tensorboard too"
 
 
@@ -135,9 +174,13 @@ def test_the_readme_links_every_docs_page_and_names_every_extra():
     assert len(text.splitlines()) <= 300
     for page in PAGES[1:]:
         assert f"](docs/{page.name}" in text, f"the README does not link docs/{page.name}"
-    for extra, where in (("requirements/requirements-box2d.txt", "LunarLander"), ("requirements/requirements-mujoco.txt", "HalfCheetah"),
-                         ("requirements/requirements-video.txt", "--capture-video"), ("requirements/requirements-pixels.txt", "MinAtar"),
-                         ("requirements/requirements-viz.txt", "--tensorboard")):
+    for extra, where in (
+        ("requirements/requirements-box2d.txt", "LunarLander"),
+        ("requirements/requirements-mujoco.txt", "HalfCheetah"),
+        ("requirements/requirements-video.txt", "--capture-video"),
+        ("requirements/requirements-pixels.txt", "MinAtar"),
+        ("requirements/requirements-viz.txt", "--tensorboard"),
+    ):
         assert (ROOT / extra).exists(), extra
         line = next((x for x in text.splitlines() if f"pip install -r {extra}" in x), "")
         assert where in line, f"the README's install line for {extra} should say it is for {where}"
@@ -152,6 +195,7 @@ def test_the_readme_carries_no_dates_outside_links():
 def test_the_core_requirements_are_the_core():
     """requirements.txt installs what `python algos/dqn.py --env CartPole-v1` needs and nothing
     else; each extra's packages sit in its own file, and requirements/requirements-dev.txt (CI) installs them all."""
+
     def reqs(name: str) -> set[str]:
         out = set()
         for line in (ROOT / name).read_text().splitlines():
@@ -166,11 +210,19 @@ def test_the_core_requirements_are_the_core():
     assert core == {"torch", "gymnasium[classic-control]", "numpy", "tyro", "wandb"}, core
     assert "torch==2.13.0" in (ROOT / "requirements.txt").read_text()
     dev = reqs("requirements/requirements-dev.txt")
-    for extra, package in (("requirements/requirements-box2d.txt", "gymnasium[box2d]"), ("requirements/requirements-mujoco.txt", "gymnasium[mujoco]"),
-                           ("requirements/requirements-video.txt", "moviepy"), ("requirements/requirements-pixels.txt", "minatar"),
-                           ("requirements/requirements-viz.txt", "tensorboard"), ("benchmarks/requirements-cluster.txt", "optuna")):
+    for extra, package in (
+        ("requirements/requirements-box2d.txt", "gymnasium[box2d]"),
+        ("requirements/requirements-mujoco.txt", "gymnasium[mujoco]"),
+        ("requirements/requirements-video.txt", "moviepy"),
+        ("requirements/requirements-pixels.txt", "minatar"),
+        ("requirements/requirements-viz.txt", "tensorboard"),
+        ("benchmarks/requirements-cluster.txt", "optuna"),
+    ):
         assert package in reqs(extra) and package in dev, (extra, package)
-    others = [ROOT / "requirements.txt", *(f for f in (ROOT / "requirements").glob("*.txt") if f.name != "requirements-dev.txt")]
+    others = [
+        ROOT / "requirements.txt",
+        *(f for f in (ROOT / "requirements").glob("*.txt") if f.name != "requirements-dev.txt"),
+    ]
     assert "pytest" in dev and not any("pytest" in reqs(str(f.relative_to(ROOT))) for f in others)
 
 
@@ -199,7 +251,9 @@ def test_every_script_command_the_pages_show_parses():
     for page in PAGES:
         for line in code_blocks(page):
             argv = shlex.split(line.split(" #")[0])
-            while argv and re.fullmatch(r"[A-Z_]+=\S*", argv[0]):  # an environment variable before the command
+            while argv and re.fullmatch(
+                r"[A-Z_]+=\S*", argv[0]
+            ):  # an environment variable before the command
                 argv = argv[1:]
             if not argv or argv[0] not in ("python", "torchrun"):
                 continue
@@ -208,7 +262,7 @@ def test_every_script_command_the_pages_show_parses():
                 continue
             assert (ROOT / script).exists(), f"{page.relative_to(ROOT)}: {line}: no {script}"
             if script.startswith("algos/") and "--help" not in argv:
-                args = argv[argv.index(script) + 1:]
+                args = argv[argv.index(script) + 1 :]
                 module = importlib.import_module(Path(script).stem)
                 tyro.cli(module.Args, args=args)
                 checked += 1
@@ -217,7 +271,9 @@ def test_every_script_command_the_pages_show_parses():
 
 def test_readme_benchmark_command_runs_the_cell_in_a_new_folder(tmp_path, capsys):
     """The committed results count as done: the README's command must still have something to run."""
-    line = next(x for x in readme_block("## Benchmarks").splitlines() if x.startswith("python benchmarks/run.py"))
+    line = next(
+        x for x in readme_block("## Benchmarks").splitlines() if x.startswith("python benchmarks/run.py")
+    )
     argv = shlex.split(line.split("#")[0])[2:]
     assert "--results-dir" in argv
     argv[argv.index("--results-dir") + 1] = str(tmp_path / "my_results")
@@ -225,7 +281,11 @@ def test_readme_benchmark_command_runs_the_cell_in_a_new_folder(tmp_path, capsys
     out = capsys.readouterr().out
     seeds = next(c.seeds for c in load_suite("classic").cells if (c.algo, c.env) == ("dqn", "CartPole-v1"))
     assert len(seeds) >= 3  # every seed of the cell, none skipped as done
-    assert "0 already ok" in out and f"{len(seeds)} to run" in out and out.count("would run: dqn CartPole-v1") == len(seeds)
+    assert (
+        "0 already ok" in out
+        and f"{len(seeds)} to run" in out
+        and out.count("would run: dqn CartPole-v1") == len(seeds)
+    )
 
 
 def test_readme_test_commands_are_what_ci_runs():
@@ -237,6 +297,6 @@ def test_readme_test_commands_are_what_ci_runs():
 
 def test_readme_gives_the_fast_subset_and_the_marker_is_registered(pytestconfig):
     text = (ROOT / "README.md").read_text()
-    tests_section = text[text.index("## Tests"):]
+    tests_section = text[text.index("## Tests") :]
     assert 'python -m pytest -q -m "not slow" tests' in tests_section
     assert any(line.startswith("slow:") for line in pytestconfig.getini("markers"))

@@ -45,8 +45,14 @@ gym.register("CountEnv-v0", entry_point=CountEnv, max_episode_steps=6)
 
 def small_args(tmp_path, **kw):
     base = dict(
-        total_timesteps=600, learning_starts=100, train_every=2, batch_size=32, buffer_size=1000,
-        target_every=50, run_dir=str(tmp_path), progress=False,
+        total_timesteps=600,
+        learning_starts=100,
+        train_every=2,
+        batch_size=32,
+        buffer_size=1000,
+        target_every=50,
+        run_dir=str(tmp_path),
+        progress=False,
     )
     base.update(kw)
     return dqn.Args(**base)
@@ -84,15 +90,34 @@ def test_smoke_run_folder_and_summary(tmp_path):
     summary = dqn.train(small_args(tmp_path, save_model=True, eval_every=200, eval_episodes=3))
     run = Path(summary["run_dir"])
     assert run.parent == tmp_path and run.name.startswith("CartPole-v1__dqn__1__")
-    for key in ["algo", "env", "seed", "total_timesteps", "wall_seconds", "sps", "eval_return_mean",
-                "eval_return_std", "eval_episodes", "train_return_last10", "completed"]:
+    for key in [
+        "algo",
+        "env",
+        "seed",
+        "total_timesteps",
+        "wall_seconds",
+        "sps",
+        "eval_return_mean",
+        "eval_return_std",
+        "eval_episodes",
+        "train_return_last10",
+        "completed",
+    ]:
         assert key in summary
     assert summary["completed"] and summary["total_timesteps"] == 600 and summary["eval_episodes"] == 3
     assert summary["updates"] == (600 - 100) // 2
     assert json.loads((run / "summary.json").read_text()) == summary
     assert json.loads((run / "config.json").read_text())["batch_size"] == 32
     rows = read_metrics(run, drop=())
-    assert rows[0].keys() >= {"global_step", "wall_seconds", "episodic_return", "loss", "q_values", "epsilon", "eval_return"}
+    assert rows[0].keys() >= {
+        "global_step",
+        "wall_seconds",
+        "episodic_return",
+        "loss",
+        "q_values",
+        "epsilon",
+        "eval_return",
+    }
     assert any(r["loss"] for r in rows) and any(r["episodic_return"] for r in rows)
     assert sum(1 for r in rows if r["eval_return"]) == 3  # at 200 and 400, and at the end
     state = torch.load(run / "model.pt", weights_only=True)
@@ -145,7 +170,9 @@ def test_exploration_and_replay_draw_independent_streams(tmp_path, monkeypatch):
         return next(state for h, state in created if h is g)
 
     exploration, replay = initial_state(explorers[0]), initial_state(memories[0].rng)
-    env_0 = default_rng(1).bit_generator.state  # gymnasium seeds env 0 with PCG64(SeedSequence(seed)), as default_rng(seed)
+    env_0 = default_rng(
+        1
+    ).bit_generator.state  # gymnasium seeds env 0 with PCG64(SeedSequence(seed)), as default_rng(seed)
     assert exploration != replay, "exploration and replay sampling draw the same stream"
     assert env_0 != exploration, "exploration draws env 0's stream"
     assert env_0 != replay, "replay sampling draws env 0's stream"
@@ -176,9 +203,20 @@ def test_target_network_in_train(tmp_path, monkeypatch, target_rate, double_dqn)
     monkeypatch.setattr(dqn, "NetworkWrapper", RecordingWrapper)
     monkeypatch.setattr(dqn, "dqn_targets", recording_targets)
     # 3 envs: env steps 3, 6, ..., 300; learning from step 93 on, 3 gradient steps per env step
-    summary = dqn.train(small_args(tmp_path, env_id=probes.CHAIN_ID, num_envs=3, total_timesteps=300, learning_starts=90,
-                                   train_every=1, target_every=50, target_rate=target_rate, double_dqn=double_dqn,
-                                   hidden_sizes=(16,)))
+    summary = dqn.train(
+        small_args(
+            tmp_path,
+            env_id=probes.CHAIN_ID,
+            num_envs=3,
+            total_timesteps=300,
+            learning_starts=90,
+            train_every=1,
+            target_every=50,
+            target_rate=target_rate,
+            double_dqn=double_dqn,
+            hidden_sizes=(16,),
+        )
+    )
     (q_net,) = RecordingWrapper.made
     events = q_net.events
     assert summary["updates"] == 70 * 3 == len(bootstraps)  # env steps 93, 96, ..., 300
@@ -190,7 +228,9 @@ def test_target_network_in_train(tmp_path, monkeypatch, target_rate, double_dqn)
             assert not torch.equal(after["target"], after["online"])  # it had drifted since the last sync
         if after["kind"] == "after sync":
             # target <- rate * online + (1 - rate) * target: a copy at rate 1
-            torch.testing.assert_close(after["target"], target_rate * before["online"] + (1 - target_rate) * before["target"])
+            torch.testing.assert_close(
+                after["target"], target_rate * before["online"] + (1 - target_rate) * before["target"]
+            )
             assert torch.equal(after["target"], after["online"]) == (target_rate == 1.0)
         else:  # the target moves at syncs only, and never by a gradient step
             assert torch.equal(after["target"], before["target"])
@@ -204,7 +244,9 @@ def test_target_network_in_train(tmp_path, monkeypatch, target_rate, double_dqn)
     for used, from_target, from_online in bootstraps:
         torch.testing.assert_close(used, from_target)
         apart += not torch.allclose(from_target, from_online)
-    assert apart >= len(bootstraps) // 2  # most gradient steps see a target that differs from the online network
+    assert (
+        apart >= len(bootstraps) // 2
+    )  # most gradient steps see a target that differs from the online network
 
 
 def test_numpy_policy_matches_torch_after_updates(tmp_path):
@@ -241,7 +283,17 @@ def test_epsilon_schedule_and_double_dqn_targets():
 
 
 def test_huber_double_dqn_soft_target_and_clipping_run(tmp_path):
-    s = dqn.train(small_args(tmp_path, loss="huber", double_dqn=True, target_rate=0.01, target_every=1, clip_grad_norm=1.0, num_envs=4))
+    s = dqn.train(
+        small_args(
+            tmp_path,
+            loss="huber",
+            double_dqn=True,
+            target_rate=0.01,
+            target_every=1,
+            clip_grad_norm=1.0,
+            num_envs=4,
+        )
+    )
     assert s["completed"]
 
 
@@ -274,9 +326,21 @@ def test_bad_input_is_one_line_and_nonzero(tmp_path, argv, words):
 @pytest.mark.slow
 def test_sigterm_writes_a_checkpoint_and_keeps_logs(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, SCRIPT, "--total-timesteps", "10000000", "--learning-starts", "500", "--run-dir", str(tmp_path),
-         "--save-model", "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            SCRIPT,
+            "--total-timesteps",
+            "10000000",
+            "--learning-starts",
+            "500",
+            "--run-dir",
+            str(tmp_path),
+            "--save-model",
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.time() + 60
     while time.time() < deadline and not list(tmp_path.glob("*/metrics.csv")):
@@ -288,14 +352,27 @@ def test_sigterm_writes_a_checkpoint_and_keeps_logs(tmp_path):
     assert "Traceback" not in err and "--resume" in err
     run = next(tmp_path.iterdir())
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["completed"] is False and summary["error"] == "preempted" and summary["total_timesteps"] > 0
+    assert (
+        summary["completed"] is False and summary["error"] == "preempted" and summary["total_timesteps"] > 0
+    )
     assert (run / "model.pt").exists() and (run / "checkpoint.pt").exists() and len(read_metrics(run)) > 0
 
 
 @pytest.mark.slow
 def test_nan_loss_stops_with_a_message(tmp_path):
-    r = run_cli("--total-timesteps", "3000", "--learning-starts", "100", "--train-every", "1", "--learning-rate", "1e38",
-                "--run-dir", str(tmp_path), "--no-progress")
+    r = run_cli(
+        "--total-timesteps",
+        "3000",
+        "--learning-starts",
+        "100",
+        "--train-every",
+        "1",
+        "--learning-rate",
+        "1e38",
+        "--run-dir",
+        str(tmp_path),
+        "--no-progress",
+    )
     assert r.returncode == 1, r.stderr
     assert "loss became" in r.stderr and "Traceback" not in r.stderr
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
@@ -307,8 +384,12 @@ def test_saved_model_evaluates_from_the_command_line(tmp_path):
     summary = dqn.train(small_args(tmp_path, save_model=True, capture_video=True, eval_episodes=2))
     run = Path(summary["run_dir"])
     assert len(list((run / "videos").rglob("*.mp4"))) == 2  # the final evaluation's two episodes
-    r = subprocess.run([sys.executable, str(ROOT / "tools/evaluate.py"), str(run), "--episodes", "3"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools/evaluate.py"), str(run), "--episodes", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "over 3 episodes" in r.stdout
 
@@ -317,8 +398,17 @@ def test_saved_model_evaluates_from_the_command_line(tmp_path):
 def test_tracking_with_wandb_offline(tmp_path):
     pytest.importorskip("wandb")
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    r = run_cli("--total-timesteps", "300", "--learning-starts", "100", "--track", "--run-dir", str(tmp_path),
-                "--no-progress", env=env)
+    r = run_cli(
+        "--total-timesteps",
+        "300",
+        "--learning-starts",
+        "100",
+        "--track",
+        "--run-dir",
+        str(tmp_path),
+        "--no-progress",
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     assert list(tmp_path.glob("*/wandb/offline-run-*"))
 
@@ -329,8 +419,16 @@ def test_learns_cartpole(tmp_path, seed):
     """Defaults except a 20k budget with 1k heatup and CleanRL's constant step size (the default
     decay to 0 halves the learning a budget this short gets): a random policy scores ~20, solved
     (v0) is 195."""
-    s = dqn.train(dqn.Args(seed=seed, total_timesteps=20_000, learning_starts=1000, anneal_lr=False, run_dir=str(tmp_path),
-                           progress=False))
+    s = dqn.train(
+        dqn.Args(
+            seed=seed,
+            total_timesteps=20_000,
+            learning_starts=1000,
+            anneal_lr=False,
+            run_dir=str(tmp_path),
+            progress=False,
+        )
+    )
     assert s["eval_return_mean"] >= 195, s
 
 
@@ -341,9 +439,23 @@ def test_step_size_decays_linearly_to_zero_over_the_learning_phase(tmp_path, mon
     --no-anneal-lr keeps lr throughout."""
     seen = []
     real = dqn.NetworkWrapper.train_step
-    monkeypatch.setattr(dqn.NetworkWrapper, "train_step", lambda self, loss, *a: seen.append(self.lr) or real(self, loss, *a))
-    s = dqn.train(dqn.Args(total_timesteps=600, learning_starts=200, train_every=4, gradient_steps=2, batch_size=8,
-                           learning_rate=1e-3, anneal_lr=anneal, eval_episodes=1, run_dir=str(tmp_path), progress=False))
+    monkeypatch.setattr(
+        dqn.NetworkWrapper, "train_step", lambda self, loss, *a: seen.append(self.lr) or real(self, loss, *a)
+    )
+    s = dqn.train(
+        dqn.Args(
+            total_timesteps=600,
+            learning_starts=200,
+            train_every=4,
+            gradient_steps=2,
+            batch_size=8,
+            learning_rate=1e-3,
+            anneal_lr=anneal,
+            eval_episodes=1,
+            run_dir=str(tmp_path),
+            progress=False,
+        )
+    )
     n = (600 // 4 - 200 // 4) * 2
     assert s["completed"] and s["updates"] == len(seen) == n
     expected = 1e-3 * (1 - np.arange(n) / n) if anneal else np.full(n, 1e-3)
@@ -355,9 +467,25 @@ def test_epsilon_in_a_run_decays_over_the_exploration_fraction_after_the_heatup(
     epsilon = start + (end - start) * min(1, s / (exploration_fraction * total_timesteps))."""
     seen = []
     real = dqn.select_actions
-    monkeypatch.setattr(dqn, "select_actions", lambda greedy, obs, epsilon, *a: seen.append(epsilon) or real(greedy, obs, epsilon, *a))
-    summary = dqn.train(dqn.Args(total_timesteps=400, learning_starts=100, batch_size=8, train_every=4, start_epsilon=0.9,
-                                 end_epsilon=0.1, exploration_fraction=0.5, eval_episodes=1, run_dir=str(tmp_path), progress=False))
+    monkeypatch.setattr(
+        dqn,
+        "select_actions",
+        lambda greedy, obs, epsilon, *a: seen.append(epsilon) or real(greedy, obs, epsilon, *a),
+    )
+    summary = dqn.train(
+        dqn.Args(
+            total_timesteps=400,
+            learning_starts=100,
+            batch_size=8,
+            train_every=4,
+            start_epsilon=0.9,
+            end_epsilon=0.1,
+            exploration_fraction=0.5,
+            eval_episodes=1,
+            run_dir=str(tmp_path),
+            progress=False,
+        )
+    )
     assert summary["completed"] and len(seen) == 300  # steps 101 to 400
     steps = np.arange(101, 401)
     np.testing.assert_allclose(seen, 0.9 - 0.8 * np.minimum(1.0, steps / 200), rtol=0, atol=1e-12)

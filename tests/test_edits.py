@@ -98,13 +98,22 @@ def ruled_q(base: type) -> type:
 def test_value_scripts_act_and_evaluate_through_a_changed_forward(module, monkeypatch, tmp_path):
     monkeypatch.setattr(module, "QNetwork", ruled_q(module.QNetwork))
     log = record_steps(monkeypatch, module)
-    kwargs = dict(total_timesteps=400, start_epsilon=0.0, end_epsilon=0.0, eval_episodes=2, run_dir=str(tmp_path), progress=False)
+    kwargs = dict(
+        total_timesteps=400,
+        start_epsilon=0.0,
+        end_epsilon=0.0,
+        eval_episodes=2,
+        run_dir=str(tmp_path),
+        progress=False,
+    )
     if module is dqn:
         kwargs.update(learning_starts=100, batch_size=32, train_every=4)
     with pytest.warns(UserWarning, match="disagrees with forward"):
         summary = module.train(module.Args(**kwargs))
     assert summary["completed"] and summary["updates"] > 0
-    heatup = kwargs.get("learning_starts", 0)  # dqn's random steps; n_step_q and sarsa act greedily from the start here
+    heatup = kwargs.get(
+        "learning_starts", 0
+    )  # dqn's random steps; n_step_q and sarsa act greedily from the start here
     train = [(o, a) for i, o, a in log if i == 0][heatup:]
     evals = [(o, a) for i, o, a in log if i > 0]
     assert train and evals
@@ -115,14 +124,18 @@ def test_value_scripts_act_and_evaluate_through_a_changed_forward(module, monkey
 class RuledActorCritic(a2c.ActorCritic):
     def forward(self, obs):
         logits, values = super().forward(obs)
-        return logits + BIG * torch.nn.functional.one_hot(torch_rule(obs), logits.shape[1]).to(logits.dtype), values
+        return logits + BIG * torch.nn.functional.one_hot(torch_rule(obs), logits.shape[1]).to(
+            logits.dtype
+        ), values
 
 
 def test_a2c_samples_and_evaluates_through_a_changed_forward(monkeypatch, tmp_path):
     monkeypatch.setattr(a2c, "ActorCritic", RuledActorCritic)
     log = record_steps(monkeypatch, a2c)
     with pytest.warns(UserWarning, match="disagrees with forward"):
-        summary = a2c.train(a2c.Args(total_timesteps=400, eval_episodes=2, run_dir=str(tmp_path), progress=False))
+        summary = a2c.train(
+            a2c.Args(total_timesteps=400, eval_episodes=2, run_dir=str(tmp_path), progress=False)
+        )
     assert summary["completed"] and summary["updates"] > 0
     assert {i for i, _, _ in log} >= {0, 1}
     for _, obs, actions in log:  # sampling from logits BIG apart is the rule's action, in training too
@@ -131,25 +144,43 @@ def test_a2c_samples_and_evaluates_through_a_changed_forward(monkeypatch, tmp_pa
 
 class RuledActor(ddpg.Actor):
     def forward(self, obs):
-        return torch.as_tensor(pendulum_rule(obs.detach().cpu().numpy()), dtype=obs.dtype) + 0.0 * super().forward(obs)
+        return torch.as_tensor(
+            pendulum_rule(obs.detach().cpu().numpy()), dtype=obs.dtype
+        ) + 0.0 * super().forward(obs)
 
 
 class RuledNAF(naf.NAFNetwork):
     def forward(self, obs):
         values, mu, lower = super().forward(obs)
-        return values, torch.as_tensor(pendulum_rule(obs.detach().cpu().numpy()), dtype=mu.dtype) + 0.0 * mu, lower
+        return (
+            values,
+            torch.as_tensor(pendulum_rule(obs.detach().cpu().numpy()), dtype=mu.dtype) + 0.0 * mu,
+            lower,
+        )
 
 
-@pytest.mark.parametrize("module, name, sub", [(ddpg, "Actor", RuledActor), (naf, "NAFNetwork", RuledNAF)], ids=["ddpg", "naf"])
-def test_continuous_scripts_act_and_evaluate_through_a_changed_forward(module, name, sub, monkeypatch, tmp_path):
+@pytest.mark.parametrize(
+    "module, name, sub", [(ddpg, "Actor", RuledActor), (naf, "NAFNetwork", RuledNAF)], ids=["ddpg", "naf"]
+)
+def test_continuous_scripts_act_and_evaluate_through_a_changed_forward(
+    module, name, sub, monkeypatch, tmp_path
+):
     monkeypatch.setattr(module, name, sub)
     log = record_steps(monkeypatch, module)
-    args = module.Args(total_timesteps=300, learning_starts=100, batch_size=32, noise_std=0.0, eval_episodes=1,
-                       torch_threads=1, run_dir=str(tmp_path), progress=False)
+    args = module.Args(
+        total_timesteps=300,
+        learning_starts=100,
+        batch_size=32,
+        noise_std=0.0,
+        eval_episodes=1,
+        torch_threads=1,
+        run_dir=str(tmp_path),
+        progress=False,
+    )
     with pytest.warns(UserWarning, match="disagrees with forward"):
         summary = module.train(args)
     assert summary["completed"]
-    train = [(o, a) for i, o, a in log if i == 0][args.learning_starts:]  # after the random heatup
+    train = [(o, a) for i, o, a in log if i == 0][args.learning_starts :]  # after the random heatup
     evals = [(o, a) for i, o, a in log if i > 0]
     assert train and evals
     for obs, actions in train + evals:
@@ -172,7 +203,9 @@ def test_unchanged_networks_keep_the_fast_path_silently(module, recwarn):
     else:
         q = module.QNetwork((4,), 2, (16, 16))
         obs = np.random.default_rng(1).standard_normal((32, 4)).astype(np.float32)
-        np.testing.assert_array_equal(module.greedy_policy(q, torch.device("cpu"))(obs), q(torch.from_numpy(obs)).argmax(1).numpy())
+        np.testing.assert_array_equal(
+            module.greedy_policy(q, torch.device("cpu"))(obs), q(torch.from_numpy(obs)).argmax(1).numpy()
+        )
     assert not [w for w in recwarn if "fast path" in str(w.message)]
 
 
@@ -202,16 +235,41 @@ def test_a_copied_script_runs_beside_a_foreign_common_package(tmp_path):
     """README: copy the script, common/ (the modules it imports) and harness/ into one folder."""
     project = tmp_path / "project"
     (project / "common").mkdir(parents=True)  # the researcher's own package named `common`
-    (project / "common" / "__init__.py").write_text("raise ImportError('the foreign common package was imported')\n")
+    (project / "common" / "__init__.py").write_text(
+        "raise ImportError('the foreign common package was imported')\n"
+    )
     rl = project / "rl"
     (rl / "common").mkdir(parents=True)
     shutil.copy(ROOT / "algos" / "dqn.py", rl)
     for name in ("__init__", "autoreset", "fastpath", "network", "pixels", "replay", "torso"):
         shutil.copy(ROOT / "common" / f"{name}.py", rl / "common")
     shutil.copytree(ROOT / "harness", rl / "harness", ignore=shutil.ignore_patterns("__pycache__"))
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(project), "WANDB_MODE": "disabled", "HOME": str(tmp_path)}
-    r = subprocess.run([sys.executable, "rl/dqn.py", "--total-timesteps", "300", "--learning-starts", "100", "--eval-episodes", "1",
-                        "--run-dir", "out", "--no-progress"], cwd=project, capture_output=True, text=True, timeout=300, env=env)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(project),
+        "WANDB_MODE": "disabled",
+        "HOME": str(tmp_path),
+    }
+    r = subprocess.run(
+        [
+            sys.executable,
+            "rl/dqn.py",
+            "--total-timesteps",
+            "300",
+            "--learning-starts",
+            "100",
+            "--eval-episodes",
+            "1",
+            "--run-dir",
+            "out",
+            "--no-progress",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     (summary,) = (project / "out").glob("*/summary.json")
     assert json.loads(summary.read_text())["completed"]
@@ -230,7 +288,15 @@ def test_a_bug_in_train_keeps_its_traceback_and_the_run_records_it(monkeypatch, 
 
     monkeypatch.setattr(dqn, "dqn_targets", broken)
     with pytest.raises(ValueError, match="a researcher's slip"):
-        dqn.main(dqn.Args(total_timesteps=2_000, learning_starts=100, train_every=1, run_dir=str(tmp_path), progress=False))
+        dqn.main(
+            dqn.Args(
+                total_timesteps=2_000,
+                learning_starts=100,
+                train_every=1,
+                run_dir=str(tmp_path),
+                progress=False,
+            )
+        )
     (run,) = tmp_path.iterdir()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["completed"] is False and summary["error"] == "ValueError: a researcher's slip"
@@ -247,23 +313,42 @@ def test_a_metric_without_its_column_fails_at_once_naming_the_fix(monkeypatch, t
         return real_log(self, global_step, **metrics)
 
     monkeypatch.setattr(harness.run.Run, "log", log)
-    with pytest.raises(ValueError, match=r"td_max not among the metrics.csv columns .* add it to the list of fields the script passes to Run"):
-        dqn.main(dqn.Args(total_timesteps=1_000, learning_starts=100, train_every=1, run_dir=str(tmp_path), progress=False))
+    with pytest.raises(
+        ValueError,
+        match=r"td_max not among the metrics.csv columns .* add it to the list of fields the script passes to Run",
+    ):
+        dqn.main(
+            dqn.Args(
+                total_timesteps=1_000,
+                learning_starts=100,
+                train_every=1,
+                run_dir=str(tmp_path),
+                progress=False,
+            )
+        )
     (run,) = tmp_path.iterdir()
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["error"].startswith("ValueError: Run.log: td_max") and summary["total_timesteps"] == 200  # the 100th update logs the loss
+    assert (
+        summary["error"].startswith("ValueError: Run.log: td_max") and summary["total_timesteps"] == 200
+    )  # the 100th update logs the loss
 
 
 @pytest.mark.parametrize("algo", ["dqn", "a2c", "ddpg"])
-def test_a_metric_added_to_a_log_call_without_its_column_fails_before_the_run_starts(algo, tmp_path, monkeypatch):
+def test_a_metric_added_to_a_log_call_without_its_column_fails_before_the_run_starts(
+    algo, tmp_path, monkeypatch
+):
     """The edit in the script's own text: Run reads the metrics train()'s run.log calls name when it is made."""
     source = (ROOT / "algos" / f"{algo}.py").read_text()
     assert source.count("run.log(global_step, ") == 1
-    (tmp_path / f"{algo}_edited.py").write_text(source.replace("run.log(global_step, ", "run.log(global_step, td_max=1.0, "))
+    (tmp_path / f"{algo}_edited.py").write_text(
+        source.replace("run.log(global_step, ", "run.log(global_step, td_max=1.0, ")
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     edited = importlib.import_module(f"{algo}_edited")
     args = edited.Args(total_timesteps=50_000, run_dir=str(tmp_path / "runs"), progress=False)
-    with pytest.raises(ValueError, match=r"td_max not among the metrics.csv columns .* add it to the list of fields"):
+    with pytest.raises(
+        ValueError, match=r"td_max not among the metrics.csv columns .* add it to the list of fields"
+    ):
         edited.train(args)
     assert not (tmp_path / "runs").exists()  # found before the run folder is made
 

@@ -13,21 +13,40 @@ from common import pixels
 
 
 def extra(module: str, file: str):
-    return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"pip install -r requirements/{file}")
+    return pytest.mark.skipif(
+        importlib.util.find_spec(module) is None, reason=f"pip install -r requirements/{file}"
+    )
 
 
-@pytest.mark.parametrize("env_id, kw", [
-    ("CartPole-v1", {}),
-    ("MountainCar-v0", {"scale_obs": True}),
-    ("Pendulum-v1", {}),
-    pytest.param("LunarLander-v3", {}, marks=extra("Box2D", "requirements-box2d.txt")),
-    pytest.param("HalfCheetah-v5", {}, marks=extra("mujoco", "requirements-mujoco.txt")),
-    pytest.param("BreakoutNoFrameskip-v4", {"training": True}, marks=extra("ale_py", "requirements-pixels.txt")),
-    pytest.param("BreakoutNoFrameskip-v4", {"training": False}, marks=extra("ale_py", "requirements-pixels.txt")),
-    pytest.param("ALE/Pong-v5", {"training": True}, marks=extra("ale_py", "requirements-pixels.txt")),
-    pytest.param("MinAtar/Breakout-v1", {}, marks=[extra("minatar", "requirements-pixels.txt"), pytest.mark.xfail(
-        raises=AssertionError, strict=True, reason="upstream: the minatar package's reset does not seed np_random")]),
-])
+@pytest.mark.parametrize(
+    "env_id, kw",
+    [
+        ("CartPole-v1", {}),
+        ("MountainCar-v0", {"scale_obs": True}),
+        ("Pendulum-v1", {}),
+        pytest.param("LunarLander-v3", {}, marks=extra("Box2D", "requirements-box2d.txt")),
+        pytest.param("HalfCheetah-v5", {}, marks=extra("mujoco", "requirements-mujoco.txt")),
+        pytest.param(
+            "BreakoutNoFrameskip-v4", {"training": True}, marks=extra("ale_py", "requirements-pixels.txt")
+        ),
+        pytest.param(
+            "BreakoutNoFrameskip-v4", {"training": False}, marks=extra("ale_py", "requirements-pixels.txt")
+        ),
+        pytest.param("ALE/Pong-v5", {"training": True}, marks=extra("ale_py", "requirements-pixels.txt")),
+        pytest.param(
+            "MinAtar/Breakout-v1",
+            {},
+            marks=[
+                extra("minatar", "requirements-pixels.txt"),
+                pytest.mark.xfail(
+                    raises=AssertionError,
+                    strict=True,
+                    reason="upstream: the minatar package's reset does not seed np_random",
+                ),
+            ],
+        ),
+    ],
+)
 def test_gymnasiums_env_checker_passes_on_what_the_scripts_make(env_id, kw):
     env = pixels.make(env_id, **kw)
     try:

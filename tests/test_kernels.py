@@ -27,7 +27,9 @@ UNDER_IT = [
 
 def under_second_kernels(code: str) -> subprocess.CompletedProcess:
     env = {**os.environ, **SECOND_KERNELS, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_the_second_kernel_set_is_recorded_and_changes_torchs_kernels():
@@ -42,6 +44,14 @@ def test_the_second_kernel_set_is_recorded_and_changes_torchs_kernels():
 def test_the_report_and_equivalence_tests_pass_under_the_second_kernel_set():
     if all(os.environ.get(k) == v for k, v in SECOND_KERNELS.items()):
         pytest.skip("the whole suite runs under the second kernel set already")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *UNDER_IT],
-                       env={**os.environ, **SECOND_KERNELS}, cwd=ROOT, capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0, f"under {SECOND_KERNELS}:\n" + "\n".join((r.stdout + r.stderr).splitlines()[-40:])
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *UNDER_IT],
+        env={**os.environ, **SECOND_KERNELS},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert r.returncode == 0, f"under {SECOND_KERNELS}:\n" + "\n".join(
+        (r.stdout + r.stderr).splitlines()[-40:]
+    )

@@ -88,10 +88,24 @@ def test_rollout_and_targets_by_hand():
     assert r["obs"][:, :, 0].tolist() == [[0, 100], [1, 101], [2, 110], [10, 111], [11, 120]]
     assert r["next_obs"][:, :, 0].tolist() == [[1, 101], [2, 102], [3, 111], [11, 112], [12, 121]]
     assert r["rewards"].tolist() == [[1, 1], [2, 2], [3, 1], [1, 2], [2, 1]]
-    assert r["terminated"].tolist() == [[False, False], [False, False], [True, False], [False, False], [False, False]]
-    assert r["truncated"].tolist() == [[False, False], [False, True], [False, False], [False, True], [False, False]]
+    assert r["terminated"].tolist() == [
+        [False, False],
+        [False, False],
+        [True, False],
+        [False, False],
+        [False, False],
+    ]
+    assert r["truncated"].tolist() == [
+        [False, False],
+        [False, True],
+        [False, False],
+        [False, True],
+        [False, False],
+    ]
 
-    targets = n_step_q.n_step_q_targets(linear_q(), r["rewards"], r["next_obs"], r["terminated"], r["truncated"], g)
+    targets = n_step_q.n_step_q_targets(
+        linear_q(), r["rewards"], r["next_obs"], r["terminated"], r["truncated"], g
+    )
 
     def V(s):  # max_a Q(s, a) = 2 s
         return 2.0 * s
@@ -101,7 +115,13 @@ def test_rollout_and_targets_by_hand():
         [1 + g * 2 + g**2 * 3, 2 + g * 3, 3, 1 + g * 2 + g**2 * V(12), 2 + g * V(12)],
         # env 1: truncations at rows 1 and 3 bootstrap from the final observations 102 and 112,
         # not from the reset observations 110 and 120; row 4 from the rollout's end (121)
-        [1 + g * 2 + g**2 * V(102), 2 + g * V(102), 1 + g * 2 + g**2 * V(112), 2 + g * V(112), 1 + g * V(121)],
+        [
+            1 + g * 2 + g**2 * V(102),
+            2 + g * V(102),
+            1 + g * 2 + g**2 * V(112),
+            2 + g * V(112),
+            1 + g * V(121),
+        ],
     ]
     torch.testing.assert_close(targets, torch.tensor(expected).T)
 
@@ -110,7 +130,9 @@ def test_paper_epsilons():
     args = n_step_q.Args(num_envs=10_000, paper_epsilons=True)
     eps = n_step_q.final_epsilons(args, np.random.default_rng(0))
     assert set(np.unique(eps)) == {0.01, 0.1, 0.5}
-    assert np.allclose([(eps == 0.1).mean(), (eps == 0.01).mean(), (eps == 0.5).mean()], [0.4, 0.3, 0.3], atol=0.02)
+    assert np.allclose(
+        [(eps == 0.1).mean(), (eps == 0.01).mean(), (eps == 0.5).mean()], [0.4, 0.3, 0.3], atol=0.02
+    )
     assert (n_step_q.final_epsilons(n_step_q.Args(num_envs=3), np.random.default_rng(0)) == 0.01).all()
     # per-env epsilons decay from the same start to each env's own end
     assert np.allclose(n_step_q.linear_epsilon(1.0, np.array([0.1, 0.5]), 100, 50), [0.55, 0.75])
@@ -137,16 +159,29 @@ def test_conv_network_acts_in_torch_and_targets_take_a_rollout_of_images():
     T, B = 4, 3
     next_obs = torch.from_numpy(rng.integers(0, 2, size=(T, B, 4, 10, 10), dtype=np.uint8))
     rewards = torch.from_numpy(rng.normal(size=(T, B)).astype(np.float32))
-    terminated, truncated = torch.from_numpy(rng.random((T, B)) < 0.2), torch.from_numpy(rng.random((T, B)) < 0.2)
+    terminated, truncated = (
+        torch.from_numpy(rng.random((T, B)) < 0.2),
+        torch.from_numpy(rng.random((T, B)) < 0.2),
+    )
     targets = n_step_q.n_step_q_targets(q, rewards, next_obs, terminated, truncated, 0.9)
     with torch.no_grad():
         next_values = torch.stack([q(next_obs[t]).max(1).values for t in range(T)])  # [T, B]
-    torch.testing.assert_close(targets, n_step_q.n_step_returns(rewards, next_values, terminated, truncated, 0.9, n=None))
+    torch.testing.assert_close(
+        targets, n_step_q.n_step_returns(rewards, next_values, terminated, truncated, 0.9, n=None)
+    )
 
 
 def small_args(tmp_path, **kw):
-    kw = {"total_timesteps": 600, "num_envs": 4, "n_steps": 5, "eval_episodes": 2, "run_dir": str(tmp_path),
-          "progress": False, "target_every": 100, **kw}
+    kw = {
+        "total_timesteps": 600,
+        "num_envs": 4,
+        "n_steps": 5,
+        "eval_episodes": 2,
+        "run_dir": str(tmp_path),
+        "progress": False,
+        "target_every": 100,
+        **kw,
+    }
     return n_step_q.Args(**kw)
 
 
@@ -159,13 +194,31 @@ def test_smoke(tmp_path):
     assert json.loads((run / "config.json").read_text())["algo"] == "n_step_q"
     assert json.loads((run / "summary.json").read_text()) == summary
     rows = list(csv.DictReader(open(run / "metrics.csv")))
-    assert any(r["episodic_return"] for r in rows) and any(r["loss"] for r in rows) and rows[-1]["eval_return"]
-    for key in ["algo", "env", "seed", "total_timesteps", "wall_seconds", "sps", "eval_return_mean",
-                "eval_return_std", "eval_episodes", "train_return_last10", "completed"]:
+    assert (
+        any(r["episodic_return"] for r in rows) and any(r["loss"] for r in rows) and rows[-1]["eval_return"]
+    )
+    for key in [
+        "algo",
+        "env",
+        "seed",
+        "total_timesteps",
+        "wall_seconds",
+        "sps",
+        "eval_return_mean",
+        "eval_return_std",
+        "eval_episodes",
+        "train_return_last10",
+        "completed",
+    ]:
         assert key in summary
     # the saved model reloads as the same greedy policy (what tools/evaluate.py does)
     act = n_step_q.load_policy(n_step_q.Args(), str(run / "model.pt"))
-    assert run_evaluate(act, functools.partial(n_step_q.make_env, "CartPole-v1"), 2, n_step_q.Args().seed + 100_000).mean() == summary["eval_return_mean"]
+    assert (
+        run_evaluate(
+            act, functools.partial(n_step_q.make_env, "CartPole-v1"), 2, n_step_q.Args().seed + 100_000
+        ).mean()
+        == summary["eval_return_mean"]
+    )
 
 
 def test_determinism(tmp_path):
@@ -215,7 +268,9 @@ def test_target_network_in_train(tmp_path, monkeypatch):
     def recording_targets(q_target, rewards, next_obs, *a, **kw):
         q_net = RecordingWrapper.made[-1]
         with torch.no_grad():
-            bootstraps.append([None, q_net.target(next_obs).max(-1).values, q_net.online(next_obs).max(-1).values])
+            bootstraps.append(
+                [None, q_net.target(next_obs).max(-1).values, q_net.online(next_obs).max(-1).values]
+            )
         return targets(q_target, rewards, next_obs, *a, **kw)
 
     def recording_returns(rewards, next_values, *a, **kw):
@@ -228,7 +283,9 @@ def test_target_network_in_train(tmp_path, monkeypatch):
     monkeypatch.setattr(n_step_q, "n_step_q_targets", recording_targets)
     monkeypatch.setattr(n_step_q, "n_step_returns", recording_returns)
     # rollouts of 4 envs x 5 steps: rollout ends at env steps 20, 40, ..., 400
-    summary = n_step_q.train(small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400, target_every=50, hidden_sizes=(16,)))
+    summary = n_step_q.train(
+        small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400, target_every=50, hidden_sizes=(16,))
+    )
     (q_net,) = RecordingWrapper.made
     events = q_net.events
     assert summary["updates"] == 20 and len(bootstraps) == 20
@@ -256,7 +313,9 @@ def test_target_network_in_train(tmp_path, monkeypatch):
 
 
 def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(n_step_q, "n_step_q_targets", lambda q, rewards, *a, **k: torch.full_like(rewards, float("nan")))
+    monkeypatch.setattr(
+        n_step_q, "n_step_q_targets", lambda q, rewards, *a, **k: torch.full_like(rewards, float("nan"))
+    )
     args = small_args(tmp_path)
     assert n_step_q.main(args) == 1
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
@@ -270,7 +329,11 @@ def test_interrupt_writes_logs(tmp_path, monkeypatch):
     monkeypatch.setattr(harness.run, "evaluate", interrupt)  # Ctrl-C during the final evaluation
     assert n_step_q.main(small_args(tmp_path)) == 130
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
-    assert summary["completed"] is False and summary["error"] == "interrupted" and summary["total_timesteps"] == 600
+    assert (
+        summary["completed"] is False
+        and summary["error"] == "interrupted"
+        and summary["total_timesteps"] == 600
+    )
 
 
 @pytest.mark.slow
@@ -283,8 +346,12 @@ def test_interrupt_writes_logs(tmp_path, monkeypatch):
     ],
 )
 def test_bad_input(tmp_path, argv, message):
-    p = subprocess.run([sys.executable, str(ROOT / "algos" / "n_step_q.py"), *argv, "--run-dir", str(tmp_path)],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "algos" / "n_step_q.py"), *argv, "--run-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("n_step_q: error: ") and message in lines[0], p.stderr
@@ -314,7 +381,9 @@ def test_paper_epsilons_in_a_run_each_env_explores_at_its_own_decaying_epsilon(t
         return actions
 
     monkeypatch.setattr(n_step_q, "select_actions", select_actions)
-    summary = n_step_q.train(small_args(tmp_path, paper_epsilons=True, num_envs=8, total_timesteps=1600, exploration_fraction=0.25))
+    summary = n_step_q.train(
+        small_args(tmp_path, paper_epsilons=True, num_envs=8, total_timesteps=1600, exploration_fraction=0.25)
+    )
     assert summary["completed"] and len(calls) == 200
     eps = np.array([e for e, _ in calls])  # [steps, B]
     assert eps.shape == (200, 8)
@@ -323,4 +392,6 @@ def test_paper_epsilons_in_a_run_each_env_explores_at_its_own_decaying_epsilon(t
     steps = 8 * np.arange(1, 201)[:, None]  # global_step at each call
     np.testing.assert_allclose(eps, 1.0 + (final - 1.0) * np.minimum(1.0, steps / 400), rtol=0, atol=1e-12)
     off_greedy = np.array([o for _, o in calls])[50:].mean(0)  # after the decay: 150 steps per env
-    assert (off_greedy[final == 0.5] > 0.12).all() and (off_greedy[final == 0.01] < 0.05).all()  # 2 actions: half of eps
+    assert (off_greedy[final == 0.5] > 0.12).all() and (
+        off_greedy[final == 0.01] < 0.05
+    ).all()  # 2 actions: half of eps

@@ -28,16 +28,42 @@ from naf import (
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY_KEYS = {
-    "algo", "env", "seed", "total_timesteps", "num_envs", "device", "wall_seconds", "sps", "eval_return_mean",
-    "eval_return_std", "eval_episodes", "train_return_last10", "completed", "error", "updates", "run_dir", "versions",
-    "machine", "resumed_at", "envs_on_resume", "checkpoint_seconds", "checkpoint_bytes",
+    "algo",
+    "env",
+    "seed",
+    "total_timesteps",
+    "num_envs",
+    "device",
+    "wall_seconds",
+    "sps",
+    "eval_return_mean",
+    "eval_return_std",
+    "eval_episodes",
+    "train_return_last10",
+    "completed",
+    "error",
+    "updates",
+    "run_dir",
+    "versions",
+    "machine",
+    "resumed_at",
+    "envs_on_resume",
+    "checkpoint_seconds",
+    "checkpoint_bytes",
 }
 
 
 def small_args(tmp_path, **kw) -> Args:
     base = dict(
-        total_timesteps=300, learning_starts=100, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32),
-        eval_episodes=2, run_dir=str(tmp_path), progress=False, device="cpu",
+        total_timesteps=300,
+        learning_starts=100,
+        batch_size=32,
+        buffer_size=1000,
+        hidden_sizes=(32, 32),
+        eval_episodes=2,
+        run_dir=str(tmp_path),
+        progress=False,
+        device="cpu",
     )
     base.update(kw)
     return Args(**base)
@@ -74,7 +100,9 @@ def test_large_off_diagonal_entries_give_finite_values_and_gradients(A):
     entries[:, rows != cols] = 100.0
     entries.requires_grad_(True)
     L = lower_triangular(entries, A)
-    assert torch.equal(L[:, rows[rows != cols], cols[rows != cols]], torch.full((4, int((rows != cols).sum())), 100.0))
+    assert torch.equal(
+        L[:, rows[rows != cols], cols[rows != cols]], torch.full((4, int((rows != cols).sum())), 100.0)
+    )
     assert torch.equal(torch.diagonal(L, dim1=1, dim2=2), torch.ones(4, A))
     advantage = naf_advantage(torch.full((4, A), 0.1), torch.zeros(4, A), L)
     assert torch.isfinite(advantage).all()
@@ -112,7 +140,9 @@ def test_a_vanishing_diagonal_is_floored_so_that_mu_keeps_a_gradient_adam_can_fo
 
     def mu_gradient(L: torch.Tensor) -> torch.Tensor:
         mu = torch.zeros(len(L), A, requires_grad=True)
-        (naf_advantage(torch.ones(len(L), A), mu, L) - 1.0).square().sum().backward()  # a - mu = 1, target above Q
+        (
+            naf_advantage(torch.ones(len(L), A), mu, L) - 1.0
+        ).square().sum().backward()  # a - mu = 1, target above Q
         return mu.grad.abs()
 
     rows, cols = torch.tril_indices(A, A)
@@ -132,16 +162,24 @@ def test_a_vanishing_diagonal_is_floored_so_that_mu_keeps_a_gradient_adam_can_fo
 def test_advantage_matches_direct_computation(A):
     rng = np.random.default_rng(A)
     B = 50
-    entries, actions, mu = rng.normal(size=(B, A * (A + 1) // 2)), rng.normal(size=(B, A)), rng.normal(size=(B, A))
+    entries, actions, mu = (
+        rng.normal(size=(B, A * (A + 1) // 2)),
+        rng.normal(size=(B, A)),
+        rng.normal(size=(B, A)),
+    )
     expected = np.empty(B)
     for b in range(B):
         L = brute_force_L(entries[b], A)
         d = actions[b] - mu[b]
         expected[b] = -0.5 * d @ (L @ L.T) @ d
-    got = naf_advantage(torch.as_tensor(actions), torch.as_tensor(mu), lower_triangular(torch.as_tensor(entries), A))
+    got = naf_advantage(
+        torch.as_tensor(actions), torch.as_tensor(mu), lower_triangular(torch.as_tensor(entries), A)
+    )
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-10, atol=1e-12)
     if A == 1:  # the scalar case written out: -1/2 exp(2 l) (a - mu)^2
-        np.testing.assert_allclose(got.numpy(), -0.5 * np.exp(2 * entries[:, 0]) * (actions[:, 0] - mu[:, 0]) ** 2, rtol=1e-10)
+        np.testing.assert_allclose(
+            got.numpy(), -0.5 * np.exp(2 * entries[:, 0]) * (actions[:, 0] - mu[:, 0]) ** 2, rtol=1e-10
+        )
 
 
 @pytest.mark.parametrize("A", [1, 3])
@@ -187,7 +225,9 @@ def test_layer_norm_normalises_each_hidden_layer_and_the_policy_acts_through_for
     with torch.no_grad():
         pre_relu = net.trunk[:2](torch.as_tensor(obs))  # [B, 16]
         mu = net(torch.as_tensor(obs))[1].numpy()
-    torch.testing.assert_close(pre_relu.mean(1), torch.zeros(64), atol=1e-5, rtol=0)  # whatever the input scale
+    torch.testing.assert_close(
+        pre_relu.mean(1), torch.zeros(64), atol=1e-5, rtol=0
+    )  # whatever the input scale
     torch.testing.assert_close(pre_relu.var(1, unbiased=False), torch.ones(64), atol=1e-3, rtol=0)
     np.testing.assert_allclose(deterministic_policy(net, torch.device("cpu"))(obs), mu, rtol=1e-6, atol=1e-6)
     assert not any(isinstance(m, torch.nn.LayerNorm) for m in NAFNetwork(4, space, (16, 8)).trunk)
@@ -200,6 +240,7 @@ def test_reward_scale_multiplies_the_rewards_in_the_targets(tmp_path, monkeypatc
         def targets(net, rewards, *rest, **kw):
             seen.setdefault(scale, []).append(rewards.clone())
             return naf_targets(net, rewards, *rest, **kw)
+
         return targets
 
     for scale in (1.0, 0.1):
@@ -237,8 +278,12 @@ class ScaledValue(torch.nn.Module):
 def test_twin_targets_bootstrap_from_the_smaller_target_value():
     next_obs = torch.tensor([[1.0], [-1.0], [2.0]])
     rewards, terminated = torch.zeros(3), torch.tensor([0.0, 0.0, 1.0])
-    targets = naf_targets(ScaledValue(10.0), rewards, next_obs, terminated, gamma=1.0, twin_target=ScaledValue(3.0))
-    torch.testing.assert_close(targets, torch.tensor([3.0, -10.0, 0.0]))  # min(10, 3); min(-10, -3); terminated
+    targets = naf_targets(
+        ScaledValue(10.0), rewards, next_obs, terminated, gamma=1.0, twin_target=ScaledValue(3.0)
+    )
+    torch.testing.assert_close(
+        targets, torch.tensor([3.0, -10.0, 0.0])
+    )  # min(10, 3); min(-10, -3); terminated
 
 
 def test_twin_q_trains_both_networks_on_the_clipped_targets(tmp_path, monkeypatch):
@@ -285,17 +330,35 @@ def test_same_seed_gives_identical_metrics_and_another_seed_different_ones(tmp_p
     for k, seed in enumerate((1, 1, 2)):
         summary = train(small_args(tmp_path / str(k), total_timesteps=250, seed=seed))
         with open(Path(summary["run_dir"]) / "metrics.csv") as f:
-            rows.append([{key: v for key, v in r.items() if key not in ("wall_seconds", "sps")} for r in csv.DictReader(f)])
+            rows.append(
+                [
+                    {key: v for key, v in r.items() if key not in ("wall_seconds", "sps")}
+                    for r in csv.DictReader(f)
+                ]
+            )
     assert rows[0] == rows[1] and len(rows[0]) > 1
-    training = [[r for r in rs if not r["eval_return"]] for rs in rows]  # the evaluations' seed differs anyway
+    training = [
+        [r for r in rs if not r["eval_return"]] for rs in rows
+    ]  # the evaluations' seed differs anyway
     assert training[2] != training[0]
 
 
 # ---- what train() stores, regresses on and moves -------------------------------------------------
 def box_args(tmp_path, **kw) -> Args:
     """A few hundred steps on the tiny CountBoxEnv; 100 updates after 100 steps of heatup."""
-    return small_args(tmp_path, **{**dict(env_id=probes.ENV_ID, total_timesteps=200, batch_size=16, hidden_sizes=(16, 16),
-                                          eval_episodes=1), **kw})
+    return small_args(
+        tmp_path,
+        **{
+            **dict(
+                env_id=probes.ENV_ID,
+                total_timesteps=200,
+                batch_size=16,
+                hidden_sizes=(16, 16),
+                eval_episodes=1,
+            ),
+            **kw,
+        },
+    )
 
 
 def test_episode_ends_store_the_true_final_observation(tmp_path, monkeypatch):
@@ -313,13 +376,17 @@ def test_episode_ends_store_the_true_final_observation(tmp_path, monkeypatch):
     # one step later in the same episode, never the next episode's reset observation (t = 0)
     np.testing.assert_array_equal(next_obs[:, 0], obs[:, 0] + 1)
     np.testing.assert_array_equal(next_obs[:, 1], obs[:, 1])
-    np.testing.assert_array_equal(next_obs[:, 2], actions[:, 0])  # the stored action is the one the env received
+    np.testing.assert_array_equal(
+        next_obs[:, 2], actions[:, 0]
+    )  # the stored action is the one the env received
     truncations = (next_obs[:, 0] == probes.TIME_LIMIT) & ~terminated
     assert truncations.any() and terminated.any()
 
 
 @pytest.mark.parametrize("gradient_steps", [1, 2])
-def test_target_moves_by_the_rate_after_each_gradient_step_and_bootstrap_reads_it(tmp_path, monkeypatch, gradient_steps):
+def test_target_moves_by_the_rate_after_each_gradient_step_and_bootstrap_reads_it(
+    tmp_path, monkeypatch, gradient_steps
+):
     events, wrappers, bootstraps = [], {}, []
     real_targets = naf.naf_targets
 
@@ -341,7 +408,9 @@ def test_target_moves_by_the_rate_after_each_gradient_step_and_bootstrap_reads_i
         online, target = before["NAFNetwork"]
         if kind == "step":
             assert torch.equal(after["NAFNetwork"][1], target)  # a gradient step leaves the target alone
-            assert torch.equal(online, target) == (k == 0)  # between syncs the target lags (equal only at the start)
+            assert torch.equal(online, target) == (
+                k == 0
+            )  # between syncs the target lags (equal only at the start)
         else:
             assert torch.equal(after["NAFNetwork"][0], online)
             torch.testing.assert_close(after["NAFNetwork"][1], rate * online + (1 - rate) * target)
@@ -382,8 +451,14 @@ def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
     "argv, message",
     [
         (["--env", "CartPole-v1"], "needs a continuous (Box) action space"),
-        pytest.param(["--env", "MinAtar/Breakout-v1"], "takes vector observations; MinAtar/Breakout-v1 is a pixel env",
-                     marks=pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="pip install -r requirements/requirements-pixels.txt")),
+        pytest.param(
+            ["--env", "MinAtar/Breakout-v1"],
+            "takes vector observations; MinAtar/Breakout-v1 is a pixel env",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("minatar") is None,
+                reason="pip install -r requirements/requirements-pixels.txt",
+            ),
+        ),
         (["--batch-size", "64", "--buffer-size", "10"], "--batch-size 64 is larger than --buffer-size 10"),
         (["--reward-scale", "0"], "--reward-scale must be positive"),
     ],
@@ -391,7 +466,9 @@ def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
 def test_bad_input_gives_one_line_and_exit_2(tmp_path, argv, message):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "algos" / "naf.py"), *argv, "--run-dir", str(tmp_path), "--no-progress"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -401,8 +478,14 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, argv, message):
 
 
 def test_image_observations_give_one_line_and_exit_2(tmp_path, capsys):
-    args = Args(env_id=probes.IMAGE_BOX_ID, total_timesteps=200, learning_starts=100, buffer_size=1_000,
-                run_dir=str(tmp_path), progress=False)  # short and small, were it to run
+    args = Args(
+        env_id=probes.IMAGE_BOX_ID,
+        total_timesteps=200,
+        learning_starts=100,
+        buffer_size=1_000,
+        run_dir=str(tmp_path),
+        progress=False,
+    )  # short and small, were it to run
     assert naf.main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["naf: error: naf takes vector observations; ImageBox-v0 gives images of shape (3, 84, 84)"]

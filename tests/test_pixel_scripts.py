@@ -28,14 +28,21 @@ from harness.run import evaluate as run_evaluate
 ALGOS = ["dqn", "n_step_q", "sarsa", "a2c"]
 # the rollout scripts: 2 envs, rollouts of 5 steps, so learning sees [10, C, H, W]; dqn: batches of 8
 SMALL = {
-    "dqn": dict(num_envs=1, learning_starts=100, batch_size=8, buffer_size=1_000, train_every=4, target_every=100),
+    "dqn": dict(
+        num_envs=1, learning_starts=100, batch_size=8, buffer_size=1_000, train_every=4, target_every=100
+    ),
     "n_step_q": dict(num_envs=2, n_steps=5),
     "sarsa": dict(num_envs=2, n_steps=5, expected=True, target_network=True, target_every=100),
     "a2c": dict(num_envs=2, n_steps=5),
 }
 LEARNING_BATCH = {"dqn": 8, "n_step_q": 10, "sarsa": 10, "a2c": 10}
 # where each script hands its learning rewards over: (function, position of `rewards`)
-TARGETS = {"dqn": ("dqn_targets", 2), "n_step_q": ("n_step_q_targets", 1), "sarsa": ("sarsa_targets", 1), "a2c": ("a2c_targets", 0)}
+TARGETS = {
+    "dqn": ("dqn_targets", 2),
+    "n_step_q": ("n_step_q_targets", 1),
+    "sarsa": ("sarsa_targets", 1),
+    "a2c": ("a2c_targets", 0),
+}
 
 
 @pytest.fixture
@@ -90,7 +97,12 @@ def test_minatar_smoke_feeds_uint8_grids_to_the_network(tmp_path, torso_inputs, 
     assert made == [True] * (1 + args.num_envs) + [False] * args.eval_episodes
     # the saved model reloads as the same greedy policy (what tools/evaluate.py does)
     act = module.load_policy(args, str(run / "model.pt"))
-    returns = run_evaluate(act, functools.partial(module.make_env, args.env_id, training=False), args.eval_episodes, args.seed + 100_000)
+    returns = run_evaluate(
+        act,
+        functools.partial(module.make_env, args.env_id, training=False),
+        args.eval_episodes,
+        args.seed + 100_000,
+    )
     assert returns.mean() == summary["eval_return_mean"]
 
 
@@ -98,7 +110,9 @@ def test_minatar_smoke_feeds_uint8_grids_to_the_network(tmp_path, torso_inputs, 
 def test_atari_smoke_feeds_uint8_frame_stacks_to_the_network(tmp_path, torso_inputs, algo):
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
-    module, args = small(algo, tmp_path, env_id="BreakoutNoFrameskip-v4", total_timesteps=200, eval_episodes=1)
+    module, args = small(
+        algo, tmp_path, env_id="BreakoutNoFrameskip-v4", total_timesteps=200, eval_episodes=1
+    )
     summary = module.train(args)
     assert summary["completed"] and summary["error"] is None and summary["updates"] > 0
     assert (Path(summary["run_dir"]) / "summary.json").exists()
@@ -116,10 +130,22 @@ def test_atari_learns_from_clipped_rewards_and_logs_whole_games(tmp_path, monkey
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
     at_random = {} if algo == "a2c" else {"end_epsilon": 1.0}
-    module, args = small(algo, tmp_path, env_id="AsterixNoFrameskip-v4", total_timesteps=300, eval_episodes=1, num_envs=1, **at_random)
+    module, args = small(
+        algo,
+        tmp_path,
+        env_id="AsterixNoFrameskip-v4",
+        total_timesteps=300,
+        eval_episodes=1,
+        num_envs=1,
+        **at_random,
+    )
     learned, logged, games = [], [], []
     name, position = TARGETS[algo]
-    real_targets, real_episodes, real_game_over = getattr(module, name), harness.run.Run.episodes, pixels.game_over
+    real_targets, real_episodes, real_game_over = (
+        getattr(module, name),
+        harness.run.Run.episodes,
+        pixels.game_over,
+    )
 
     def targets(*a, **kw):
         learned.append(a[position].detach().clone().reshape(-1))
@@ -142,18 +168,26 @@ def test_atari_learns_from_clipped_rewards_and_logs_whole_games(tmp_path, monkey
     learned = torch.cat(learned)
     assert set(learned.tolist()) <= {-1.0, 0.0, 1.0} and (learned == 1.0).any()  # clipped to their sign
     assert max(r.max() for r, _ in logged) > 1.0  # the logged returns add the game's own rewards
-    assert len(games) == len(logged) and all(np.array_equal(over, done) for (_, over), (_, done) in zip(games, logged))
-    assert any((ended & ~over).any() for ended, over in games)  # a lost life ended an episode but no game was logged
+    assert len(games) == len(logged) and all(
+        np.array_equal(over, done) for (_, over), (_, done) in zip(games, logged)
+    )
+    assert any(
+        (ended & ~over).any() for ended, over in games
+    )  # a lost life ended an episode but no game was logged
 
 
 def test_evaluate_py_plays_whole_games(tmp_path, monkeypatch, made):
     pytest.importorskip("minatar")
     module, args = small("dqn", tmp_path, env_id="MinAtar/Breakout-v1", total_timesteps=200, save_model=True)
-    monkeypatch.setitem(sys.modules, "dqn", module)  # tools/evaluate.py loads the script afresh under this name
+    monkeypatch.setitem(
+        sys.modules, "dqn", module
+    )  # tools/evaluate.py loads the script afresh under this name
     summary = module.train(args)
     made.clear()
     assert evaluate.main(evaluate.EvalArgs(run=Path(summary["run_dir"]))) == 0
-    assert made == [True] + [False] * args.eval_episodes  # load_policy reads the spaces off one env; the episodes are whole games
+    assert (
+        made == [True] + [False] * args.eval_episodes
+    )  # load_policy reads the spaces off one env; the episodes are whole games
 
 
 # --- dqn's frame memory in a real Atari run ------------------------------------------------------
@@ -172,12 +206,22 @@ def recording_frame_memory(monkeypatch, module):
 
         def add(self, obs, actions, rewards, next_obs, terminated, done):
             for i in range(self.num_envs):
-                self.record[i].append((np.array(obs[i]), int(actions[i]), float(rewards[i]), np.array(next_obs[i]), float(terminated[i])))
+                self.record[i].append(
+                    (
+                        np.array(obs[i]),
+                        int(actions[i]),
+                        float(rewards[i]),
+                        np.array(next_obs[i]),
+                        float(terminated[i]),
+                    )
+                )
             return super().add(obs, actions, rewards, next_obs, terminated, done)
 
     import common.atari
 
-    monkeypatch.setattr(common.atari, "FrameMemory", Recording)  # the script imports it when it meets an Atari id
+    monkeypatch.setattr(
+        common.atari, "FrameMemory", Recording
+    )  # the script imports it when it meets an Atari id
     return made
 
 
@@ -188,9 +232,15 @@ def assert_memory_rebuilds(memory, record):
     for i, rows in enumerate(record):
         mine = np.flatnonzero(env == i)
         assert len(mine) >= len(rows) - 3  # nothing overwritten: all but the oldest stack - 1
-        for k, (obs, action, reward, next_obs, terminated) in zip(mine, rows[len(rows) - len(mine):]):
-            assert np.array_equal(got.obs[k].numpy(), obs) and np.array_equal(got.next_obs[k].numpy(), next_obs)
-            assert (got.actions[k].item(), got.rewards[k].item(), got.terminated[k].item()) == (action, reward, terminated)
+        for k, (obs, action, reward, next_obs, terminated) in zip(mine, rows[len(rows) - len(mine) :]):
+            assert np.array_equal(got.obs[k].numpy(), obs) and np.array_equal(
+                got.next_obs[k].numpy(), next_obs
+            )
+            assert (got.actions[k].item(), got.rewards[k].item(), got.terminated[k].item()) == (
+                action,
+                reward,
+                terminated,
+            )
 
 
 def short_atari_games(monkeypatch, frames: int = 200):
@@ -202,8 +252,18 @@ def short_atari_games(monkeypatch, frames: int = 200):
     monkeypatch.setattr(gym, "make", lambda env_id, **kw: real(env_id, max_episode_steps=frames, **kw))
 
 
-ATARI_DQN = dict(env_id="BreakoutNoFrameskip-v4", num_envs=2, total_timesteps=400, learning_starts=100, batch_size=8,
-                 buffer_size=1_000, train_every=4, target_every=100, end_epsilon=1.0, eval_episodes=1)
+ATARI_DQN = dict(
+    env_id="BreakoutNoFrameskip-v4",
+    num_envs=2,
+    total_timesteps=400,
+    learning_starts=100,
+    batch_size=8,
+    buffer_size=1_000,
+    train_every=4,
+    target_every=100,
+    end_epsilon=1.0,
+    eval_episodes=1,
+)
 
 
 def test_dqn_frame_memory_rebuilds_every_stack_the_agent_acted_on(tmp_path, monkeypatch):
@@ -215,7 +275,11 @@ def test_dqn_frame_memory_rebuilds_every_stack_the_agent_acted_on(tmp_path, monk
     made = recording_frame_memory(monkeypatch, importlib.import_module("dqn"))
     ends = []
     real_game_over = pixels.game_over
-    monkeypatch.setattr(pixels, "game_over", lambda te, tr, infos: ends.append((te.copy(), tr.copy())) or real_game_over(te, tr, infos))
+    monkeypatch.setattr(
+        pixels,
+        "game_over",
+        lambda te, tr, infos: ends.append((te.copy(), tr.copy())) or real_game_over(te, tr, infos),
+    )
     module, args = small("dqn", tmp_path, **ATARI_DQN)
     summary = module.train(args)
     assert summary["completed"] and summary["updates"] > 0 and len(made) == 1

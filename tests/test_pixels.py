@@ -42,8 +42,10 @@ class NoiseEnv(gym.Env):
 def fill(memory: FrameMemory, num_envs: int, stack: int, steps: int, seed: int = 0):
     """Step `num_envs` stacked NoiseEnvs together, adding to `memory`; the brute-force record of
     every transition per env (whole stacks, as CleanRL's and SB3's memories store them)."""
-    envs = gym.vector.SyncVectorEnv([lambda: gym.wrappers.FrameStackObservation(NoiseEnv(), stack)] * num_envs,
-                                    autoreset_mode=AutoresetMode.SAME_STEP)
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.wrappers.FrameStackObservation(NoiseEnv(), stack)] * num_envs,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+    )
     rng = np.random.default_rng(seed)
     obs, _ = envs.reset(seed=seed)
     brute = [[] for _ in range(num_envs)]
@@ -53,12 +55,17 @@ def fill(memory: FrameMemory, num_envs: int, stack: int, steps: int, seed: int =
         real_next = true_next_obs(next_obs, infos)
         memory.add(obs, actions, rewards, real_next, terminated, done=terminated | truncated)
         for i in range(num_envs):
-            brute[i].append((obs[i].copy(), actions[i], np.float32(rewards[i]), real_next[i].copy(), float(terminated[i])))
+            brute[i].append(
+                (obs[i].copy(), actions[i], np.float32(rewards[i]), real_next[i].copy(), float(terminated[i]))
+            )
         obs = next_obs
     return brute
 
 
-@pytest.mark.parametrize("num_envs,stack,capacity,steps", [(1, 4, 40, 25), (1, 4, 40, 300), (3, 4, 60, 200), (2, 3, 1000, 150), (3, 1, 30, 80)])
+@pytest.mark.parametrize(
+    "num_envs,stack,capacity,steps",
+    [(1, 4, 40, 25), (1, 4, 40, 300), (3, 4, 60, 200), (2, 3, 1000, 150), (3, 1, 30, 80)],
+)
 def test_frame_memory_rebuilds_every_stack_the_env_gave(num_envs, stack, capacity, steps):
     memory = FrameMemory(capacity, (5, 6), stack, num_envs, seed=1)
     brute = fill(memory, num_envs, stack, steps)
@@ -68,11 +75,15 @@ def test_frame_memory_rebuilds_every_stack_the_env_gave(num_envs, stack, capacit
     for i in range(num_envs):
         mine = np.flatnonzero(env == i)  # this env's transitions, oldest first: its newest ones
         held += len(mine)
-        expected = brute[i][len(brute[i]) - len(mine):]
+        expected = brute[i][len(brute[i]) - len(mine) :]
         for k, (obs, action, reward, next_obs, terminated) in zip(mine, expected):
             assert np.array_equal(got.obs[k].numpy(), obs)
             assert np.array_equal(got.next_obs[k].numpy(), next_obs)
-            assert got.actions[k].item() == action and got.rewards[k].item() == reward and got.terminated[k].item() == terminated
+            assert (
+                got.actions[k].item() == action
+                and got.rewards[k].item() == reward
+                and got.terminated[k].item() == terminated
+            )
     assert len(memory) - num_envs * (stack - 1) <= held <= len(memory)
     if steps * num_envs <= capacity // 2:  # nothing overwritten yet: every transition is there
         assert held == len(memory) == num_envs * steps
@@ -92,7 +103,9 @@ def test_frame_memory_after_envs_restarted_outside_the_loop():
     for i in range(2):
         mine = np.flatnonzero(env == i)[-40:]  # the newest 40 of this env are the second fill's
         for k, (obs, _, _, next_obs, _) in zip(mine, brute[i]):
-            assert np.array_equal(got.obs[k].numpy(), obs) and np.array_equal(got.next_obs[k].numpy(), next_obs)
+            assert np.array_equal(got.obs[k].numpy(), obs) and np.array_equal(
+                got.next_obs[k].numpy(), next_obs
+            )
 
 
 def test_frame_memory_samples_only_stored_transitions_and_is_seeded():
@@ -100,7 +113,11 @@ def test_frame_memory_samples_only_stored_transitions_and_is_seeded():
     brute = fill(memory, 2, 4, 120)
     known = {(o.tobytes(), n.tobytes()) for b in brute for (o, _, _, n, _) in b}
     batch = memory.sample(256)
-    assert batch.obs.dtype == torch.uint8 and batch.obs.shape == (256, 4, 5, 6) and batch.actions.dtype == torch.int64
+    assert (
+        batch.obs.dtype == torch.uint8
+        and batch.obs.shape == (256, 4, 5, 6)
+        and batch.actions.dtype == torch.int64
+    )
     assert all((o.numpy().tobytes(), n.numpy().tobytes()) in known for o, n in zip(batch.obs, batch.next_obs))
     again = FrameMemory(50, (5, 6), 4, 2, seed=3)
     fill(again, 2, 4, 120)
@@ -131,7 +148,9 @@ def test_torso_follows_the_observation():
     assert width == 512 and net(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape == (2, 512)
     assert sum(isinstance(m, torch.nn.Conv2d) for m in layers) == 3
     layers, width = torso((6, 10, 10), (64,))
-    assert width == 128 and torch.nn.Sequential(*layers)(torch.ones(3, 6, 10, 10, dtype=torch.uint8)).shape == (3, 128)
+    assert width == 128 and torch.nn.Sequential(*layers)(
+        torch.ones(3, 6, 10, 10, dtype=torch.uint8)
+    ).shape == (3, 128)
     layers, width = torso((8,), (32, 16))
     assert width == 16 and [type(m) for m in layers] == [torch.nn.Linear, torch.nn.ReLU] * 2
     # another activation for the MLP (a2c's tanh); the image torsos keep their papers' ReLU
@@ -142,7 +161,9 @@ def test_torso_follows_the_observation():
     # Atari frames are scaled to [0, 1], MinAtar's 0/1 kept as they are
     assert torch.equal(layers_out(torso((4, 84, 84), ())[0][0], 255), torch.tensor(1.0))
     assert torch.equal(layers_out(torso((4, 10, 10), ())[0][0], 1), torch.tensor(1.0))
-    assert obs_shape(gym.spaces.Box(0, 1, (2, 3))) == (6,) and obs_shape(gym.spaces.Box(0, 1, (4, 10, 10))) == (4, 10, 10)
+    assert obs_shape(gym.spaces.Box(0, 1, (2, 3))) == (6,) and obs_shape(
+        gym.spaces.Box(0, 1, (4, 10, 10))
+    ) == (4, 10, 10)
 
 
 def layers_out(layer, value):
@@ -173,8 +194,14 @@ def test_atari_observations_are_the_papers():
     env = atari(training=True)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
-    assert all(np.array_equal(obs[0], obs[k]) for k in range(4))  # a new episode is padded with its first frame
-    assert pixels.kind("ALE/Pong-v5") == "atari" and pixels.kind("MinAtar/Breakout-v1") == "minatar" and pixels.kind("CartPole-v1") is None
+    assert all(
+        np.array_equal(obs[0], obs[k]) for k in range(4)
+    )  # a new episode is padded with its first frame
+    assert (
+        pixels.kind("ALE/Pong-v5") == "atari"
+        and pixels.kind("MinAtar/Breakout-v1") == "minatar"
+        and pixels.kind("CartPole-v1") is None
+    )
     with pytest.raises(ValueError, match="unknown environment id"):
         pixels.kind("ALE/NoSuchGame-v5")
 
@@ -234,13 +261,15 @@ def test_fire_is_pressed_on_reset_and_after_a_lost_life():
         n = len(log.actions)
         env.step(int(rng.choice([0, 2, 3])))  # never FIRE on its own
     assert log.actions[n:] == [log.actions[n], 1]  # the step that lost the life pressed FIRE after it
-    assert 1 not in log.actions[1:n + 1]
+    assert 1 not in log.actions[1 : n + 1]
 
 
 def test_game_over_counts_whole_games_for_the_logged_returns():
     pytest.importorskip("ale_py")
-    envs = gym.vector.SyncVectorEnv([lambda: pixels.make("BreakoutNoFrameskip-v4", training=True)] * 2,
-                                    autoreset_mode=AutoresetMode.SAME_STEP)
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: pixels.make("BreakoutNoFrameskip-v4", training=True)] * 2,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+    )
     envs.reset(seed=3)
     rng = np.random.default_rng(0)
     ends = games = 0
@@ -252,7 +281,9 @@ def test_game_over_counts_whole_games_for_the_logged_returns():
         for i in np.flatnonzero(terminated | truncated):
             assert over[i] == (infos["final_info"]["lives"][i] == 0)
     assert games >= 2
-    assert 5 * games <= ends <= 5 * games + 2 * 4  # five training episodes per game (plus the unfinished games')
+    assert (
+        5 * games <= ends <= 5 * games + 2 * 4
+    )  # five training episodes per game (plus the unfinished games')
 
 
 def test_minatar_observations_are_channels_first_uint8_with_a_time_limit():
@@ -267,7 +298,10 @@ def test_minatar_observations_are_channels_first_uint8_with_a_time_limit():
 
 # --- observation scaling (vector envs) ----------------------------------------------------------
 def test_scale_obs_maps_bounded_components_to_unit_range_and_leaves_unbounded_ones():
-    for env_id in ("MountainCar-v0", "CartPole-v1"):  # fully bounded; two bounded and two unbounded components
+    for env_id in (
+        "MountainCar-v0",
+        "CartPole-v1",
+    ):  # fully bounded; two bounded and two unbounded components
         raw, scaled = pixels.make(env_id), pixels.make(env_id, scale_obs=True)
         low, high = raw.observation_space.low, raw.observation_space.high
         bounded = np.isfinite(low) & np.isfinite(high)
@@ -291,7 +325,9 @@ def test_scale_obs_maps_bounded_components_to_unit_range_and_leaves_unbounded_on
 
 
 def test_scale_obs_refuses_pixel_envs():
-    with pytest.raises(ValueError, match="--scale-obs is for vector observations; MinAtar/Breakout-v1 is a minatar env"):
+    with pytest.raises(
+        ValueError, match="--scale-obs is for vector observations; MinAtar/Breakout-v1 is a minatar env"
+    ):
         pixels.make("MinAtar/Breakout-v1", scale_obs=True)
 
 
@@ -359,7 +395,9 @@ def test_fire_is_pressed_once_after_each_lost_life_over_a_whole_game(monkeypatch
             obs2, info2 = env.reset()
             episodes += 1
             assert len(log.steps) == n and ale.lives() == lives - 1  # the game goes on, nothing pressed
-            assert all(np.array_equal(f, obs[-1]) for f in obs2) and "life_lost" not in info2  # padded with the last frame
+            assert (
+                all(np.array_equal(f, obs[-1]) for f in obs2) and "life_lost" not in info2
+            )  # padded with the last frame
         if game_over:
             break
     assert game_over and fires == 4 and episodes == (4 if training else 0)

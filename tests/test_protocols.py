@@ -40,8 +40,17 @@ def record_wrappers(module, monkeypatch) -> list:
 def test_optimizer_flags_reach_the_optimizer(tmp_path, monkeypatch, name):
     module = SCRIPTS[name]
     made = record_wrappers(module, monkeypatch)
-    summary = module.train(tiny_args(module, tmp_path / "rms", optimizer="rmsprop", rmsprop_centered=True, rmsprop_alpha=0.95,
-                                     optimizer_eps=0.01, learning_rate=2.5e-4))
+    summary = module.train(
+        tiny_args(
+            module,
+            tmp_path / "rms",
+            optimizer="rmsprop",
+            rmsprop_centered=True,
+            rmsprop_alpha=0.95,
+            optimizer_eps=0.01,
+            learning_rate=2.5e-4,
+        )
+    )
     assert summary["completed"] and len(made) == 1
     opt = made[0].optimizer
     assert type(opt) is torch.optim.RMSprop
@@ -67,9 +76,22 @@ def test_epsilon_decays_from_the_end_of_the_heatup_with_decay_after_heatup(tmp_p
     """MinAtar's agent: epsilon = start + (end - start) * min(1, (s - learning_starts) / duration)."""
     seen = []
     real = dqn.select_actions
-    monkeypatch.setattr(dqn, "select_actions", lambda greedy, obs, epsilon, *a: seen.append(epsilon) or real(greedy, obs, epsilon, *a))
-    summary = dqn.train(tiny_args(dqn, tmp_path, total_timesteps=400, start_epsilon=0.9, end_epsilon=0.1,
-                                  exploration_fraction=0.25, decay_after_heatup=True))
+    monkeypatch.setattr(
+        dqn,
+        "select_actions",
+        lambda greedy, obs, epsilon, *a: seen.append(epsilon) or real(greedy, obs, epsilon, *a),
+    )
+    summary = dqn.train(
+        tiny_args(
+            dqn,
+            tmp_path,
+            total_timesteps=400,
+            start_epsilon=0.9,
+            end_epsilon=0.1,
+            exploration_fraction=0.25,
+            decay_after_heatup=True,
+        )
+    )
     assert summary["completed"] and len(seen) == 300  # steps 101 to 400
     steps = np.arange(101, 401)
     np.testing.assert_allclose(seen, 0.9 - 0.8 * np.minimum(1.0, (steps - 100) / 100), rtol=0, atol=1e-12)
@@ -123,18 +145,45 @@ def test_eval_max_frames_is_only_for_the_evaluation_envs(tmp_path, monkeypatch):
         return real(env_id, training, *a, **k)
 
     monkeypatch.setattr(dqn.pixels, "make", recording)
-    summary = dqn.train(tiny_args(dqn, tmp_path, env_id="BreakoutNoFrameskip-v4", total_timesteps=200, buffer_size=200,
-                                  eval_episodes=1, eval_max_frames=800))
+    summary = dqn.train(
+        tiny_args(
+            dqn,
+            tmp_path,
+            env_id="BreakoutNoFrameskip-v4",
+            total_timesteps=200,
+            buffer_size=200,
+            eval_episodes=1,
+            eval_max_frames=800,
+        )
+    )
     assert summary["completed"]
-    assert (True, None) in made and (False, 800) in made and (False, None) not in made and (True, 800) not in made
+    assert (
+        (True, None) in made
+        and (False, 800) in made
+        and (False, None) not in made
+        and (True, 800) not in made
+    )
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "MinAtar/Breakout-v1"])
 def test_eval_max_frames_outside_atari_is_bad_input(tmp_path, env_id):
     if env_id.startswith("MinAtar"):
         pytest.importorskip("minatar")
-    r = subprocess.run([sys.executable, str(ROOT / "algos" / "dqn.py"), "--env", env_id, "--eval-max-frames", "18000", "--run-dir", str(tmp_path)],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "algos" / "dqn.py"),
+            "--env",
+            env_id,
+            "--eval-max-frames",
+            "18000",
+            "--run-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "--eval-max-frames" in lines[0] and "Traceback" not in r.stderr
@@ -151,7 +200,12 @@ def test_the_minatar_paper_cells_settings_reach_dqn_as_flags():
     for cell in load_suite("minatar_paper").cells:
         args = tyro.cli(dqn.Args, args=speed.cli_flags(cell.settings))
         assert {k: getattr(args, k) for k in cell.settings} == cell.settings
-        assert args.optimizer == "rmsprop" and args.rmsprop_centered and args.decay_after_heatup and not args.double_dqn
+        assert (
+            args.optimizer == "rmsprop"
+            and args.rmsprop_centered
+            and args.decay_after_heatup
+            and not args.double_dqn
+        )
 
 
 def test_speed_minatar_curve_is_the_mean_of_the_last_100_episodes_at_each_point():
@@ -164,7 +218,9 @@ def test_speed_minatar_curve_is_the_mean_of_the_last_100_episodes_at_each_point(
     assert [at for at, _ in points] == [500, 1000, 1500, 2000]
     assert points[0][1] == sum(range(50)) / 50  # 50 episodes by frame 500: all of them
     assert points[-1][1] == sum(range(100, 200)) / 100  # the last 100 only
-    assert speed.curve([900], [3.0], total=1000, points=2) == [[1000, 3.0]]  # no point before the first episode
+    assert speed.curve([900], [3.0], total=1000, points=2) == [
+        [1000, 3.0]
+    ]  # no point before the first episode
 
 
 def test_timed_children_at_once_each_get_their_own_cpu_time():
@@ -175,10 +231,17 @@ def test_timed_children_at_once_each_get_their_own_cpu_time():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from speed import run_timed
 
-    busy = [sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"]
+    busy = [
+        sys.executable,
+        "-c",
+        "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass",
+    ]
     idle = [sys.executable, "-c", "import time; time.sleep(1.0)"]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        b, i = pool.submit(run_timed, busy, ".", dict(os.environ)), pool.submit(run_timed, idle, ".", dict(os.environ))
+        b, i = (
+            pool.submit(run_timed, busy, ".", dict(os.environ)),
+            pool.submit(run_timed, idle, ".", dict(os.environ)),
+        )
         (_, busy_cpu, _), (_, idle_cpu, idle_wall) = b.result(), i.result()
     assert busy_cpu >= 0.5
     assert idle_cpu < 0.4 and idle_wall >= 1.0
@@ -196,7 +259,7 @@ def test_the_readme_minatar_protocol_command_is_the_minatar_paper_cell():
 
     readme = (ROOT / "docs" / "pixels.md").read_text()
     start = readme.index("python algos/dqn.py --env MinAtar/Breakout-v0")
-    command = readme[start:readme.index("```", start)].replace("\\\n", " ")
+    command = readme[start : readme.index("```", start)].replace("\\\n", " ")
     argv = shlex.split(command)[2:]
     args = tyro.cli(dqn.Args, args=argv)
     cell = next(c for c in load_suite("minatar_paper").cells if c.env == args.env_id)

@@ -65,8 +65,13 @@ threshold = 5.0
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=test", "-c", "user.email=test@example.com", *args], cwd=repo,
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-c", "user.name=test", "-c", "user.email=test@example.com", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def commit(repo: Path, files: dict[str, str], message: str) -> str:
@@ -88,11 +93,22 @@ def repo(tmp_path) -> Path:
 
 
 def first(repo: Path) -> str:
-    return commit(repo, {"algos/dqn.py": TOY, "common/__init__.py": "", "common/scale.py": "SCALE = 1.0\n",
-                         "common/unused.py": "X = 1\n", "README.md": "toy\n"}, "toy script")
+    return commit(
+        repo,
+        {
+            "algos/dqn.py": TOY,
+            "common/__init__.py": "",
+            "common/scale.py": "SCALE = 1.0\n",
+            "common/unused.py": "X = 1\n",
+            "README.md": "toy\n",
+        },
+        "toy script",
+    )
 
 
-CELL = Cell(algo="dqn", env="Toy-v0", steps=100, settings={}, seeds=[1, 2, 3, 4, 5], eval_every=50, threshold=5.0)
+CELL = Cell(
+    algo="dqn", env="Toy-v0", steps=100, settings={}, seeds=[1, 2, 3, 4, 5], eval_every=50, threshold=5.0
+)
 
 
 def fake_runs(runs_dir: Path, code: dict, values=(10.0,) * 5, cell: Cell = CELL) -> None:
@@ -100,11 +116,34 @@ def fake_runs(runs_dir: Path, code: dict, values=(10.0,) * 5, cell: Cell = CELL)
     for seed, value in zip(cell.seeds, values):
         d = runs_dir / cell.run_name(seed)
         d.mkdir(parents=True, exist_ok=True)
-        spec = {"algo": cell.algo, "env": cell.env, "seed": seed, "steps": cell.steps, "settings": cell.settings,
-                "hash": cell.digest, **code}
-        summary = {"eval_return_mean": value, "train_return_last10": value, "sps": 100.0, "wall_seconds": 1.0, "completed": True}
-        (d / "result.json").write_text(json.dumps({"status": "ok", "spec": spec, "summary": summary, "error": None,
-                                                   "finished": "2026-11-25T10:00:00", **code}))
+        spec = {
+            "algo": cell.algo,
+            "env": cell.env,
+            "seed": seed,
+            "steps": cell.steps,
+            "settings": cell.settings,
+            "hash": cell.digest,
+            **code,
+        }
+        summary = {
+            "eval_return_mean": value,
+            "train_return_last10": value,
+            "sps": 100.0,
+            "wall_seconds": 1.0,
+            "completed": True,
+        }
+        (d / "result.json").write_text(
+            json.dumps(
+                {
+                    "status": "ok",
+                    "spec": spec,
+                    "summary": summary,
+                    "error": None,
+                    "finished": "2026-11-25T10:00:00",
+                    **code,
+                }
+            )
+        )
 
 
 def judge(runs_dir: Path, checker: provenance.Checker) -> report.Judged:
@@ -115,10 +154,18 @@ def judge(runs_dir: Path, checker: provenance.Checker) -> report.Judged:
 def test_deciding_files_are_the_script_and_what_it_imports(repo):
     first(repo)
     checker = provenance.Checker(repo, equivalence_file=None)
-    assert sorted(checker.today("dqn")) == ["algos/dqn.py", "common/__init__.py", "common/scale.py"], \
+    assert sorted(checker.today("dqn")) == ["algos/dqn.py", "common/__init__.py", "common/scale.py"], (
         "its imports, the package's __init__ too; not common/unused.py"
-    assert provenance.imported_modules("from . import a\nfrom .b import c\nimport x.y\n", "pkg.sub") == \
-        ["pkg", "pkg.sub", "pkg.sub.a", "pkg.sub.b", "pkg.sub.b.c", "x", "x.y"]
+    )
+    assert provenance.imported_modules("from . import a\nfrom .b import c\nimport x.y\n", "pkg.sub") == [
+        "pkg",
+        "pkg.sub",
+        "pkg.sub.a",
+        "pkg.sub.b",
+        "pkg.sub.b.c",
+        "x",
+        "x.y",
+    ]
 
 
 def test_a_run_from_another_commit_turns_a_passing_cell_stale(repo, tmp_path):
@@ -128,19 +175,30 @@ def test_a_run_from_another_commit_turns_a_passing_cell_stale(repo, tmp_path):
     judged = judge(runs, provenance.Checker(repo, equivalence_file=None))
     assert judged.verdict == "PASS", judged.reason
 
-    commit(repo, {"README.md": "toy, documented\n", "common/unused.py": "X = 2\n"}, "files that decide nothing")
+    commit(
+        repo, {"README.md": "toy, documented\n", "common/unused.py": "X = 2\n"}, "files that decide nothing"
+    )
     judged = judge(runs, provenance.Checker(repo, equivalence_file=None))
     assert judged.verdict == "PASS", "only the files that decide the run's numbers count"
 
     b = commit(repo, {"common/scale.py": "SCALE = 2.0\n"}, "a change that moves the numbers")
     judged = judge(runs, provenance.Checker(repo, equivalence_file=None))
-    assert judged.verdict == "stale" and judged.reason == (f"5 runs on other code: seeds 1, 2, 3, 4, 5: commit {a[:7]}: "
-                                                           "common/scale.py changed since")
+    assert judged.verdict == "stale" and judged.reason == (
+        f"5 runs on other code: seeds 1, 2, 3, 4, 5: commit {a[:7]}: common/scale.py changed since"
+    )
     assert judged.shown_stale and not judged.current_ok, "the figures shown are marked stale"
 
-    fake_runs(runs, {"commit": b[:7], "dirty": False, "dirty_files": []}, cell=Cell(**{**CELL.__dict__, "seeds": [4]}))
+    fake_runs(
+        runs,
+        {"commit": b[:7], "dirty": False, "dirty_files": []},
+        cell=Cell(**{**CELL.__dict__, "seeds": [4]}),
+    )
     judged = judge(runs, provenance.Checker(repo, equivalence_file=None))
-    assert judged.verdict == "stale" and "seeds 1, 2, 3, 5: commit" in judged.reason and list(judged.current_ok) == [4]
+    assert (
+        judged.verdict == "stale"
+        and "seeds 1, 2, 3, 5: commit" in judged.reason
+        and list(judged.current_ok) == [4]
+    )
 
 
 def test_a_change_to_docstrings_comments_or_layout_leaves_the_runs_current(repo, tmp_path, capsys):
@@ -149,14 +207,30 @@ def test_a_change_to_docstrings_comments_or_layout_leaves_the_runs_current(repo,
     a = first(repo)
     runs = tmp_path / "runs"
     fake_runs(runs, {"commit": a, "dirty": False, "dirty_files": []})
-    edited = TOY.replace('"""A toy script."""', '"""A toy script, documented."""').replace(
-        '    seed: int = 1\n', '    seed: int = 1\n    """the seed"""\n').replace(
-        "    rng = random.Random(args.seed)", "    # one generator for the run\n    rng = random.Random(\n        args.seed,\n    )")
-    commit(repo, {"algos/dqn.py": edited, "common/scale.py": "SCALE = (1.0)  # the scale\n"}, "docstrings, comments, layout")
+    edited = (
+        TOY.replace('"""A toy script."""', '"""A toy script, documented."""')
+        .replace("    seed: int = 1\n", '    seed: int = 1\n    """the seed"""\n')
+        .replace(
+            "    rng = random.Random(args.seed)",
+            "    # one generator for the run\n    rng = random.Random(\n        args.seed,\n    )",
+        )
+    )
+    commit(
+        repo,
+        {"algos/dqn.py": edited, "common/scale.py": "SCALE = (1.0)  # the scale\n"},
+        "docstrings, comments, layout",
+    )
     checker = provenance.Checker(repo, equivalence_file=None)
-    assert judge(runs, checker).verdict == "PASS", "the same code: its runs count, no equivalence check needed"
+    assert judge(runs, checker).verdict == "PASS", (
+        "the same code: its runs count, no equivalence check needed"
+    )
     (suites := tmp_path / "suites.toml").write_text(SUITES)
-    assert equivalence.check("toy", "dqn", "Toy-v0", a, None, tmp_path / "eq.json", suites_file=suites, root=repo) == 0
+    assert (
+        equivalence.check(
+            "toy", "dqn", "Toy-v0", a, None, tmp_path / "eq.json", suites_file=suites, root=repo
+        )
+        == 0
+    )
     assert "are the same code (docstrings, comments and layout aside)" in capsys.readouterr().out
     assert not (tmp_path / "eq.json").exists(), "nothing to check, nothing recorded"
 
@@ -170,13 +244,17 @@ def test_a_run_from_a_dirty_tree_is_stale(repo, tmp_path):
     runs = tmp_path / "runs"
     fake_runs(runs, {"commit": a, "dirty": True, "dirty_files": ["common/scale.py"]})
     judged = judge(runs, provenance.Checker(repo, equivalence_file=None))
-    assert judged.verdict == "stale" and f"commit {a[:7]} with a dirty tree (uncommitted changes to common/scale.py)" in judged.reason
+    assert (
+        judged.verdict == "stale"
+        and f"commit {a[:7]} with a dirty tree (uncommitted changes to common/scale.py)" in judged.reason
+    )
     fake_runs(runs, {"commit": a[:7] + "+dirty"})  # an older runner's record: which files, unknown
     judged = judge(runs, provenance.Checker(repo, equivalence_file=None))
     assert judged.verdict == "stale" and "with a dirty tree (uncommitted changes)" in judged.reason
     fake_runs(runs, {"commit": a, "dirty": True, "dirty_files": ["algos/other.py"]})
-    assert judge(runs, provenance.Checker(repo, equivalence_file=None)).verdict == "PASS", \
+    assert judge(runs, provenance.Checker(repo, equivalence_file=None)).verdict == "PASS", (
         "uncommitted changes to files the run does not use do not matter"
+    )
     fake_runs(runs, {"commit": "0123456789abcdef0123456789abcdef01234567", "dirty": False})
     judged = judge(runs, provenance.Checker(repo, equivalence_file=None))
     assert judged.verdict == "stale" and "commit 0123456 is not in this repository" in judged.reason
@@ -189,7 +267,11 @@ def test_code_state_records_the_commit_and_which_code_files_are_dirty(repo):
     (repo / "harness").mkdir()
     (repo / "harness" / "new.py").write_text("")
     (repo / "README.md").write_text("edited\n")
-    assert provenance.code_state(repo) == {"commit": a, "dirty": True, "dirty_files": ["common/scale.py", "harness/new.py"]}
+    assert provenance.code_state(repo) == {
+        "commit": a,
+        "dirty": True,
+        "dirty_files": ["common/scale.py", "harness/new.py"],
+    }
 
 
 def test_an_equivalence_check_makes_an_older_commits_runs_current(repo, tmp_path, capsys):
@@ -198,15 +280,23 @@ def test_an_equivalence_check_makes_an_older_commits_runs_current(repo, tmp_path
     suites.write_text(SUITES)
     runs = tmp_path / "runs"
     fake_runs(runs, {"commit": a, "dirty": False, "dirty_files": []})
-    b = commit(repo, {"algos/dqn.py": TOY.replace("random.Random(args.seed)", "random.Random(int(args.seed))")},
-               "code that gives the same numbers")
+    b = commit(
+        repo,
+        {"algos/dqn.py": TOY.replace("random.Random(args.seed)", "random.Random(int(args.seed))")},
+        "code that gives the same numbers",
+    )
     assert judge(runs, provenance.Checker(repo, equivalence_file=record)).verdict == "stale"
 
     assert equivalence.check("toy", "dqn", "Toy-v0", a[:7], None, record, suites, root=repo) == 0
-    assert "50 steps" in (out := capsys.readouterr().out) and "IDENTICAL: 5 metrics rows" in out, "the default prefix: half the budget"
+    assert "50 steps" in (out := capsys.readouterr().out) and "IDENTICAL: 5 metrics rows" in out, (
+        "the default prefix: half the budget"
+    )
     (r,) = json.loads(record.read_text())["records"]
     assert (r["old"]["commit"], r["new"]["commit"], r["steps"], r["hash"]) == (a, b, 50, CELL.digest)
-    assert r["new"]["files"] == provenance.Checker(repo, equivalence_file=None).today("dqn") and r["machine"]["cpu_count"]
+    assert (
+        r["new"]["files"] == provenance.Checker(repo, equivalence_file=None).today("dqn")
+        and r["machine"]["cpu_count"]
+    )
     judged = judge(runs, provenance.Checker(repo, equivalence_file=record))
     assert judged.verdict == "PASS", judged.reason
     assert judged.runs[1]["current_by"] == f"current by equivalence check of {a[:7]} with {b[:7]}, 50 steps"
@@ -219,10 +309,28 @@ def test_an_equivalence_check_makes_an_older_commits_runs_current(repo, tmp_path
     assert equivalence.check("toy", "dqn", "Toy-v0", b, 30, record, suites, root=repo) == 1
     assert "DIFFERENT: row 1 (global_step 10): episodic_return" in capsys.readouterr().out
     assert len(json.loads(record.read_text())["records"]) == 1, "nothing recorded"
-    assert judge(runs, provenance.Checker(repo, equivalence_file=record)).verdict == "stale", \
+    assert judge(runs, provenance.Checker(repo, equivalence_file=record)).verdict == "stale", (
         "a record holds only while today's files are its new side"
-    assert equivalence.main(["--suite", "toy", "--algo", "dqn", "--env", "Toy-v0", "--old", "nope", "--suites-file", str(suites),
-                             "--record-file", str(record)]) == 2
+    )
+    assert (
+        equivalence.main(
+            [
+                "--suite",
+                "toy",
+                "--algo",
+                "dqn",
+                "--env",
+                "Toy-v0",
+                "--old",
+                "nope",
+                "--suites-file",
+                str(suites),
+                "--record-file",
+                str(record),
+            ]
+        )
+        == 2
+    )
 
 
 def test_a_run_whose_final_evaluation_failed_is_failed_and_the_report_says_why(tmp_path):
@@ -234,8 +342,26 @@ def test_a_run_whose_final_evaluation_failed_is_failed_and_the_report_says_why(t
     head = provenance.Checker().head
     if head is None:
         pytest.skip("not a git checkout")
-    fake_runs(runs, {"commit": head, "dirty": False, "dirty_files": []}, values=(10.0, 10.0, None, 10.0, 10.0), cell=cell)
-    assert report.main(["--suite", "toy", "--suites-file", str(suites), "--results-dir", str(tmp_path / "results"), "--no-plots"]) == 0
+    fake_runs(
+        runs,
+        {"commit": head, "dirty": False, "dirty_files": []},
+        values=(10.0, 10.0, None, 10.0, 10.0),
+        cell=cell,
+    )
+    assert (
+        report.main(
+            [
+                "--suite",
+                "toy",
+                "--suites-file",
+                str(suites),
+                "--results-dir",
+                str(tmp_path / "results"),
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     text = (tmp_path / "results" / "toy" / "REPORT.md").read_text()
     row = next(x for x in text.splitlines() if x.startswith("| dqn | CartPole-v1 |"))
     assert "| 4/5 |" in row and "**FAIL**: seed 3 failed: its final evaluation failed" in row, row
@@ -249,8 +375,19 @@ def test_the_runner_calls_a_run_without_a_final_evaluation_failed(tmp_path, monk
     monkeypatch.setitem(sys.modules, "no_eval_algo", fake)
     monkeypatch.setattr(job, "build_args", lambda module, spec: {})
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"algo": "no_eval_algo", "env": "CartPole-v1", "seed": 1, "run_dir": str(tmp_path),
-                                "commit": "abc", "dirty": False, "dirty_files": []}))
+    spec.write_text(
+        json.dumps(
+            {
+                "algo": "no_eval_algo",
+                "env": "CartPole-v1",
+                "seed": 1,
+                "run_dir": str(tmp_path),
+                "commit": "abc",
+                "dirty": False,
+                "dirty_files": [],
+            }
+        )
+    )
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)}
     try:
         assert job.child(str(spec)) == 1
@@ -279,7 +416,9 @@ def test_generated_tables_live_only_where_report_py_writes_them():
         assert not report.MARKER.search(page.read_text()), f"{page.name}: link the suite's REPORT.md instead"
     linked = "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
     for suite_report in sorted((ROOT / "benchmarks" / "results").glob("*/REPORT.md")):
-        assert f"../benchmarks/results/{suite_report.parent.name}/REPORT.md" in linked, f"no docs page links {suite_report}"
+        assert f"../benchmarks/results/{suite_report.parent.name}/REPORT.md" in linked, (
+            f"no docs page links {suite_report}"
+        )
 
 
 def test_a_hand_edit_of_a_readme_table_is_caught():

@@ -26,8 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(algo: str, *flags: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "algos" / f"{algo}.py"), *flags], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "algos" / f"{algo}.py"), *flags],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def one_error_line(r: subprocess.CompletedProcess, algo: str) -> str:
@@ -37,8 +42,17 @@ def one_error_line(r: subprocess.CompletedProcess, algo: str) -> str:
 
 
 def test_videos_hold_every_evaluation_episode_named_by_step(tmp_path):
-    summary = dqn.train(dqn.Args(total_timesteps=600, learning_starts=100, eval_every=300, eval_episodes=2, capture_video=True,
-                                 run_dir=str(tmp_path), progress=False))
+    summary = dqn.train(
+        dqn.Args(
+            total_timesteps=600,
+            learning_starts=100,
+            eval_every=300,
+            eval_episodes=2,
+            capture_video=True,
+            run_dir=str(tmp_path),
+            progress=False,
+        )
+    )
     videos = Path(summary["run_dir"]) / "videos"
     assert sorted(p.name for p in videos.iterdir()) == ["step-000000300", "step-000000600"]
     for folder in videos.iterdir():  # one whole episode per evaluation env, no fragment of a next one
@@ -48,18 +62,41 @@ def test_videos_hold_every_evaluation_episode_named_by_step(tmp_path):
 def test_frames_on_a_headless_machine_print_nothing():
     """pygame's frames (classic control, Box2D; drawn for videos, with harness.extras) drew with "error:
     XDG_RUNTIME_DIR is invalid..." on stderr where there is no screen: SDL probed for one. The frame is drawn."""
-    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR", "SDL_VIDEODRIVER")}
-    code = ("import harness.extras, gymnasium as gym; e = gym.make('CartPole-v1', render_mode='rgb_array'); e.reset(seed=0); "
-            "frame = e.render(); e.close(); assert frame.shape == (400, 600, 3) and frame.min() < 100 < frame.max()")
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR", "SDL_VIDEODRIVER")
+    }
+    code = (
+        "import harness.extras, gymnasium as gym; e = gym.make('CartPole-v1', render_mode='rgb_array'); e.reset(seed=0); "
+        "frame = e.render(); e.close(); assert frame.shape == (400, 600, 3) and frame.min() < 100 < frame.max()"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0 and r.stderr == "", r.stderr
 
 
 @pytest.mark.slow
 def test_capture_video_on_a_headless_mujoco_env(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MUJOCO_GL")}
-    r = cli("ddpg", "--env", "InvertedPendulum-v5", "--total-timesteps", "300", "--learning-starts", "100", "--capture-video",
-            "--eval-episodes", "2", "--save-model", "--no-progress", "--run-dir", str(tmp_path), env=env)
+    r = cli(
+        "ddpg",
+        "--env",
+        "InvertedPendulum-v5",
+        "--total-timesteps",
+        "300",
+        "--learning-starts",
+        "100",
+        "--capture-video",
+        "--eval-episodes",
+        "2",
+        "--save-model",
+        "--no-progress",
+        "--run-dir",
+        str(tmp_path),
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     run = next(tmp_path.iterdir())
     assert len(list((run / "videos").rglob("*.mp4"))) == 2 and (run / "model.pt").exists()
@@ -70,13 +107,24 @@ def test_a_failed_final_evaluation_keeps_the_model_and_summary(tmp_path, monkeyp
         raise RuntimeError("an OpenGL platform library has not been loaded")
 
     monkeypatch.setattr(harness.run, "evaluate", broken)
-    args = ddpg.Args(env_id="Pendulum-v1", total_timesteps=300, learning_starts=100, hidden_sizes=(32, 32), save_model=True,
-                     checkpoint_every=150, run_dir=str(tmp_path), progress=False)
+    args = ddpg.Args(
+        env_id="Pendulum-v1",
+        total_timesteps=300,
+        learning_starts=100,
+        hidden_sizes=(32, 32),
+        save_model=True,
+        checkpoint_every=150,
+        run_dir=str(tmp_path),
+        progress=False,
+    )
     assert ddpg.main(args) == 1
     run = next(tmp_path.iterdir())
     summary = json.loads((run / "summary.json").read_text())
     assert summary["completed"] and summary["total_timesteps"] == 300
-    assert summary["error"].startswith("final evaluation failed: RuntimeError") and summary["eval_return_mean"] is None
+    assert (
+        summary["error"].startswith("final evaluation failed: RuntimeError")
+        and summary["eval_return_mean"] is None
+    )
     assert (run / "model.pt").exists() and (run / "checkpoint.pt").exists()
 
 
@@ -91,34 +139,57 @@ def test_a_run_dir_that_cannot_be_written_is_one_line(tmp_path, make_bad):
 
 
 @pytest.mark.parametrize("config", ["{}", "[1, 2]", '{"env_id": "CartPole-v1"}'])
-def test_resume_of_a_folder_whose_config_names_no_algorithm_is_one_line(tmp_path, monkeypatch, capsys, config):
+def test_resume_of_a_folder_whose_config_names_no_algorithm_is_one_line(
+    tmp_path, monkeypatch, capsys, config
+):
     (tmp_path / "config.json").write_text(config)
-    says = f"dqn: error: --resume {tmp_path}: its config.json names no algorithm (not the config.json of a run)"
+    says = (
+        f"dqn: error: --resume {tmp_path}: its config.json names no algorithm (not the config.json of a run)"
+    )
     monkeypatch.setattr(sys, "argv", ["dqn.py", "--resume", str(tmp_path)])
     with pytest.raises(SystemExit) as stop:
         harness.run.parse_args(dqn.Args, dqn.__doc__)
     assert stop.value.code == 2 and capsys.readouterr().err.strip() == says
-    assert dqn.main(probes.tiny_args(dqn, "dqn", tmp_path / "runs", resume=str(tmp_path))) == 2  # train() called directly
+    assert (
+        dqn.main(probes.tiny_args(dqn, "dqn", tmp_path / "runs", resume=str(tmp_path))) == 2
+    )  # train() called directly
     assert capsys.readouterr().err.strip() == says
 
 
-def test_resume_of_a_run_without_a_checkpoint_is_one_line_from_the_command_line(tmp_path, monkeypatch, capsys):
+def test_resume_of_a_run_without_a_checkpoint_is_one_line_from_the_command_line(
+    tmp_path, monkeypatch, capsys
+):
     (tmp_path / "config.json").write_text('{"algo": "dqn"}')
     monkeypatch.setattr(sys, "argv", ["dqn.py", "--resume", str(tmp_path)])
     with pytest.raises(SystemExit) as stop:
         harness.run.parse_args(dqn.Args, dqn.__doc__)
     assert stop.value.code == 2
-    assert capsys.readouterr().err.strip() == f"dqn: error: --resume {tmp_path}: no checkpoint.pt there (was the run started with --checkpoint-every?)"
+    assert (
+        capsys.readouterr().err.strip()
+        == f"dqn: error: --resume {tmp_path}: no checkpoint.pt there (was the run started with --checkpoint-every?)"
+    )
 
 
 @pytest.mark.slow
 def test_track_without_a_wandb_login_falls_back_to_offline(tmp_path):
     pytest.importorskip("wandb")
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(HOME=str(tmp_path / "home"), WANDB_SILENT="true", WANDB_CONFIG_DIR=str(tmp_path / "wandb_config"))
+    env.update(
+        HOME=str(tmp_path / "home"), WANDB_SILENT="true", WANDB_CONFIG_DIR=str(tmp_path / "wandb_config")
+    )
     (tmp_path / "home").mkdir()
-    r = cli("dqn", "--total-timesteps", "300", "--learning-starts", "100", "--track", "--no-progress",
-            "--run-dir", str(tmp_path / "runs"), env=env)
+    r = cli(
+        "dqn",
+        "--total-timesteps",
+        "300",
+        "--learning-starts",
+        "100",
+        "--track",
+        "--no-progress",
+        "--run-dir",
+        str(tmp_path / "runs"),
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     assert "not logged in" in r.stderr and "Traceback" not in r.stderr
     assert list((tmp_path / "runs").glob("*/wandb/offline-run-*"))
@@ -127,7 +198,14 @@ def test_track_without_a_wandb_login_falls_back_to_offline(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["dqn", "ddpg", "naf"])
 def test_single_process_scripts_refuse_torchrun(tmp_path, algo):
-    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}
+    env = {
+        **os.environ,
+        "WORLD_SIZE": "2",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29999",
+    }
     r = cli(algo, "--total-timesteps", "300", "--learning-starts", "100", "--run-dir", str(tmp_path), env=env)
     assert "torchrun" in one_error_line(r, algo)
     assert not any(tmp_path.iterdir())
@@ -195,11 +273,23 @@ def test_a_run_that_fails_before_training_leaves_the_callers_flush_setting(tmp_p
 @pytest.mark.slow
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_ctrl_c_stops_with_130_and_a_checkpoint_only_when_checkpointing(tmp_path, checkpointing):
-    flags = ["--total-timesteps", "10000000", "--learning-starts", "500", "--no-progress", "--run-dir", str(tmp_path)]
+    flags = [
+        "--total-timesteps",
+        "10000000",
+        "--learning-starts",
+        "500",
+        "--no-progress",
+        "--run-dir",
+        str(tmp_path),
+    ]
     if checkpointing:
         flags += ["--checkpoint-every", "100000000"]
-    proc = subprocess.Popen([sys.executable, str(ROOT / "algos" / "dqn.py"), *flags], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "algos" / "dqn.py"), *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 60
     while time.time() < deadline and not list(tmp_path.glob("*/metrics.csv")):
         time.sleep(0.2)
@@ -213,23 +303,38 @@ def test_ctrl_c_stops_with_130_and_a_checkpoint_only_when_checkpointing(tmp_path
     assert (run / "checkpoint.pt").exists() == checkpointing
     # the line says whether the run can be continued, and how
     if checkpointing:
-        assert f"checkpoint written; resume with --resume {run}" in err, err  # the checkpoint at the step boundary
+        assert f"checkpoint written; resume with --resume {run}" in err, (
+            err
+        )  # the checkpoint at the step boundary
     else:
         assert "cannot be resumed" in err and "--checkpoint-every" in err, err
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--batch-size", "abc"], "--batch-size: invalid literal for int() with base 10: 'abc' (expected: --batch-size INT)"),
-    (["--batch-sizee", "3"], "Unrecognized options: --batch-sizee, 3 (did you mean --batch-size INT?)"),
-    # the whole message at any terminal width (tyro wraps its box at the width), and an abbreviation's flag
-    (["--total-timesteps", "1e5"],
-     "--total-timesteps: invalid literal for int() with base 10: '1e5' (expected: --total-timesteps INT)"),
-    (["--lr", "0.1"], "Unrecognized options: --lr, 0.1 (did you mean --learning-rate?)"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (
+            ["--batch-size", "abc"],
+            "--batch-size: invalid literal for int() with base 10: 'abc' (expected: --batch-size INT)",
+        ),
+        (["--batch-sizee", "3"], "Unrecognized options: --batch-sizee, 3 (did you mean --batch-size INT?)"),
+        # the whole message at any terminal width (tyro wraps its box at the width), and an abbreviation's flag
+        (
+            ["--total-timesteps", "1e5"],
+            "--total-timesteps: invalid literal for int() with base 10: '1e5' (expected: --total-timesteps INT)",
+        ),
+        (["--lr", "0.1"], "Unrecognized options: --lr, 0.1 (did you mean --learning-rate?)"),
+    ],
+)
 def test_a_value_tyro_cannot_parse_is_one_error_line_with_exit_2(argv, says):
     env = {**os.environ, "COLUMNS": "80"}
-    r = subprocess.run([sys.executable, str(ROOT / "algos" / "dqn.py"), *argv], capture_output=True, text=True, timeout=120,
-                       env=env)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "algos" / "dqn.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert r.returncode == 2 and r.stderr.strip() == f"dqn: error: {says}", r.stderr
 
 
@@ -238,7 +343,11 @@ def test_the_progress_line_says_heatup_and_its_eta_follows_the_learning_rate(tmp
     the ETA comes from the rate since learning began."""
     args = probes.tiny_args(dqn, "dqn", tmp_path, total_timesteps=3000, learning_starts=2000, progress=True)
     dqn.train(args)
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("dqn ") and " steps (" in line]
+    lines = [
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("dqn ") and " steps (" in line
+    ]
     steps = [int(line.split()[1].split("/")[0].replace(",", "")) for line in lines]
     assert any(s <= 2000 for s in steps) and any(s > 2000 for s in steps), lines
     for s, line in zip(steps, lines):
@@ -252,7 +361,9 @@ def test_eta_uses_the_rate_of_the_current_phase():
     run._eta(0, 0.0)
     run._eta(1000, 1.0)  # heatup: 1000 steps/s
     run._eta(1001, 1.0)  # learning begins: a new phase
-    assert run._eta(2001, 11.0) == pytest.approx((11_000 - 2001) / 100)  # 100 steps/s since then, not ~180 overall
+    assert run._eta(2001, 11.0) == pytest.approx(
+        (11_000 - 2001) / 100
+    )  # 100 steps/s since then, not ~180 overall
 
 
 def test_evaluate_closes_its_envs_when_the_policy_fails():
@@ -272,7 +383,12 @@ def test_evaluate_closes_its_envs_when_the_policy_fails():
     with pytest.raises(RuntimeError, match="policy failed"):
         harness.run.evaluate(failing_policy, make_envs, 2, seed=0)
     assert closed == [True]
-    returns = harness.run.evaluate(lambda obs: (obs[:, 2] > 0).astype(np.int64), functools.partial(dqn.make_env, "CartPole-v1"), 2, seed=0)
+    returns = harness.run.evaluate(
+        lambda obs: (obs[:, 2] > 0).astype(np.int64),
+        functools.partial(dqn.make_env, "CartPole-v1"),
+        2,
+        seed=0,
+    )
     assert returns.shape == (2,) and (returns > 0).all()
 
 
@@ -280,9 +396,24 @@ def test_evaluate_closes_its_envs_when_the_policy_fails():
 def test_a_mujoco_warning_repeated_at_every_model_load_is_shown_once(tmp_path):
     # gymnasium's HalfCheetah-v5 model has a deprecated compiler attribute, and MuJoCo warns of it
     # at every load: before, once per evaluation episode (~200 lines in a 1M-step run's log)
-    out = cli("ddpg", "--env", "HalfCheetah-v5", "--total-timesteps", "300", "--learning-starts", "100",
-              "--batch-size", "32", "--eval-every", "100", "--eval-episodes", "3", "--no-progress",
-              "--run-dir", str(tmp_path))
+    out = cli(
+        "ddpg",
+        "--env",
+        "HalfCheetah-v5",
+        "--total-timesteps",
+        "300",
+        "--learning-starts",
+        "100",
+        "--batch-size",
+        "32",
+        "--eval-every",
+        "100",
+        "--eval-episodes",
+        "3",
+        "--no-progress",
+        "--run-dir",
+        str(tmp_path),
+    )
     assert out.returncode == 0, out.stderr
     said = (out.stdout + out.stderr).count("'settotalmass' is deprecated")
     # the envs made before the run starts warn natively (one line here); the 9 evaluation envs
@@ -296,18 +427,27 @@ def test_a_missing_extra_is_one_line_naming_its_requirements_file(tmp_path, caps
     import gymnasium as gym
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "moviepy" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "moviepy" else real_find_spec(name, *a)
+    )
     assert dqn.main(probes.tiny_args(dqn, "dqn", tmp_path, capture_video=True)) == 2
-    assert capsys.readouterr().err.strip() == "dqn: error: --capture-video needs moviepy: pip install -r requirements/requirements-video.txt"
+    assert (
+        capsys.readouterr().err.strip()
+        == "dqn: error: --capture-video needs moviepy: pip install -r requirements/requirements-video.txt"
+    )
     assert not list(tmp_path.iterdir())  # found before the run folder is written
 
     def no_box2d(*a, **k):
-        raise gym.error.DependencyNotInstalled('Box2D is not installed, you can install it by run `pip install "gymnasium[box2d]"`')
+        raise gym.error.DependencyNotInstalled(
+            'Box2D is not installed, you can install it by run `pip install "gymnasium[box2d]"`'
+        )
 
     monkeypatch.setattr(gym, "make", no_box2d)
     assert dqn.main(probes.tiny_args(dqn, "dqn", tmp_path, env_id="LunarLander-v3")) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.endswith("(this project's extra: pip install -r requirements/requirements-box2d.txt)"), err
+    assert len(err.splitlines()) == 1 and err.endswith(
+        "(this project's extra: pip install -r requirements/requirements-box2d.txt)"
+    ), err
 
 
 class UnboundedActions:  # Pendulum with an action space without finite bounds (the env itself clips)
@@ -330,7 +470,9 @@ def test_ddpg_and_naf_refuse_actions_without_finite_bounds(tmp_path, capsys, alg
     module = importlib.import_module(algo)
     assert module.main(probes.tiny_args(module, algo, tmp_path, env_id="UnboundedActions-v0")) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and f"{algo} needs finite action bounds to scale its tanh output" in err, err
+    assert (
+        len(err.splitlines()) == 1 and f"{algo} needs finite action bounds to scale its tanh output" in err
+    ), err
 
 
 def test_the_shared_loop_checks_say_what_is_wrong():
@@ -338,22 +480,35 @@ def test_the_shared_loop_checks_say_what_is_wrong():
     import gymnasium as gym
 
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("Pendulum-v1")])
-    with pytest.raises(harness.run.InputError, match=r"^dqn needs a Discrete action space; Pendulum-v1 has Box"):
+    with pytest.raises(
+        harness.run.InputError, match=r"^dqn needs a Discrete action space; Pendulum-v1 has Box"
+    ):
         harness.run.check_spaces(envs, "dqn", "Pendulum-v1")
     harness.run.check_spaces(envs, "ddpg", "Pendulum-v1", discrete=False, continuous=True, bounded=True)
     harness.run.check_spaces(envs, "a2c", "Pendulum-v1", continuous=True)
     cartpole = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
-    with pytest.raises(harness.run.InputError, match=r"^ddpg needs a continuous \(Box\) action space; CartPole-v1 has Discrete"):
-        harness.run.check_spaces(cartpole, "ddpg", "CartPole-v1", discrete=False, continuous=True, bounded=True)
+    with pytest.raises(
+        harness.run.InputError,
+        match=r"^ddpg needs a continuous \(Box\) action space; CartPole-v1 has Discrete",
+    ):
+        harness.run.check_spaces(
+            cartpole, "ddpg", "CartPole-v1", discrete=False, continuous=True, bounded=True
+        )
     with pytest.raises(harness.run.InputError, match=r"^--learning-starts must be >= 0, got -1$"):
         harness.run.check(dqn.Args(learning_starts=-1), nonnegative=("learning_starts",))
     harness.run.check(dqn.Args(learning_starts=0), nonnegative=("learning_starts",))
 
     run = harness.run.Run("dqn", dqn.Args(total_timesteps=1000, eval_every=250), ["loss"], write=False)
     run.stop_if_nan(5, torch.tensor(1.0), actor=torch.tensor(2.0))  # finite: nothing happens
-    with pytest.raises(FloatingPointError, match=r"^loss became 1.0 \(actor nan\) at step 5; lower the learning rate"):
+    with pytest.raises(
+        FloatingPointError, match=r"^loss became 1.0 \(actor nan\) at step 5; lower the learning rate"
+    ):
         run.stop_if_nan(5, torch.tensor(1.0), actor=torch.tensor(float("nan")))
     with pytest.raises(FloatingPointError, match=r"^loss became inf at step 7;"):
         run.stop_if_nan(7, torch.tensor(float("inf")))
     due = [step for step in range(100, 1001, 100) if run.evaluation_due(step - 100, step)]
-    assert due == [300, 500, 800]  # each multiple of 250 crossed, but not 1000: the final evaluation comes then
+    assert due == [
+        300,
+        500,
+        800,
+    ]  # each multiple of 250 crossed, but not 1000: the final evaluation comes then

@@ -73,13 +73,24 @@ def collect(T: int, epsilon: float = 0.0, seed: int = 0):
     envs = sarsa.make_env("SarsaScripted-v0", 2)
     obs, _ = envs.reset(seed=0)
     actions = sarsa.select_actions(greedy_zero_at_reset, obs, epsilon, 2, rng)
-    rows = {k: [] for k in ("obs", "actions", "rewards", "terminated", "truncated", "next_obs", "next_actions")}
+    rows = {
+        k: [] for k in ("obs", "actions", "rewards", "terminated", "truncated", "next_obs", "next_actions")
+    }
     for _ in range(T):
         next_obs, rewards, terminated, truncated, infos = envs.step(actions)
         real_next_obs = sarsa.true_next_obs(next_obs, infos)
-        following, bootstrap = sarsa.next_actions(greedy_zero_at_reset, next_obs, real_next_obs, truncated, epsilon, 2, rng)
-        for k, v in (("obs", obs), ("actions", actions), ("rewards", rewards.astype(np.float32)), ("terminated", terminated),
-                     ("truncated", truncated), ("next_obs", real_next_obs), ("next_actions", bootstrap)):
+        following, bootstrap = sarsa.next_actions(
+            greedy_zero_at_reset, next_obs, real_next_obs, truncated, epsilon, 2, rng
+        )
+        for k, v in (
+            ("obs", obs),
+            ("actions", actions),
+            ("rewards", rewards.astype(np.float32)),
+            ("terminated", terminated),
+            ("truncated", truncated),
+            ("next_obs", real_next_obs),
+            ("next_actions", bootstrap),
+        ):
             rows[k].append(v)
         obs, actions = next_obs, following
     envs.close()
@@ -96,24 +107,50 @@ def test_rollout_and_targets_by_hand():
     assert r["obs"][:, :, 0].tolist() == [[0, 100], [1, 101], [2, 110], [10, 111], [11, 120]]
     assert r["next_obs"][:, :, 0].tolist() == [[1, 101], [2, 102], [3, 111], [11, 112], [12, 121]]
     assert r["rewards"].tolist() == [[1, 1], [2, 2], [3, 1], [1, 2], [2, 1]]
-    assert r["terminated"].tolist() == [[False, False], [False, False], [True, False], [False, False], [False, False]]
-    assert r["truncated"].tolist() == [[False, False], [False, True], [False, False], [False, True], [False, False]]
+    assert r["terminated"].tolist() == [
+        [False, False],
+        [False, False],
+        [True, False],
+        [False, False],
+        [False, False],
+    ]
+    assert r["truncated"].tolist() == [
+        [False, False],
+        [False, True],
+        [False, False],
+        [False, True],
+        [False, False],
+    ]
     # on-policy: the action taken at row t+1 is the one row t bootstraps from ...
     assert (r["next_actions"][:-1] == r["actions"][1:])[~r["truncated"][:-1] & ~r["terminated"][:-1]].all()
     # ... except at a truncation, where it is sampled at the final observation (action 1), not at
     # the reset observation that is acted on (action 0)
-    assert r["next_actions"][:, 1].tolist() == [1, 1, 1, 1, 1] and r["actions"][:, 1].tolist() == [0, 1, 0, 1, 0]
+    assert r["next_actions"][:, 1].tolist() == [1, 1, 1, 1, 1] and r["actions"][:, 1].tolist() == [
+        0,
+        1,
+        0,
+        1,
+        0,
+    ]
 
     def Q(s, a):  # the linear Q-network below: Q(s, a) = (a + 1) s
         return (a + 1) * s
 
-    targets = sarsa.sarsa_targets(linear_q(), r["rewards"], r["next_obs"], r["next_actions"], r["terminated"], r["truncated"], g)
+    targets = sarsa.sarsa_targets(
+        linear_q(), r["rewards"], r["next_obs"], r["next_actions"], r["terminated"], r["truncated"], g
+    )
     expected = [
         # env 0: termination at row 2 stops the sum; rows 3-4 bootstrap at the rollout's end (obs 12, action 1)
         [1 + g * 2 + g**2 * 3, 2 + g * 3, 3, 1 + g * 2 + g**2 * Q(12, 1), 2 + g * Q(12, 1)],
         # env 1: truncations at rows 1 and 3 bootstrap from the final observations 102 and 112 with
         # the action sampled there, not from the reset observations 110 and 120
-        [1 + g * 2 + g**2 * Q(102, 1), 2 + g * Q(102, 1), 1 + g * 2 + g**2 * Q(112, 1), 2 + g * Q(112, 1), 1 + g * Q(121, 1)],
+        [
+            1 + g * 2 + g**2 * Q(102, 1),
+            2 + g * Q(102, 1),
+            1 + g * 2 + g**2 * Q(112, 1),
+            2 + g * Q(112, 1),
+            1 + g * Q(121, 1),
+        ],
     ]
     torch.testing.assert_close(targets, torch.tensor(expected).T)
 
@@ -123,17 +160,42 @@ def test_rollout_and_targets_by_hand():
         return 0.9 * Q(s, 1) + 0.1 * Q(s, 0)
 
     eps = torch.full((5, 1), 0.2)
-    targets = sarsa.sarsa_targets(linear_q(), r["rewards"], r["next_obs"], r["next_actions"], r["terminated"], r["truncated"], g,
-                                  expected=True, epsilon=eps)
+    targets = sarsa.sarsa_targets(
+        linear_q(),
+        r["rewards"],
+        r["next_obs"],
+        r["next_actions"],
+        r["terminated"],
+        r["truncated"],
+        g,
+        expected=True,
+        epsilon=eps,
+    )
     expected = [
         [1 + g * 2 + g**2 * 3, 2 + g * 3, 3, 1 + g * 2 + g**2 * E(12), 2 + g * E(12)],
-        [1 + g * 2 + g**2 * E(102), 2 + g * E(102), 1 + g * 2 + g**2 * E(112), 2 + g * E(112), 1 + g * E(121)],
+        [
+            1 + g * 2 + g**2 * E(102),
+            2 + g * E(102),
+            1 + g * 2 + g**2 * E(112),
+            2 + g * E(112),
+            1 + g * E(121),
+        ],
     ]
     torch.testing.assert_close(targets, torch.tensor(expected).T)
     # the greedy action comes from q_policy when given: greedy 0 under Q'(s, a) = (2 - a) s gives
     # E Q(s, .) = 0.9 Q(s, 0) + 0.1 Q(s, 1) = 1.1 s at the rollout's end
-    t2 = sarsa.sarsa_targets(linear_q(), r["rewards"], r["next_obs"], r["next_actions"], r["terminated"], r["truncated"], g,
-                             expected=True, epsilon=eps, q_policy=linear_q((2.0, 1.0)))
+    t2 = sarsa.sarsa_targets(
+        linear_q(),
+        r["rewards"],
+        r["next_obs"],
+        r["next_actions"],
+        r["terminated"],
+        r["truncated"],
+        g,
+        expected=True,
+        epsilon=eps,
+        q_policy=linear_q((2.0, 1.0)),
+    )
     torch.testing.assert_close(t2[4, 1], torch.tensor(1 + g * 1.1 * 121))
 
 
@@ -142,7 +204,9 @@ def test_bootstrap_actions_follow_the_behaviour_policy():
     r = collect(40, epsilon=0.5, seed=3)
     same = r["next_actions"][:-1] == r["actions"][1:]
     assert same[~r["truncated"][:-1]].all()
-    assert (r["next_actions"] != r["actions"].roll(-1, 0))[:-1][r["truncated"][:-1]].any()  # sampled independently there
+    assert (r["next_actions"] != r["actions"].roll(-1, 0))[:-1][
+        r["truncated"][:-1]
+    ].any()  # sampled independently there
 
 
 def test_numpy_policy_matches_torch():
@@ -168,9 +232,14 @@ def test_conv_network_acts_in_torch_and_targets_take_a_rollout_of_images(expecte
     next_obs = torch.from_numpy(rng.integers(0, 2, size=(T, B, 4, 10, 10), dtype=np.uint8))
     rewards = torch.from_numpy(rng.normal(size=(T, B)).astype(np.float32))
     next_actions = torch.from_numpy(rng.integers(3, size=(T, B)))
-    terminated, truncated = torch.from_numpy(rng.random((T, B)) < 0.2), torch.from_numpy(rng.random((T, B)) < 0.2)
+    terminated, truncated = (
+        torch.from_numpy(rng.random((T, B)) < 0.2),
+        torch.from_numpy(rng.random((T, B)) < 0.2),
+    )
     epsilon = torch.full((T, 1), 0.3)
-    targets = sarsa.sarsa_targets(q, rewards, next_obs, next_actions, terminated, truncated, 0.9, expected, epsilon, q_policy)
+    targets = sarsa.sarsa_targets(
+        q, rewards, next_obs, next_actions, terminated, truncated, 0.9, expected, epsilon, q_policy
+    )
     with torch.no_grad():
         next_q = torch.stack([q(next_obs[t]) for t in range(T)])  # [T, B, A]
         if expected:  # epsilon-greedy on q_policy: 0.3 / 3 on every action, 0.7 more on the greedy one
@@ -178,12 +247,22 @@ def test_conv_network_acts_in_torch_and_targets_take_a_rollout_of_images(expecte
             next_values = ((0.1 + 0.7 * torch.nn.functional.one_hot(greedy, 3)) * next_q).sum(-1)
         else:
             next_values = next_q.gather(-1, next_actions.unsqueeze(-1)).squeeze(-1)  # [T, B]
-    torch.testing.assert_close(targets, sarsa.n_step_returns(rewards, next_values, terminated, truncated, 0.9, n=None))
+    torch.testing.assert_close(
+        targets, sarsa.n_step_returns(rewards, next_values, terminated, truncated, 0.9, n=None)
+    )
 
 
 def small_args(tmp_path, **kw):
-    kw = {"total_timesteps": 600, "num_envs": 4, "n_steps": 5, "eval_episodes": 2, "run_dir": str(tmp_path),
-          "progress": False, "target_every": 100, **kw}
+    kw = {
+        "total_timesteps": 600,
+        "num_envs": 4,
+        "n_steps": 5,
+        "eval_episodes": 2,
+        "run_dir": str(tmp_path),
+        "progress": False,
+        "target_every": 100,
+        **kw,
+    }
     return sarsa.Args(**kw)
 
 
@@ -196,13 +275,31 @@ def test_smoke(tmp_path):
     assert json.loads((run / "config.json").read_text())["algo"] == "sarsa"
     assert json.loads((run / "summary.json").read_text()) == summary
     rows = list(csv.DictReader(open(run / "metrics.csv")))
-    assert any(r["episodic_return"] for r in rows) and any(r["loss"] for r in rows) and rows[-1]["eval_return"]
-    for key in ["algo", "env", "seed", "total_timesteps", "wall_seconds", "sps", "eval_return_mean",
-                "eval_return_std", "eval_episodes", "train_return_last10", "completed"]:
+    assert (
+        any(r["episodic_return"] for r in rows) and any(r["loss"] for r in rows) and rows[-1]["eval_return"]
+    )
+    for key in [
+        "algo",
+        "env",
+        "seed",
+        "total_timesteps",
+        "wall_seconds",
+        "sps",
+        "eval_return_mean",
+        "eval_return_std",
+        "eval_episodes",
+        "train_return_last10",
+        "completed",
+    ]:
         assert key in summary
     # the saved model reloads as the same greedy policy (what tools/evaluate.py does)
     act = sarsa.load_policy(sarsa.Args(), str(run / "model.pt"))
-    assert run_evaluate(act, functools.partial(sarsa.make_env, "CartPole-v1"), 2, sarsa.Args().seed + 100_000).mean() == summary["eval_return_mean"]
+    assert (
+        run_evaluate(
+            act, functools.partial(sarsa.make_env, "CartPole-v1"), 2, sarsa.Args().seed + 100_000
+        ).mean()
+        == summary["eval_return_mean"]
+    )
 
 
 def test_determinism(tmp_path):
@@ -229,11 +326,18 @@ def record_bootstraps(monkeypatch):
     def recording_targets(q_values, rewards, next_obs, next_actions, terminated, truncated, *a, **kw):
         q_net = RecordingWrapper.made[-1]
         with torch.no_grad():
-            seen.append(dict(
-                rewards=rewards.clone(), next_obs=next_obs.clone(), next_actions=next_actions.clone(),
-                terminated=terminated.clone(), truncated=truncated.clone(), online_q=q_net.online(next_obs),
-                target_q=None if q_net.target is None else q_net.target(next_obs), online=copy.deepcopy(q_net.online),
-            ))
+            seen.append(
+                dict(
+                    rewards=rewards.clone(),
+                    next_obs=next_obs.clone(),
+                    next_actions=next_actions.clone(),
+                    terminated=terminated.clone(),
+                    truncated=truncated.clone(),
+                    online_q=q_net.online(next_obs),
+                    target_q=None if q_net.target is None else q_net.target(next_obs),
+                    online=copy.deepcopy(q_net.online),
+                )
+            )
         return targets(q_values, rewards, next_obs, next_actions, terminated, truncated, *a, **kw)
 
     def recording_returns(rewards, next_values, *a, **kw):
@@ -250,8 +354,13 @@ def record_bootstraps(monkeypatch):
 def test_train_bootstraps_episode_ends_from_the_final_observation(tmp_path, monkeypatch):
     seen = record_bootstraps(monkeypatch)
     sarsa.train(small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400))
-    next_obs = torch.cat([x["next_obs"] for x in seen])  # [rollouts * T, B, 2], every env step of training in order
-    terminated, truncated = torch.cat([x["terminated"] for x in seen]), torch.cat([x["truncated"] for x in seen])
+    next_obs = torch.cat(
+        [x["next_obs"] for x in seen]
+    )  # [rollouts * T, B, 2], every env step of training in order
+    terminated, truncated = (
+        torch.cat([x["terminated"] for x in seen]),
+        torch.cat([x["truncated"] for x in seen]),
+    )
     assert next_obs.shape == (400 // 4, 4, 2)
     t, episode = next_obs[..., 0], next_obs[..., 1]
     assert terminated.any() and truncated.any()
@@ -269,10 +378,21 @@ def test_train_bootstraps_from_the_action_taken_next(tmp_path, monkeypatch, targ
     """Row k bootstraps from Q(s_{k+1}, a_{k+1}) with a_{k+1} the action the behaviour policy then took
     (the env's reward at row k+1), valued by the target network with --target-network, else the online one."""
     seen = record_bootstraps(monkeypatch)
-    summary = sarsa.train(small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400, end_epsilon=0.3,
-                                     exploration_fraction=1.0, target_network=target_network, target_every=50))
+    summary = sarsa.train(
+        small_args(
+            tmp_path,
+            env_id=probes.CHAIN_ID,
+            total_timesteps=400,
+            end_epsilon=0.3,
+            exploration_fraction=1.0,
+            target_network=target_network,
+            target_every=50,
+        )
+    )
     assert summary["updates"] == 20 and len(seen) == 20
-    keys = ["rewards", "next_actions", "terminated", "truncated", "next_values", "online_q"] + ["target_q"] * target_network
+    keys = ["rewards", "next_actions", "terminated", "truncated", "next_values", "online_q"] + [
+        "target_q"
+    ] * target_network
     rows = {k: torch.cat([x[k] for x in seen]) for k in keys}
     taken = rows["rewards"].long()  # [rollouts * T, B] the action taken at row k, read back from the env
     bootstrap_q = rows["target_q" if target_network else "online_q"]  # [rollouts * T, B, A]
@@ -293,16 +413,24 @@ def test_train_samples_a_truncation_bootstrap_action_at_the_final_observation(tm
     """At a truncation the next action is taken at the reset observation, so the bootstrap action must
     be drawn from the behaviour policy at the true final observation instead: greedy there at epsilon 0."""
     seen = record_bootstraps(monkeypatch)
-    sarsa.train(small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400, start_epsilon=0.0, end_epsilon=0.0))
+    sarsa.train(
+        small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400, start_epsilon=0.0, end_epsilon=0.0)
+    )
     T = seen[0]["next_obs"].shape[0]
     next_obs = torch.cat([x["next_obs"] for x in seen])  # [rollouts * T, B, 2]
-    truncated, next_actions = torch.cat([x["truncated"] for x in seen]), torch.cat([x["next_actions"] for x in seen])
+    truncated, next_actions = (
+        torch.cat([x["truncated"] for x in seen]),
+        torch.cat([x["next_actions"] for x in seen]),
+    )
     apart = 0
     for k, b in truncated[:-1].nonzero().tolist():
         policy = seen[k // T]["online"]  # the network that acted during row k's rollout
         reset_obs = torch.tensor([[0.0, next_obs[k + 1, b, 1]]])  # where env b's next episode started
         with torch.no_grad():
-            at_final, at_reset = policy(next_obs[k, b][None]).argmax(-1).item(), policy(reset_obs).argmax(-1).item()
+            at_final, at_reset = (
+                policy(next_obs[k, b][None]).argmax(-1).item(),
+                policy(reset_obs).argmax(-1).item(),
+            )
         assert next_actions[k, b] == at_final
         apart += at_final != at_reset
     assert apart >= 10  # not vacuous: the greedy action at the reset observation often differs
@@ -315,8 +443,16 @@ def test_target_network_in_train(tmp_path, monkeypatch):
     monkeypatch.setattr(RecordingWrapper, "made", [])
     monkeypatch.setattr(sarsa, "NetworkWrapper", RecordingWrapper)
     # rollouts of 4 envs x 5 steps: rollout ends at env steps 20, 40, ..., 400
-    summary = sarsa.train(small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400, target_network=True,
-                                     target_every=50, hidden_sizes=(16,)))
+    summary = sarsa.train(
+        small_args(
+            tmp_path,
+            env_id=probes.CHAIN_ID,
+            total_timesteps=400,
+            target_network=True,
+            target_every=50,
+            hidden_sizes=(16,),
+        )
+    )
     (q_net,) = RecordingWrapper.made
     events = q_net.events
     assert summary["updates"] == 20
@@ -338,7 +474,9 @@ def test_target_network_in_train(tmp_path, monkeypatch):
 
 
 def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(sarsa, "sarsa_targets", lambda q, rewards, *a, **k: torch.full_like(rewards, float("nan")))
+    monkeypatch.setattr(
+        sarsa, "sarsa_targets", lambda q, rewards, *a, **k: torch.full_like(rewards, float("nan"))
+    )
     args = small_args(tmp_path)
     assert sarsa.main(args) == 1
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
@@ -352,7 +490,11 @@ def test_interrupt_writes_logs(tmp_path, monkeypatch):
     monkeypatch.setattr(harness.run, "evaluate", interrupt)  # Ctrl-C during the final evaluation
     assert sarsa.main(small_args(tmp_path)) == 130
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
-    assert summary["completed"] is False and summary["error"] == "interrupted" and summary["total_timesteps"] == 600
+    assert (
+        summary["completed"] is False
+        and summary["error"] == "interrupted"
+        and summary["total_timesteps"] == 600
+    )
 
 
 @pytest.mark.slow
@@ -365,8 +507,12 @@ def test_interrupt_writes_logs(tmp_path, monkeypatch):
     ],
 )
 def test_bad_input(tmp_path, argv, message):
-    p = subprocess.run([sys.executable, str(ROOT / "algos" / "sarsa.py"), *argv, "--run-dir", str(tmp_path)],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "algos" / "sarsa.py"), *argv, "--run-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("sarsa: error: ") and message in lines[0], p.stderr
@@ -402,7 +548,9 @@ def test_expected_sarsa_targets_use_the_epsilon_each_next_action_was_chosen_with
 
     monkeypatch.setattr(sarsa, "next_actions", next_actions)
     monkeypatch.setattr(sarsa, "sarsa_targets", targets)
-    summary = sarsa.train(small_args(tmp_path, expected=True, num_envs=2, total_timesteps=200, exploration_fraction=0.5))
+    summary = sarsa.train(
+        small_args(tmp_path, expected=True, num_envs=2, total_timesteps=200, exploration_fraction=0.5)
+    )
     assert summary["completed"] and len(given) == 20 and len(acted) == 100
     assert len(set(acted)) == 50  # a new value at each of the first 50 steps (the 50th: 0.01), then 0.01
     assert torch.cat(given).squeeze(1).tolist() == [np.float32(e).item() for e in acted]
@@ -433,7 +581,9 @@ class PoleRuledQ(sarsa.QNetwork):
         return q + 1e6 * torch.nn.functional.one_hot((obs[:, 2] > 0).long(), q.shape[1]).to(q.dtype)
 
 
-def test_a_resume_that_restarts_the_envs_chooses_the_first_actions_at_the_new_observations(tmp_path, monkeypatch):
+def test_a_resume_that_restarts_the_envs_chooses_the_first_actions_at_the_new_observations(
+    tmp_path, monkeypatch
+):
     """SARSA carries the next action across a checkpoint; where the envs could not be restored and
     start new episodes, that action belongs to an observation the env no longer shows: the resumed
     run must choose again at the reset observations. Greedy acting (epsilon 0) on a rule lets

@@ -53,19 +53,39 @@ def files(tmp_path_factory) -> dict:
     (base / "suites.toml").write_text(TINY)
     (base / "space.toml").write_text(SPACE)
     (base / "empty.toml").write_text("# no parameter\n")
-    return {"suites": str(base / "suites.toml"), "space": str(base / "space.toml"), "empty": str(base / "empty.toml")}
+    return {
+        "suites": str(base / "suites.toml"),
+        "space": str(base / "space.toml"),
+        "empty": str(base / "empty.toml"),
+    }
 
 
 def argv(files: dict, study_dir: Path, *extra: str) -> list[str]:
-    return ["--suite", "tiny", "--suites-file", files["suites"], "--algo", "a2c", "--env", "CartPole-v1",
-            "--space", files["space"], "--study-dir", str(study_dir), *extra]
+    return [
+        "--suite",
+        "tiny",
+        "--suites-file",
+        files["suites"],
+        "--algo",
+        "a2c",
+        "--env",
+        "CartPole-v1",
+        "--space",
+        files["space"],
+        "--study-dir",
+        str(study_dir),
+        *extra,
+    ]
 
 
 def load(study_dir: Path):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    return optuna.load_study(study_name="tiny__a2c__CartPole-v1", storage=JournalStorage(JournalFileBackend(str(study_dir / "journal.log"))))
+    return optuna.load_study(
+        study_name="tiny__a2c__CartPole-v1",
+        storage=JournalStorage(JournalFileBackend(str(study_dir / "journal.log"))),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -85,10 +105,15 @@ def test_study_writes_its_storage_its_table_and_a_settings_line(study, files):
     assert study["rc"] == 0
     s = load(study["dir"])
     trials = s.get_trials()
-    assert len(trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), "3 trials and the baseline"
+    assert len(trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), (
+        "3 trials and the baseline"
+    )
     (base,) = [t for t in trials if t.user_attrs.get("baseline")]
-    assert base.number == 0 and base.params == {} and base.user_attrs["settings"] == {"num_envs": 4, "eval_episodes": 2}, \
-        "the cell's own settings run first, nothing drawn"
+    assert (
+        base.number == 0
+        and base.params == {}
+        and base.user_attrs["settings"] == {"num_envs": 4, "eval_episodes": 2}
+    ), "the cell's own settings run first, nothing drawn"
     for t in trials:  # the objective is the run's own final greedy evaluation (one seed here)
         (run_dir,) = (study["dir"] / "trials" / f"{t.number:04d}" / "runs").iterdir()
         result = json.loads((run_dir / "result.json").read_text())
@@ -96,28 +121,49 @@ def test_study_writes_its_storage_its_table_and_a_settings_line(study, files):
         assert result["spec"]["settings"] == t.user_attrs["settings"], "the run ran the trial's settings"
         assert t.value == result["summary"]["eval_return_mean"] == t.user_attrs["evals"]["7"]
         if t is not base:
-            assert t.user_attrs["settings"]["num_envs"] == 4 and set(t.params) == {"learning_rate", "n_steps", "hidden_sizes"}
+            assert t.user_attrs["settings"]["num_envs"] == 4 and set(t.params) == {
+                "learning_rate",
+                "n_steps",
+                "hidden_sizes",
+            }
     best = max(searched(trials), key=lambda t: t.value)
 
     text = (study["dir"] / "STUDY.md").read_text()
     rows = [x for x in text.splitlines() if x.startswith("| ") and x.split("|")[1].strip().isdigit()]
     assert len(rows) == 3 and rows[0].startswith(f"| {best.number} | complete | {best.value:.1f} |")
     assert f"| 0 (the cell's settings) | complete | {base.value:.1f} |" in text
-    assert "python benchmarks/tune.py --suite tiny" in text and "--trials 3" in text, "the command that made it"
+    assert "python benchmarks/tune.py --suite tiny" in text and "--trials 3" in text, (
+        "the command that made it"
+    )
     assert f"The cell's current settings (trial 0) score {base.value:.1f} on the same seeds." in text
     if best.value <= base.value:  # no line from a trial that does not beat the cell's settings
-        assert "```toml" not in text and "No settings line: no trial scores above the cell's current settings" in text
+        assert (
+            "```toml" not in text
+            and "No settings line: no trial scores above the cell's current settings" in text
+        )
         return
     block = text.split("```toml\n", 1)[1].split("```", 1)[0]
     pasted = tomllib.loads(block)
     assert pasted["settings"] == {**{"num_envs": 4, "eval_episodes": 2}, **best.user_attrs["settings"]}
-    assert set(best.user_attrs["settings"]) == {"num_envs", "eval_episodes", "learning_rate", "n_steps", "hidden_sizes"}
+    assert set(best.user_attrs["settings"]) == {
+        "num_envs",
+        "eval_episodes",
+        "learning_rate",
+        "n_steps",
+        "hidden_sizes",
+    }
     assert f"trial {best.number}, mean greedy eval {best.value:.1f} over seeds 7" in pasted["settings_source"]
 
 
 def _config(tmp_path, cell: dict) -> dict:
-    return {"cell": cell, "seeds": [7], "space": {"learning_rate": {"low": 1e-4, "high": 1e-2, "log": True}}, "suite": "tiny",
-            "prune_after": -1, "study_dir": str(tmp_path)}
+    return {
+        "cell": cell,
+        "seeds": [7],
+        "space": {"learning_rate": {"low": 1e-4, "high": 1e-2, "log": True}},
+        "suite": "tiny",
+        "prune_after": -1,
+        "study_dir": str(tmp_path),
+    }
 
 
 def test_a_settings_line_is_offered_only_from_a_trial_that_beats_the_cells_settings(files, tmp_path):
@@ -134,12 +180,17 @@ def test_a_settings_line_is_offered_only_from_a_trial_that_beats_the_cells_setti
     worse = (40.0, {"settings": {**cell["settings"], "learning_rate": 0.001}})
     better = (60.0, {"settings": {**cell["settings"], "learning_rate": 0.002}})
     text, block = tune.study_markdown(study_with(base, worse), _config(tmp_path, cell))
-    assert block is None and "No settings line: no trial scores above the cell's current settings (50.0)" in text
+    assert (
+        block is None and "No settings line: no trial scores above the cell's current settings (50.0)" in text
+    )
     text, block = tune.study_markdown(study_with(worse), _config(tmp_path, cell))
     assert block is None and "the cell's current settings have no score on these seeds yet" in text
     text, block = tune.study_markdown(study_with(base, worse, better), _config(tmp_path, cell))
     assert block.startswith("settings = { num_envs = 4, eval_episodes = 2, learning_rate = 0.002 }")
-    assert "best of 2 trials (trial 2, mean greedy eval 60.0 over seeds 7, where the settings it replaces score 50.0)" in block
+    assert (
+        "best of 2 trials (trial 2, mean greedy eval 60.0 over seeds 7, where the settings it replaces score 50.0)"
+        in block
+    )
     adopted = {**cell, "settings": better[1]["settings"]}
     text, block = tune.study_markdown(study_with(base, worse, better), _config(tmp_path, adopted))
     assert block is None and "No settings line: the cell has these settings already." in text
@@ -153,20 +204,33 @@ def test_studies_go_to_an_untracked_folder_unless_told_and_a_smoke_study_is_its_
     """Not into the committed benchmarks/results/tuning/ by default; --total-timesteps makes a study of its own."""
     _, config = tune.parse(argv(files, tmp_path / "study")[:-2])  # no --study-dir
     assert Path(config["study_dir"]) == tune.ROOT / "runs" / "tuning" / "tiny__a2c__CartPole-v1"
-    assert subprocess.run(["git", "check-ignore", "-q", str(Path(config["study_dir"]) / "journal.log")], cwd=ROOT).returncode == 0
+    assert (
+        subprocess.run(
+            ["git", "check-ignore", "-q", str(Path(config["study_dir"]) / "journal.log")], cwd=ROOT
+        ).returncode
+        == 0
+    )
     _, smoke = tune.parse([*argv(files, tmp_path / "study")[:-2], "--total-timesteps", "500"])
-    assert smoke["name"] == "tiny__a2c__CartPole-v1__steps500" and smoke["study_dir"].endswith("tiny__a2c__CartPole-v1__steps500")
-    assert smoke["cell"]["steps"] == 500 and smoke["cell"]["comparable"] is False and smoke["cell"]["eval_every"] == 250
+    assert smoke["name"] == "tiny__a2c__CartPole-v1__steps500" and smoke["study_dir"].endswith(
+        "tiny__a2c__CartPole-v1__steps500"
+    )
+    assert (
+        smoke["cell"]["steps"] == 500
+        and smoke["cell"]["comparable"] is False
+        and smoke["cell"]["eval_every"] == 250
+    )
     with pytest.raises(tune.BadInput, match="must be below the cell's budget"):
         tune.parse([*argv(files, tmp_path / "study"), "--total-timesteps", "2000"])
-
 
 
 def test_help_says_where_a_study_goes(capsys):
     with pytest.raises(SystemExit):
         tune.parse(["--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "default runs/tuning/<suite>__<algo>__<env>, untracked" in out and "benchmarks/results/tuning/<name>" in out
+    assert (
+        "default runs/tuning/<suite>__<algo>__<env>, untracked" in out
+        and "benchmarks/results/tuning/<name>" in out
+    )
 
 
 @pytest.mark.slow
@@ -182,17 +246,34 @@ def test_running_the_study_again_adds_no_trial_and_a_changed_one_is_refused(stud
 
 
 @pytest.mark.slow
-def test_a_cell_that_took_the_best_settings_continues_its_study_and_another_cell_is_refused(study, files, tmp_path, capsys):
+def test_a_cell_that_took_the_best_settings_continues_its_study_and_another_cell_is_refused(
+    study, files, tmp_path, capsys
+):
     best = max(searched(load(study["dir"]).get_trials()), key=lambda t: t.value)
     adopted = tmp_path / "adopted.toml"  # the cell with the best trial's settings line pasted in
-    adopted.write_text(TINY.replace("settings = { num_envs = 4, eval_episodes = 2 }", tune.settings_line(best.user_attrs["settings"])))
-    assert tomllib.loads(adopted.read_text())["suites"]["tiny"]["cells"][0]["settings"] == best.user_attrs["settings"]
-    assert tune.main([*argv({**files, "suites": str(adopted)}, study["dir"]), "--trials", "3", "--seeds", "7"]) == 0
-    assert "3 trials so far, 0 to run" in capsys.readouterr().out, "the trial that drew these settings is their baseline"
+    adopted.write_text(
+        TINY.replace(
+            "settings = { num_envs = 4, eval_episodes = 2 }", tune.settings_line(best.user_attrs["settings"])
+        )
+    )
+    assert (
+        tomllib.loads(adopted.read_text())["suites"]["tiny"]["cells"][0]["settings"]
+        == best.user_attrs["settings"]
+    )
+    assert (
+        tune.main([*argv({**files, "suites": str(adopted)}, study["dir"]), "--trials", "3", "--seeds", "7"])
+        == 0
+    )
+    assert "3 trials so far, 0 to run" in capsys.readouterr().out, (
+        "the trial that drew these settings is their baseline"
+    )
     assert "No settings line: the cell has these settings already." in (study["dir"] / "STUDY.md").read_text()
     changed = tmp_path / "changed.toml"  # a setting the space does not draw changes the trials' numbers
     changed.write_text(adopted.read_text().replace("eval_episodes = 2", "eval_episodes = 3"))
-    assert tune.main([*argv({**files, "suites": str(changed)}, study["dir"]), "--trials", "3", "--seeds", "7"]) == 2
+    assert (
+        tune.main([*argv({**files, "suites": str(changed)}, study["dir"]), "--trials", "3", "--seeds", "7"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("tune: error: ") and "made with another cell" in err and err.count("\n") == 1
 
@@ -211,7 +292,9 @@ def test_a_trial_below_the_median_is_pruned_at_an_evaluation(files, tmp_path):
     s = tune.open_study(config)
     steps = config["cell"]["steps"]
     per_seed = tune.points(tune.Cell(**config["cell"])) + 1
-    s.add_trial(optuna.trial.create_trial(value=1000.0, intermediate_values={k: 1000.0 for k in range(2 * per_seed)}))
+    s.add_trial(
+        optuna.trial.create_trial(value=1000.0, intermediate_values={k: 1000.0 for k in range(2 * per_seed)})
+    )
     assert tune.work(config) == 1
     (t,) = [t for t in load(study_dir).get_trials() if t.number == 1]
     assert t.state == optuna.trial.TrialState.PRUNED
@@ -219,11 +302,16 @@ def test_a_trial_below_the_median_is_pruned_at_an_evaluation(files, tmp_path):
     evals = tune.eval_rows(_Folder(run_dir))
     reported = sorted(t.intermediate_values)
     pruned_at = [step for step, _ in evals][len(reported) - 1]
-    assert pruned_at >= steps // 2 and all(step < steps for step, _ in evals[:len(reported)]), "pruned past the warmup, during the first seed"
+    assert pruned_at >= steps // 2 and all(step < steps for step, _ in evals[: len(reported)]), (
+        "pruned past the warmup, during the first seed"
+    )
     assert t.user_attrs["pruned_at"] == f"seed 7, step {pruned_at:,}"
-    assert t.intermediate_values == {step // config["cell"]["eval_every"]: value for step, value in evals[:len(reported)]}, \
-        "reported: the run's own evaluations from metrics.csv, keyed by their index in the run"
-    assert [p.name.split("__")[2] for p in (study_dir / "trials" / "0001" / "runs").iterdir()] == ["s7"], "seed 8 never ran"
+    assert t.intermediate_values == {
+        step // config["cell"]["eval_every"]: value for step, value in evals[: len(reported)]
+    }, "reported: the run's own evaluations from metrics.csv, keyed by their index in the run"
+    assert [p.name.split("__")[2] for p in (study_dir / "trials" / "0001" / "runs").iterdir()] == ["s7"], (
+        "seed 8 never ran"
+    )
 
 
 @pytest.mark.slow
@@ -238,8 +326,15 @@ def test_trials_whose_rollouts_differ_in_size_report_their_evaluations_at_the_sa
         s.enqueue_trial({"learning_rate": 1e-3, "n_steps": n_steps, "hidden_sizes": "[16]"})
     assert tune.work(config) == 2
     trials = load(study_dir).get_trials()
-    steps = [[step for step, _ in tune.eval_rows(_Folder(next((study_dir / "trials" / f"{t.number:04d}" / "runs").iterdir())))]
-             for t in trials]
+    steps = [
+        [
+            step
+            for step, _ in tune.eval_rows(
+                _Folder(next((study_dir / "trials" / f"{t.number:04d}" / "runs").iterdir()))
+            )
+        ]
+        for t in trials
+    ]
     assert [t.user_attrs["settings"]["n_steps"] for t in trials] == [5, 16]
     assert steps == [[1_000, 2_000], [1_024, 2_048]], "the runs evaluated at different env steps"
     assert sorted(trials[0].intermediate_values) == sorted(trials[1].intermediate_values) == [1, 2]
@@ -255,7 +350,9 @@ def test_a_trial_stopped_by_slurm_is_failed_and_its_parameters_tried_again(files
     stopped.suggest_float("learning_rate", 1e-4, 3e-3, log=True)
     stopped.suggest_categorical("n_steps", ["5", "16"])
     stopped.suggest_categorical("hidden_sizes", ["[16]", "[32, 32]"])
-    assert tune.work(config, interrupted_trial=stopped.number) == 1, "the stopped trial does not count: its retry is the one trial"
+    assert tune.work(config, interrupted_trial=stopped.number) == 1, (
+        "the stopped trial does not count: its retry is the one trial"
+    )
     trials = load(study_dir).get_trials()
     assert len(trials) == 2
     assert trials[0].state == optuna.trial.TrialState.FAIL
@@ -277,7 +374,9 @@ def test_a_trial_stopped_by_ctrl_c_or_sigterm_is_tried_again_by_the_next_command
     s.tell(stopped, state=optuna.trial.TrialState.FAIL)
     assert tune.main(argv(files, study_dir, "--trials", "1", "--seeds", "7")) == 0
     trials = load(study_dir).get_trials()
-    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL] + [optuna.trial.TrialState.COMPLETE] * 2
+    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL] + [
+        optuna.trial.TrialState.COMPLETE
+    ] * 2
     assert Retry.retried_trial_number(trials[1]) == 0 and trials[1].params == trials[0].params
     assert trials[2].user_attrs["baseline"], "then the cell's own settings"
     assert "| 0 | fail: stopped, retried |" in (study_dir / "STUDY.md").read_text()
@@ -295,22 +394,47 @@ def test_sigterm_stops_the_study_its_workers_and_their_runs(tmp_path):
     (tmp_path / "suites.toml").write_text(LONG)
     (tmp_path / "space.toml").write_text(SPACE)
     study_dir = tmp_path / "study"
-    cmd = [sys.executable, "benchmarks/tune.py", "--suite", "tiny", "--suites-file", str(tmp_path / "suites.toml"), "--algo", "a2c",
-           "--env", "CartPole-v1", "--space", str(tmp_path / "space.toml"), "--study-dir", str(study_dir),
-           "--trials", "2", "--seeds", "7", "--workers", "2"]
+    cmd = [
+        sys.executable,
+        "benchmarks/tune.py",
+        "--suite",
+        "tiny",
+        "--suites-file",
+        str(tmp_path / "suites.toml"),
+        "--algo",
+        "a2c",
+        "--env",
+        "CartPole-v1",
+        "--space",
+        str(tmp_path / "space.toml"),
+        "--study-dir",
+        str(study_dir),
+        "--trials",
+        "2",
+        "--seeds",
+        "7",
+        "--workers",
+        "2",
+    ]
     study = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 180
-    while len(specs := list(study_dir.glob("trials/*/runs/*/spec.json"))) < 2 or not all(probes.pid_of_run(f) for f in specs):
+    while len(specs := list(study_dir.glob("trials/*/runs/*/spec.json"))) < 2 or not all(
+        probes.pid_of_run(f) for f in specs
+    ):
         assert time.time() < deadline and study.poll() is None, "the two trials' runs did not start"
         time.sleep(0.1)
     pids = [probes.pid_of_run(f) for f in specs]
     study.send_signal(signal.SIGTERM)
     out, _ = study.communicate(timeout=120)
-    assert study.returncode == 130 and "interrupted: the trials in progress are recorded as failed" in out, out
+    assert study.returncode == 130 and "interrupted: the trials in progress are recorded as failed" in out, (
+        out
+    )
     assert "Traceback" not in out, out
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids), "a trial's run was left going"
     trials = load(study_dir).get_trials()
-    assert [(t.state, t.user_attrs.get("interrupted")) for t in trials] == [(optuna.trial.TrialState.FAIL, True)] * 2
+    assert [(t.state, t.user_attrs.get("interrupted")) for t in trials] == [
+        (optuna.trial.TrialState.FAIL, True)
+    ] * 2
     assert (study_dir / "STUDY.md").read_text().count("| fail: stopped |") == 2
 
 
@@ -323,23 +447,50 @@ def test_a_trial_whose_run_a_signal_stopped_is_interrupted_not_failed(tmp_path):
     (tmp_path / "suites.toml").write_text(LONG)
     (tmp_path / "space.toml").write_text(SPACE)
     study_dir = tmp_path / "study"
-    cmd = [sys.executable, "benchmarks/tune.py", "--suite", "tiny", "--suites-file", str(tmp_path / "suites.toml"), "--algo", "a2c",
-           "--env", "CartPole-v1", "--space", str(tmp_path / "space.toml"), "--study-dir", str(study_dir),
-           "--trials", "2", "--seeds", "7"]
+    cmd = [
+        sys.executable,
+        "benchmarks/tune.py",
+        "--suite",
+        "tiny",
+        "--suites-file",
+        str(tmp_path / "suites.toml"),
+        "--algo",
+        "a2c",
+        "--env",
+        "CartPole-v1",
+        "--space",
+        str(tmp_path / "space.toml"),
+        "--study-dir",
+        str(study_dir),
+        "--trials",
+        "2",
+        "--seeds",
+        "7",
+    ]
     study = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 180
-    while not (specs := list(study_dir.glob("trials/*/runs/*/spec.json"))) or not (pid := probes.pid_of_run(specs[0])):
+    while not (specs := list(study_dir.glob("trials/*/runs/*/spec.json"))) or not (
+        pid := probes.pid_of_run(specs[0])
+    ):
         assert time.time() < deadline and study.poll() is None, "the trial's run did not start"
         time.sleep(0.1)
-    while not any(f.read_text().count("\n") > 1 for f in specs[0].parent.glob("*/metrics.csv")):  # in its training loop
+    while not any(
+        f.read_text().count("\n") > 1 for f in specs[0].parent.glob("*/metrics.csv")
+    ):  # in its training loop
         assert time.time() < deadline and study.poll() is None, "the trial's run wrote no metrics"
         time.sleep(0.1)
     os.kill(pid, signal.SIGTERM)  # there it means: checkpoint at the next step boundary and stop
     out, _ = study.communicate(timeout=120)
     assert study.returncode == 130 and "Traceback" not in out, out
     (t,) = load(study_dir).get_trials()
-    assert t.state == optuna.trial.TrialState.FAIL and t.user_attrs.get("interrupted") and "error" not in t.user_attrs
-    assert json.loads(next(study_dir.glob("trials/*/runs/*/result.json")).read_text())["status"] == "preempted"
+    assert (
+        t.state == optuna.trial.TrialState.FAIL
+        and t.user_attrs.get("interrupted")
+        and "error" not in t.user_attrs
+    )
+    assert (
+        json.loads(next(study_dir.glob("trials/*/runs/*/result.json")).read_text())["status"] == "preempted"
+    )
 
 
 def test_trials_count_once_each_however_often_a_stopped_one_was_queued_again():
@@ -367,9 +518,21 @@ def test_built_in_spaces_draw_valid_arguments_of_each_script():
         for _ in range(20):
             trial = study.ask()
             values = tune.sample(trial, space)
-            env = "Pendulum-v1" if algo in ("ddpg", "naf") else "CartPole-v1"  # validate() checks the env's action space first
-            args = job.build_args(module, {"settings": values, "algo": algo, "env": env, "seed": 1, "steps": 50_000,
-                                           "run_dir": "unused", "eval_every": 0})
+            env = (
+                "Pendulum-v1" if algo in ("ddpg", "naf") else "CartPole-v1"
+            )  # validate() checks the env's action space first
+            args = job.build_args(
+                module,
+                {
+                    "settings": values,
+                    "algo": algo,
+                    "env": env,
+                    "seed": 1,
+                    "steps": 50_000,
+                    "run_dir": "unused",
+                    "eval_every": 0,
+                },
+            )
             module.validate(args)  # the script's own checks (ValueError on a bad combination)
             assert tomllib.loads(tune.settings_line(values))["settings"] == values
             study.tell(trial, random.random())
@@ -378,27 +541,49 @@ def test_built_in_spaces_draw_valid_arguments_of_each_script():
 @pytest.mark.parametrize("algo", ["dqn", "n_step_q", "sarsa", "a2c", "ddpg", "naf"])
 def test_runs_get_one_torch_thread_unless_the_cell_names_it(algo):
     module = importlib.import_module(algo)
-    spec = {"settings": {}, "algo": algo, "env": "CartPole-v1", "seed": 1, "steps": 1_000, "run_dir": "unused", "eval_every": 0}
+    spec = {
+        "settings": {},
+        "algo": algo,
+        "env": "CartPole-v1",
+        "seed": 1,
+        "steps": 1_000,
+        "run_dir": "unused",
+        "eval_every": 0,
+    }
     assert job.build_args(module, spec).torch_threads == 1  # whatever the script's default (ddpg, naf: 2)
     assert job.build_args(module, {**spec, "settings": {"torch_threads": 2}}).torch_threads == 2
 
 
 def test_settings_line_is_toml_for_every_kind_of_value():
-    values = {"learning_rate": 0.000123, "gamma": 0.99, "tiny": 1.5e-08, "buffer_size": 100_000, "n": 5, "flag": True,
-              "off": False, "loss": "huber", "hidden_sizes": [64, 64]}
+    values = {
+        "learning_rate": 0.000123,
+        "gamma": 0.99,
+        "tiny": 1.5e-08,
+        "buffer_size": 100_000,
+        "n": 5,
+        "flag": True,
+        "off": False,
+        "loss": "huber",
+        "hidden_sizes": [64, 64],
+    }
     assert tomllib.loads(tune.settings_line(values))["settings"] == values
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--algo", "nope"], "unknown algorithm 'nope' in suite tiny; its algorithms: a2c"),
-    (["--env", "Nope-v0"], "unknown env 'Nope-v0' for a2c in suite tiny; its envs there: CartPole-v1"),
-    (["--space", "EMPTY"], "the search space is empty"),
-    (["--params"], "the search space is empty"),
-    (["--params", "gamma"], "--params gamma: not in"),
-    (["--trials", "0"], "--trials must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--algo", "nope"], "unknown algorithm 'nope' in suite tiny; its algorithms: a2c"),
+        (["--env", "Nope-v0"], "unknown env 'Nope-v0' for a2c in suite tiny; its envs there: CartPole-v1"),
+        (["--space", "EMPTY"], "the search space is empty"),
+        (["--params"], "the search space is empty"),
+        (["--params", "gamma"], "--params gamma: not in"),
+        (["--trials", "0"], "--trials must be >= 1"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(files, tmp_path, capsys, extra, message):
-    a = argv(files, tmp_path / "study", *[files["empty"] if x == "EMPTY" else x for x in extra])  # argparse: the last one counts
+    a = argv(
+        files, tmp_path / "study", *[files["empty"] if x == "EMPTY" else x for x in extra]
+    )  # argparse: the last one counts
     assert tune.main(a) == 2
     err = capsys.readouterr().err
     assert err.startswith("tune: error: ") and message in err and err.count("\n") == 1, err
@@ -407,16 +592,35 @@ def test_bad_input_is_one_line_and_exit_2(files, tmp_path, capsys, extra, messag
 
 def test_search_space_names_must_be_flags_of_the_script(files, tmp_path, capsys):
     bad = tmp_path / "bad.toml"
-    bad.write_text('not_a_flag = { choices = [1, 2] }\n')
+    bad.write_text("not_a_flag = { choices = [1, 2] }\n")
     assert tune.main(argv(files, tmp_path / "study", "--space", str(bad))) == 2
     assert "'not_a_flag' is not a flag of algos/a2c.py" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_command_line_bad_input_exits_2_without_a_traceback(files):
-    r = subprocess.run([sys.executable, "benchmarks/tune.py", "--suite", "tiny", "--suites-file", files["suites"],
-                        "--algo", "ddpg", "--env", "CartPole-v1"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and r.stderr == "tune: error: unknown algorithm 'ddpg' in suite tiny; its algorithms: a2c\n"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/tune.py",
+            "--suite",
+            "tiny",
+            "--suites-file",
+            files["suites"],
+            "--algo",
+            "ddpg",
+            "--env",
+            "CartPole-v1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        r.returncode == 2
+        and r.stderr == "tune: error: unknown algorithm 'ddpg' in suite tiny; its algorithms: a2c\n"
+    )
 
 
 def test_argument_errors_are_one_line_too(files, tmp_path, capsys):

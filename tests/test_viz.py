@@ -20,16 +20,30 @@ from harness.extras import tensorboard_tag
 ROOT = Path(__file__).resolve().parents[1]
 # CleanRL's tags for what dqn logs; charts/epsilon, losses/grad_norm and eval/episodic_return_std are ours
 DQN_TAGS = {
-    "episodic_return": "charts/episodic_return", "episodic_length": "charts/episodic_length", "loss": "losses/td_loss",
-    "q_values": "losses/q_values", "grad_norm": "losses/grad_norm", "epsilon": "charts/epsilon", "sps": "charts/SPS",
-    "eval_return": "eval/episodic_return", "eval_return_std": "eval/episodic_return_std",
+    "episodic_return": "charts/episodic_return",
+    "episodic_length": "charts/episodic_length",
+    "loss": "losses/td_loss",
+    "q_values": "losses/q_values",
+    "grad_norm": "losses/grad_norm",
+    "epsilon": "charts/epsilon",
+    "sps": "charts/SPS",
+    "eval_return": "eval/episodic_return",
+    "eval_return_std": "eval/episodic_return_std",
 }
 
 
 def dqn_args(run_dir: Path, **kw) -> dqn.Args:
     # train_every=1: 100 gradient steps by step 200, so the losses are logged too
-    base = dict(total_timesteps=600, learning_starts=100, train_every=1, eval_every=300, eval_episodes=2, run_dir=str(run_dir),
-                progress=False, device="cpu")
+    base = dict(
+        total_timesteps=600,
+        learning_starts=100,
+        train_every=1,
+        eval_every=300,
+        eval_episodes=2,
+        run_dir=str(run_dir),
+        progress=False,
+        device="cpu",
+    )
     return dqn.Args(**{**base, **kw})
 
 
@@ -38,7 +52,9 @@ def events(folder: Path, purge: bool = True) -> dict[str, list[tuple[int, float]
     pytest.importorskip("tensorboard", reason="pip install -r requirements/requirements-viz.txt")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0}, purge_orphaned_data=purge)  # 0: keep all
+    acc = EventAccumulator(
+        str(folder), size_guidance={"scalars": 0}, purge_orphaned_data=purge
+    )  # 0: keep all
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
@@ -66,10 +82,19 @@ def test_tensorboard_scalars_equal_metrics_csv_under_cleanrl_tags(tmp_path):
 
 
 def test_tags_depend_on_what_the_algorithm_logs():
-    assert tensorboard_tag("dqn", "loss") == "losses/td_loss" and tensorboard_tag("naf", "loss") == "losses/td_loss"
+    assert (
+        tensorboard_tag("dqn", "loss") == "losses/td_loss"
+        and tensorboard_tag("naf", "loss") == "losses/td_loss"
+    )
     assert tensorboard_tag("a2c", "loss") == "losses/loss"  # a2c's loss is the total loss
-    assert tensorboard_tag("ddpg", "critic_loss") == "losses/qf1_loss" and tensorboard_tag("ddpg", "q_values") == "losses/qf1_values"
-    assert tensorboard_tag("a2c", "value_loss") == "losses/value_loss" and tensorboard_tag("a2c", "sps") == "charts/SPS"
+    assert (
+        tensorboard_tag("ddpg", "critic_loss") == "losses/qf1_loss"
+        and tensorboard_tag("ddpg", "q_values") == "losses/qf1_values"
+    )
+    assert (
+        tensorboard_tag("a2c", "value_loss") == "losses/value_loss"
+        and tensorboard_tag("a2c", "sps") == "charts/SPS"
+    )
     assert tensorboard_tag("naf", "values") == "charts/values"
     assert a2c.Args().tensorboard is False and dqn.Args().tensorboard is False
 
@@ -81,7 +106,11 @@ def test_resumed_run_has_one_history_in_tensorboard(tmp_path, monkeypatch, first
     pytest.importorskip("tensorboard", reason="pip install -r requirements/requirements-viz.txt")
     write = harness.run.Run._write_checkpoint
     with monkeypatch.context() as m:
-        m.setattr(harness.run.Run, "_write_checkpoint", lambda self, content: write(self, content) if content["global_step"] <= 400 else None)
+        m.setattr(
+            harness.run.Run,
+            "_write_checkpoint",
+            lambda self, content: write(self, content) if content["global_step"] <= 400 else None,
+        )
         first = dqn.train(dqn_args(tmp_path, checkpoint_every=200, tensorboard=first_with_tensorboard))
     run = Path(first["run_dir"])
     if first_with_tensorboard:
@@ -102,7 +131,12 @@ def test_export_writes_the_same_scalars_as_the_flag(tmp_path):
     run = Path(dqn.train(dqn_args(tmp_path, tensorboard=True))["run_dir"])
     live = events(run / "tensorboard")
     for _ in range(2):  # exporting again replaces the events instead of adding a second copy
-        r = subprocess.run([sys.executable, str(ROOT / "tools/tensorboard_export.py"), str(run)], capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, str(ROOT / "tools/tensorboard_export.py"), str(run)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
     assert len(list((run / "tensorboard").glob("events.out.tfevents.*"))) == 1
     assert events(run / "tensorboard") == live
@@ -110,16 +144,29 @@ def test_export_writes_the_same_scalars_as_the_flag(tmp_path):
 
 @pytest.mark.slow
 def test_export_of_a_folder_without_metrics_is_one_line(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "tools/tensorboard_export.py"), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools/tensorboard_export.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("tensorboard_export: error: "), r.stderr
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("tensorboard_export: error: "), (
+        r.stderr
+    )
 
 
-def test_tensorboard_without_the_package_is_one_line_before_anything_is_written(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # what importing it does without the package
+def test_tensorboard_without_the_package_is_one_line_before_anything_is_written(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setitem(
+        sys.modules, "torch.utils.tensorboard", None
+    )  # what importing it does without the package
     assert dqn.main(dqn_args(tmp_path / "runs", tensorboard=True)) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dqn: error: --tensorboard needs the tensorboard package"), lines
+    assert len(lines) == 1 and lines[0].startswith(
+        "dqn: error: --tensorboard needs the tensorboard package"
+    ), lines
     assert not (tmp_path / "runs").exists()
 
 
@@ -148,17 +195,37 @@ def test_plot_of_two_seeds_writes_a_png(tmp_path, two_seeds):
     folders = sorted(str(p) for p in two_seeds.glob("CartPole-v1__dqn__*"))
     assert len(folders) == 2
     for inputs, out in ((folders, tmp_path / "curves.png"), ([str(two_seeds)], tmp_path / "parent.png")):
-        r = subprocess.run([sys.executable, str(ROOT / "tools/plot.py"), *inputs, "--out", str(out)], capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, str(ROOT / "tools/plot.py"), *inputs, "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
         assert "2 runs" in r.stdout and is_png_with_curves(out)
 
 
 def test_plot_of_a_folder_without_metrics_is_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
-    r = subprocess.run([sys.executable, str(ROOT / "tools/plot.py"), str(tmp_path / "empty"), "--out", str(tmp_path / "x.png")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools/plot.py"),
+            str(tmp_path / "empty"),
+            "--out",
+            str(tmp_path / "x.png"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("plot: error: ") and "metrics.csv" in lines[0], r.stderr
+    assert (
+        r.returncode == 2
+        and len(lines) == 1
+        and lines[0].startswith("plot: error: ")
+        and "metrics.csv" in lines[0]
+    ), r.stderr
     assert not (tmp_path / "x.png").exists()
 
 
@@ -176,29 +243,45 @@ def test_seeds_on_a_common_grid_give_mean_and_band():
 def test_training_returns_are_a_trailing_mean(tmp_path):
     run = tmp_path / "CartPole-v1__dqn__1__20260101-000000"
     run.mkdir()
-    (run / "metrics.csv").write_text("global_step,wall_seconds,episodic_return,eval_return\n"
-                                     "10,0.1,1,\n20,0.2,3,\n20,0.2,,7\n30,0.3,5,\n40,0.4,10,\n")
+    (run / "metrics.csv").write_text(
+        "global_step,wall_seconds,episodic_return,eval_return\n"
+        "10,0.1,1,\n20,0.2,3,\n20,0.2,,7\n30,0.3,5,\n40,0.4,10,\n"
+    )
     curves = plot.read_run(run, smooth=2)
     assert (curves.algo, curves.env) == ("dqn", "CartPole-v1")
     assert curves.train[0].tolist() == [10, 20, 30, 40] and curves.train[1].tolist() == [1.0, 2.0, 4.0, 7.5]
     assert curves.eval[0].tolist() == [20] and curves.eval[1].tolist() == [7.0]
 
 
-def fake_run(parent: Path, algo: str, seed: int, steps: int, evals: list[int], env: str = "CartPole-v1", stamp: str = "20260101-000000") -> Path:
+def fake_run(
+    parent: Path,
+    algo: str,
+    seed: int,
+    steps: int,
+    evals: list[int],
+    env: str = "CartPole-v1",
+    stamp: str = "20260101-000000",
+) -> Path:
     """A run folder with an episode every 500 steps (return: steps / 1000 + seed) and the given evaluations."""
     run = parent / f"{env}__{algo}__{seed}__{stamp}"
     run.mkdir(parents=True)
     (run / "config.json").write_text(f'{{"algo": "{algo}", "env_id": "{env}", "seed": {seed}}}')
     rows = [f"{step},0.1,{step / 1000 + seed}," for step in range(500, steps + 1, 500)]
     rows += [f"{step},0.1,,{step / 100}" for step in evals]
-    (run / "metrics.csv").write_text("global_step,wall_seconds,episodic_return,eval_return\n" + "\n".join(rows) + "\n")
+    (run / "metrics.csv").write_text(
+        "global_step,wall_seconds,episodic_return,eval_return\n" + "\n".join(rows) + "\n"
+    )
     return run
 
 
 def drawn(fig) -> dict[str, tuple[float, float]]:
     """Each labelled line of the figure: its first and last step."""
-    return {line.get_label(): (line.get_xdata()[0], line.get_xdata()[-1]) for ax in fig.axes for line in ax.get_lines()
-            if not line.get_label().startswith("_")}
+    return {
+        line.get_label(): (line.get_xdata()[0], line.get_xdata()[-1])
+        for ax in fig.axes
+        for line in ax.get_lines()
+        if not line.get_label().startswith("_")
+    }
 
 
 def test_runs_with_the_same_seed_are_not_two_seeds(tmp_path, capsys):
@@ -206,38 +289,60 @@ def test_runs_with_the_same_seed_are_not_two_seeds(tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="pip install -r requirements/requirements-viz.txt")
     import matplotlib.pyplot as plt
 
-    runs = [plot.read_run(fake_run(tmp_path, "dqn", 1, 500_000, [500_000], stamp="20260101-000000"), 10),
-            plot.read_run(fake_run(tmp_path, "dqn", 1, 15_000, [15_000], stamp="20260102-000000"), 10)]
+    runs = [
+        plot.read_run(fake_run(tmp_path, "dqn", 1, 500_000, [500_000], stamp="20260101-000000"), 10),
+        plot.read_run(fake_run(tmp_path, "dqn", 1, 15_000, [15_000], stamp="20260102-000000"), 10),
+    ]
     fig, said = plot.figure(runs, 10)
     lines = drawn(fig)
     plt.close(fig)
     assert "runs with the same seed are not different seeds" in capsys.readouterr().err
-    assert lines == {"dqn training (seed 1, 20260101-000000)": (500, 500_000), "dqn evaluation (seed 1, 20260101-000000)": (500_000, 500_000),
-                     "dqn training (seed 1, 20260102-000000)": (500, 15_000), "dqn evaluation (seed 1, 20260102-000000)": (15_000, 15_000)}
-    assert said == ["dqn on CartPole-v1: seed 1, 20260101-000000, drawn alone to step 500,000",
-                    "dqn on CartPole-v1: seed 1, 20260102-000000, drawn alone to step 15,000"]
+    assert lines == {
+        "dqn training (seed 1, 20260101-000000)": (500, 500_000),
+        "dqn evaluation (seed 1, 20260101-000000)": (500_000, 500_000),
+        "dqn training (seed 1, 20260102-000000)": (500, 15_000),
+        "dqn evaluation (seed 1, 20260102-000000)": (15_000, 15_000),
+    }
+    assert said == [
+        "dqn on CartPole-v1: seed 1, 20260101-000000, drawn alone to step 500,000",
+        "dqn on CartPole-v1: seed 1, 20260102-000000, drawn alone to step 15,000",
+    ]
 
 
 def test_seeds_are_averaged_over_the_steps_they_share_and_each_is_drawn_whole(tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="pip install -r requirements/requirements-viz.txt")
     import matplotlib.pyplot as plt
 
-    runs = [plot.read_run(fake_run(tmp_path, "a2c", 1, 15_000, [5_000, 10_000, 15_000]), 1),
-            plot.read_run(fake_run(tmp_path, "a2c", 2, 50_000, [5_000, 10_000, 15_000, 50_000]), 1)]
+    runs = [
+        plot.read_run(fake_run(tmp_path, "a2c", 1, 15_000, [5_000, 10_000, 15_000]), 1),
+        plot.read_run(fake_run(tmp_path, "a2c", 2, 50_000, [5_000, 10_000, 15_000, 50_000]), 1),
+    ]
     fig, said = plot.figure(runs, 1)
     lines = drawn(fig)
-    mean = next(line for ax in fig.axes for line in ax.get_lines() if line.get_label().startswith("a2c training, mean"))
+    mean = next(
+        line
+        for ax in fig.axes
+        for line in ax.get_lines()
+        if line.get_label().startswith("a2c training, mean")
+    )
     plt.close(fig)
     assert not capsys.readouterr().err
     assert lines == {
         "a2c training, mean of seeds 1, 2 over steps 500-15,000": (500, 15_000),
-        "a2c training, each seed alone outside those steps": (15_000, 50_000),  # seed 2 goes on, from where the mean ends
+        "a2c training, each seed alone outside those steps": (
+            15_000,
+            50_000,
+        ),  # seed 2 goes on, from where the mean ends
         "a2c evaluation, mean of seeds 1, 2 over steps 5,000-15,000": (5_000, 15_000),
         "a2c evaluation, each seed alone outside those steps": (50_000, 50_000),
     }
-    assert np.allclose(mean.get_ydata(), mean.get_xdata() / 1000 + 1.5)  # the mean of seed 1's and seed 2's returns
-    assert said == ["a2c on CartPole-v1: training return averaged over seeds 1, 2, steps 500-15,000; seed 2 alone 15,000-50,000",
-                    "a2c on CartPole-v1: evaluation return averaged over seeds 1, 2, steps 5,000-15,000; seed 2 alone 15,000-50,000"]
+    assert np.allclose(
+        mean.get_ydata(), mean.get_xdata() / 1000 + 1.5
+    )  # the mean of seed 1's and seed 2's returns
+    assert said == [
+        "a2c on CartPole-v1: training return averaged over seeds 1, 2, steps 500-15,000; seed 2 alone 15,000-50,000",
+        "a2c on CartPole-v1: evaluation return averaged over seeds 1, 2, steps 5,000-15,000; seed 2 alone 15,000-50,000",
+    ]
 
 
 @pytest.mark.parametrize("envs", [1, 4])
@@ -245,7 +350,11 @@ def test_the_title_fits_inside_the_figure(tmp_path, envs):
     pytest.importorskip("matplotlib", reason="pip install -r requirements/requirements-viz.txt")
     import matplotlib.pyplot as plt
 
-    runs = [plot.read_run(fake_run(tmp_path, "dqn", seed, 5_000, [5_000], env=f"Env{i}-v0"), 10) for i in range(envs) for seed in (1, 2)]
+    runs = [
+        plot.read_run(fake_run(tmp_path, "dqn", seed, 5_000, [5_000], env=f"Env{i}-v0"), 10)
+        for i in range(envs)
+        for seed in (1, 2)
+    ]
     fig, _ = plot.figure(runs, 10)
     fig.canvas.draw()
     box, page = fig._suptitle.get_window_extent(fig.canvas.get_renderer()), fig.bbox

@@ -34,13 +34,25 @@ ROOT = Path(__file__).resolve().parent.parent  # the repository: algos/, common/
 class EvalArgs:
     run: tyro.conf.Positional[Path]
     """run folder holding config.json and model.pt"""
-    episodes: Annotated[Optional[int], tyro.conf.arg(metavar="N", help_behavior_hint="(default: the run's --eval-episodes)")] = None
+    episodes: Annotated[
+        Optional[int], tyro.conf.arg(metavar="N", help_behavior_hint="(default: the run's --eval-episodes)")
+    ] = None
     """episodes to evaluate"""
-    seed: Annotated[Optional[int], tyro.conf.arg(
-        metavar="S", help_behavior_hint="(default: the run's seed + 100_000, the seed of its own evaluations)")] = None
+    seed: Annotated[
+        Optional[int],
+        tyro.conf.arg(
+            metavar="S",
+            help_behavior_hint="(default: the run's seed + 100_000, the seed of its own evaluations)",
+        ),
+    ] = None
     """seed of the evaluation envs, env i gets seed + i"""
-    script: Annotated[Optional[Path], tyro.conf.arg(
-        metavar="PATH", help_behavior_hint="(default: algos/<algo>.py of this repository, <algo> from config.json)")] = None
+    script: Annotated[
+        Optional[Path],
+        tyro.conf.arg(
+            metavar="PATH",
+            help_behavior_hint="(default: algos/<algo>.py of this repository, <algo> from config.json)",
+        ),
+    ] = None
     """the algorithm's script that trained the run, whose network and env maker are used (e.g. a copy in another project)"""
     capture_video: bool = False
     """write videos into <run folder>/eval_videos"""
@@ -73,7 +85,9 @@ def check(a: EvalArgs) -> tuple[dict, Path]:
     if not script.is_file():
         if a.script is not None:
             raise ValueError(f"--script {script}: no such file")
-        raise ValueError(f"no script {script} for the run's algorithm {config['algo']!r}; give the script with --script PATH")
+        raise ValueError(
+            f"no script {script} for the run's algorithm {config['algo']!r}; give the script with --script PATH"
+        )
     return config, script
 
 
@@ -93,25 +107,40 @@ def main(a: EvalArgs) -> int:
     known = {f.name for f in fields(module.Args)}
     args = module.Args(**{k: v for k, v in config.items() if k in known})
     episodes = args.eval_episodes if a.episodes is None else a.episodes
-    seed = args.seed + 100_000 if a.seed is None else a.seed  # the scripts' evaluation seed, apart from the training envs'
+    seed = (
+        args.seed + 100_000 if a.seed is None else a.seed
+    )  # the scripts' evaluation seed, apart from the training envs'
     try:
         act = module.load_policy(args, str(model_path), a.device)
     except RuntimeError as e:  # load_state_dict: missing, unexpected or resized weights
         if "state_dict" not in str(e):
             raise
-        where = f"--script {script}" if a.script is not None else f"{script.relative_to(ROOT)} (this repository's)"
-        print(f"evaluate: error: the run's model.pt does not fit the network of {where}: {str(e).splitlines()[0].rstrip(':.')}; "
-              "give the script that trained the run with --script PATH", file=sys.stderr)
+        where = (
+            f"--script {script}"
+            if a.script is not None
+            else f"{script.relative_to(ROOT)} (this repository's)"
+        )
+        print(
+            f"evaluate: error: the run's model.pt does not fit the network of {where}: {str(e).splitlines()[0].rstrip(':.')}; "
+            "give the script that trained the run with --script PATH",
+            file=sys.stderr,
+        )
         return 2
     video_dir = str(a.run / "eval_videos") if a.capture_video else None
     from harness.run import evaluate
 
     env_flags = inspect.signature(module.make_env).parameters
-    as_in_the_run = {"training": False} if "training" in env_flags else {}  # Atari: whole games, as the run's evaluations
+    as_in_the_run = (
+        {"training": False} if "training" in env_flags else {}
+    )  # Atari: whole games, as the run's evaluations
     if "scale_obs" in env_flags:
         as_in_the_run["scale_obs"] = args.scale_obs
-    returns = evaluate(act, functools.partial(module.make_env, args.env_id, **as_in_the_run), episodes, seed, video_dir)
-    print(f"{algo} on {args.env_id}: return {returns.mean():.2f} +- {returns.std():.2f} over {episodes} episodes")
+    returns = evaluate(
+        act, functools.partial(module.make_env, args.env_id, **as_in_the_run), episodes, seed, video_dir
+    )
+    print(
+        f"{algo} on {args.env_id}: return {returns.mean():.2f} +- {returns.std():.2f} over {episodes} episodes"
+    )
     if video_dir:
         print(f"videos: {video_dir}/ ({len(list(Path(video_dir).glob('*.mp4')))} MP4 files)")
     return 0

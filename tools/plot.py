@@ -79,12 +79,16 @@ def read_run(folder: Path, smooth: int) -> Curves:
                 train.append((int(row["global_step"]), float(row["episodic_return"])))
             if row.get("eval_return"):
                 evals.append((int(row["global_step"]), float(row["eval_return"])))
-    steps, returns = (np.array(c, dtype=float) for c in zip(*train)) if train else (np.array([]), np.array([]))
+    steps, returns = (
+        (np.array(c, dtype=float) for c in zip(*train)) if train else (np.array([]), np.array([]))
+    )
     if len(returns) and smooth > 1:  # trailing mean over up to `smooth` episodes
         total = np.cumsum(np.insert(returns, 0, 0.0))
         first = np.maximum(np.arange(1, len(returns) + 1) - smooth, 0)
         returns = (total[1:] - total[first]) / (np.arange(1, len(returns) + 1) - first)
-    eval_steps, eval_returns = (np.array(c, dtype=float) for c in zip(*evals)) if evals else (np.array([]), np.array([]))
+    eval_steps, eval_returns = (
+        (np.array(c, dtype=float) for c in zip(*evals)) if evals else (np.array([]), np.array([]))
+    )
     return Curves(algo, env, (steps, returns), (eval_steps, eval_returns), seed, folder.name)
 
 
@@ -109,16 +113,22 @@ def _seeds(seeds: list) -> str:
     return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(str(s) for s in seeds)}"
 
 
-def _outside(s: np.ndarray, v: np.ndarray, lo: float, hi: float, join: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+def _outside(
+    s: np.ndarray, v: np.ndarray, lo: float, hi: float, join: bool
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """The parts of the curve (s, v) before step lo and after step hi; `join`: each starts or ends at the
     curve's value at lo or hi, so that it meets the mean's line."""
     parts = []
     if s[0] < lo:
         k = int(np.searchsorted(s, lo, "left"))
-        parts.append((np.append(s[:k], lo), np.append(v[:k], np.interp(lo, s, v))) if join else (s[:k], v[:k]))
+        parts.append(
+            (np.append(s[:k], lo), np.append(v[:k], np.interp(lo, s, v))) if join else (s[:k], v[:k])
+        )
     if s[-1] > hi:
         k = int(np.searchsorted(s, hi, "right"))
-        parts.append((np.insert(s[k:], 0, hi), np.insert(v[k:], 0, np.interp(hi, s, v))) if join else (s[k:], v[k:]))
+        parts.append(
+            (np.insert(s[k:], 0, hi), np.insert(v[k:], 0, np.interp(hi, s, v))) if join else (s[k:], v[k:])
+        )
     return parts
 
 
@@ -127,7 +137,9 @@ def figure(runs: list[Curves], smooth: int):
     try:
         import matplotlib
     except ImportError:
-        raise ValueError("tools/plot.py needs matplotlib: pip install -r requirements/requirements-viz.txt") from None
+        raise ValueError(
+            "tools/plot.py needs matplotlib: pip install -r requirements/requirements-viz.txt"
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
@@ -145,11 +157,19 @@ def figure(runs: list[Curves], smooth: int):
         averaged[(env, algo)] = len(members) > 1 and not repeats
         for seed, n in repeats.items():
             names = ", ".join(m.name for m in members if m.seed == seed)
-            print(f"plot: {algo} on {env}: {n} runs have seed {seed} ({names}); runs with the same seed are not "
-                  f"different seeds, so each run of {algo} on {env} is drawn on its own, not averaged", file=sys.stderr)
+            print(
+                f"plot: {algo} on {env}: {n} runs have seed {seed} ({names}); runs with the same seed are not "
+                f"different seeds, so each run of {algo} on {env} is drawn on its own, not averaged",
+                file=sys.stderr,
+            )
     # one colour per algorithm where its runs are averaged or alone, one per run where they are drawn one by one
-    keys = sorted({(algo, "") if averaged[(env, algo)] or len(ms) == 1 else (algo, m.name)
-                   for (env, algo), ms in groups.items() for m in ms})
+    keys = sorted(
+        {
+            (algo, "") if averaged[(env, algo)] or len(ms) == 1 else (algo, m.name)
+            for (env, algo), ms in groups.items()
+            for m in ms
+        }
+    )
     colors = {key: plt.get_cmap("tab10")(i % 10) for i, key in enumerate(keys)}
     cols = min(3, len(envs))
     rows = -(-len(envs) // cols)
@@ -167,10 +187,15 @@ def figure(runs: list[Curves], smooth: int):
                     alone = f"seed {m.seed}" + ("" if len(members) == 1 else f", {m.name.split('__')[-1]}")
                     for kind, (steps, values) in (("training", m.train), ("evaluation", m.eval)):
                         if len(steps):
-                            ax.plot(steps, values, color=color, label=f"{algo} {kind} ({alone})", **styles[kind])
+                            ax.plot(
+                                steps, values, color=color, label=f"{algo} {kind} ({alone})", **styles[kind]
+                            )
                             drawn += 1
                     last = max([*m.train[0][-1:], *m.eval[0][-1:]], default=None)
-                    said.append(f"{algo} on {env}: {alone}, drawn alone" + ("" if last is None else f" to step {_steps(last)}"))
+                    said.append(
+                        f"{algo} on {env}: {alone}, drawn alone"
+                        + ("" if last is None else f" to step {_steps(last)}")
+                    )
                 continue
             seeds = [m.seed for m in members]
             for kind in ("training", "evaluation"):
@@ -182,39 +207,75 @@ def figure(runs: list[Curves], smooth: int):
                 common = on_common_grid([c for c, _ in curves], grid)
                 if common is None or (kind == "training" and common[0][-1] <= common[0][0]):
                     for (steps, values), seed in curves:  # nothing shared to average over
-                        ax.plot(steps, values, color=colors[(algo, "")], alpha=0.6, lw=1,
-                                label=f"{algo} {kind} (seed {seed}, alone)", **styles[kind])
+                        ax.plot(
+                            steps,
+                            values,
+                            color=colors[(algo, "")],
+                            alpha=0.6,
+                            lw=1,
+                            label=f"{algo} {kind} (seed {seed}, alone)",
+                            **styles[kind],
+                        )
                         drawn += 1
-                    said.append(f"{algo} on {env}: the {kind} curves of {_seeds(seeds)} share no steps; each drawn alone")
+                    said.append(
+                        f"{algo} on {env}: the {kind} curves of {_seeds(seeds)} share no steps; each drawn alone"
+                    )
                     continue
                 steps, values = common
                 over = f"steps {_steps(steps[0])}-{_steps(steps[-1])}"
                 who = _seeds([seed for _, seed in curves])
-                ax.plot(steps, values.mean(0), color=colors[(algo, "")], lw=2,
-                        label=f"{algo} {kind}, mean of {who} over {over}", **styles[kind])
-                ax.fill_between(steps, values.min(0), values.max(0), color=colors[(algo, "")], alpha=0.2, lw=0)
+                ax.plot(
+                    steps,
+                    values.mean(0),
+                    color=colors[(algo, "")],
+                    lw=2,
+                    label=f"{algo} {kind}, mean of {who} over {over}",
+                    **styles[kind],
+                )
+                ax.fill_between(
+                    steps, values.min(0), values.max(0), color=colors[(algo, "")], alpha=0.2, lw=0
+                )
                 drawn += 1
                 lo, hi = steps[0], steps[-1]
                 label = f"{algo} {kind}, each seed alone outside those steps"
                 for (s, v), _seed in curves:  # each run's own curve where the others have none
                     for part_s, part_v in _outside(s, v, lo, hi, join=kind == "training"):
-                        ax.plot(part_s, part_v, color=colors[(algo, "")], lw=0.8, alpha=0.7, label=label, **styles[kind])
+                        ax.plot(
+                            part_s,
+                            part_v,
+                            color=colors[(algo, "")],
+                            lw=0.8,
+                            alpha=0.7,
+                            label=label,
+                            **styles[kind],
+                        )
                         label = None
-                alone = [f"seed {seed} alone {_steps(s[0])}-{_steps(lo)}" for (s, _), seed in curves if s[0] < lo]
-                alone += [f"seed {seed} alone {_steps(hi)}-{_steps(s[-1])}" for (s, _), seed in curves if s[-1] > hi]
-                said.append(f"{algo} on {env}: {kind} return averaged over {who}, {over}" + "".join(f"; {x}" for x in alone))
+                alone = [
+                    f"seed {seed} alone {_steps(s[0])}-{_steps(lo)}" for (s, _), seed in curves if s[0] < lo
+                ]
+                alone += [
+                    f"seed {seed} alone {_steps(hi)}-{_steps(s[-1])}" for (s, _), seed in curves if s[-1] > hi
+                ]
+                said.append(
+                    f"{algo} on {env}: {kind} return averaged over {who}, {over}"
+                    + "".join(f"; {x}" for x in alone)
+                )
         ax.set_title(env)
         ax.set_xlabel("env steps")
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:,.0f}"))
         ax.set_ylabel("episodic return")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(envs):]:
+    for ax in list(axes.flat)[len(envs) :]:
         ax.axis("off")
     if not drawn:
         plt.close(fig)
         raise ValueError("nothing to plot: no run has a finished episode or an evaluation")
-    title = [f"training return: mean of each run's last {smooth} episodes" if smooth > 1 else "training return: each episode"]
+    title = [
+        f"training return: mean of each run's last {smooth} episodes"
+        if smooth > 1
+        else "training return: each episode"
+    ]
     if any(averaged.values()):
         title.append("thick line: mean over seeds, band: lowest to highest seed")
     width = int(6 * cols * 72 / (9 * 0.6))  # characters of 9 pt text that fit the figure's width

@@ -34,7 +34,10 @@ def main(a: ExportArgs) -> int:
         return 2
     for run in a.runs:
         if not (run / "metrics.csv").is_file() or not (run / "config.json").is_file():
-            print(f"tensorboard_export: error: {run} has no metrics.csv and config.json (not a run folder)", file=sys.stderr)
+            print(
+                f"tensorboard_export: error: {run} has no metrics.csv and config.json (not a run folder)",
+                file=sys.stderr,
+            )
             return 2
     try:
         tensorboard_writer()
