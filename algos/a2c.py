@@ -43,7 +43,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Callable, Literal, Optional
 
@@ -62,8 +62,7 @@ from common.fastpath import checked, numpy_mlp, probe_batch  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.returns import n_step_returns  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
-from harness.run import InputError, Run, RunArgs, bad_input, check, check_spaces, parse_args  # noqa: E402
-from harness.run import main as run_main, seed_all, setup, workers  # noqa: E402
+from harness.run import InputError, Run, RunArgs, check, vector_env, main as run_main  # noqa: E402
 
 ALGO = "a2c"
 
@@ -119,20 +118,12 @@ class Args(RunArgs):
 # 3. Environment ---------------------------------------------------------------------------------
 def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True) -> gym.vector.VectorEnv:
     """Vector env with SAME_STEP autoreset (the true final observation in infos["final_obs"]); pixel ids
-    preprocessed by common.pixels, `training=False` playing whole Atari games (evaluation)."""
-    def make(i: int) -> gym.Env:
-        if video_dir is None:
-            return pixels.make(env_id, training)
-        from harness.extras import record_first_episode
+    preprocessed by common.pixels, `training=False` playing whole Atari games (evaluation); Discrete or 1-D
+    Box actions (images: Discrete only), or InputError (harness.run.vector_env)."""
+    def make(render_mode: str | None) -> gym.Env:
+        return pixels.make(env_id, training, render_mode)
 
-        return record_first_episode(pixels.make(env_id, training, render_mode="rgb_array"), video_dir, i)
-
-    with bad_input(env_id):  # an unknown id, an env that refuses the settings, a missing env package
-        pixels.kind(env_id)
-        envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)],
-                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    check_spaces(envs, ALGO, env_id, continuous=True)  # Discrete or 1-D Box actions; images: Discrete only
-    return envs
+    return vector_env(make, num_envs, ALGO, env_id, video_dir, continuous=True)
 
 
 # 4. Networks ------------------------------------------------------------------------------------
@@ -308,19 +299,14 @@ def greedy_policy(net: ActorCritic, device: torch.device, action_space: gym.Spac
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    device = setup(args)  # torch threads, seeds, device
-    dist = workers()  # harness.distributed under torchrun, else a one-process stand-in
-    world = dist.init(device)  # torchrun workers; 1 (no process group) in a plain process
-    dist.check_same(asdict(args))  # mismatched command lines fail here, on every worker
-    # worker r seeds env i with seed + r * num_envs + i: no two envs share a seed; rank 0 is a plain run
-    seed = args.seed + dist.rank() * args.num_envs
-    seed_all(seed)  # the network's init is overwritten by rank 0's anyway
-    rng = np.random.default_rng(seed)  # action sampling
+    # the run folder (rank 0's); torch threads, device; torchrun's workers joined, each seeded with its own seed
+    run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "policy_loss", "value_loss", "entropy",
+                           "grad_norm", "sps", "eval_return", "eval_return_std"], workers=True)
+    device, dist, world = run.device, run.workers, run.world
+    rng = np.random.default_rng(run.seed)  # action sampling
 
     envs = make_env(args.env_id, args.num_envs)
     space, shape = envs.single_action_space, obs_shape(envs.single_observation_space)  # vectors flattened
-    envs.action_space.seed(seed)
-    space.seed(seed)
     atari, discrete = pixels.kind(args.env_id) == "atari", isinstance(space, gym.spaces.Discrete)
     B, T = args.num_envs, args.n_steps
     num_updates = math.ceil(args.total_timesteps / (B * T * world))  # each update: every worker's rollout
@@ -339,21 +325,17 @@ def train(args: Args) -> dict:
     rollout_actions = np.zeros((T, B, *space.shape), dtype=np.int64 if discrete else np.float32)
     rollout_rewards, rollout_terminated, rollout_truncated = np.zeros((3, T, B), dtype=np.float32)
     eval_envs = functools.partial(make_env, args.env_id, training=False)
-    run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "policy_loss", "value_loss", "entropy", "grad_norm",
-                           "sps", "eval_return", "eval_return_std"], write=dist.is_main())
-    acting_net, rollout_loss = run.compile(ac), run.compile(a2c_rollout_loss)  # themselves unless --compile
+    acting_net, a2c_rollout_loss_fn = run.compile(ac), run.compile(a2c_rollout_loss)  # themselves unless --compile
 
-    obs, global_step, state = run.begin(envs, seed)  # a resumed run's state: generators, envs, episodes restored
-    if state is not None:
-        net.load_state_dict(state["net"])
-        rng.bit_generator.state = state["rng"]
-        if reward_scaler is not None:
-            reward_scaler.load_state_dict(state["reward_scaler"])
+    def checkpoint() -> dict:  # all that the next rollout depends on: run.after_step saves it, run.begin restores it
+        return {"net": net, "rng": rng, "reward_scaler": reward_scaler}
+
+    obs, global_step = run.begin(envs, eval_envs, checkpoint())  # reset, or a resumed run's put back
     obs = obs.reshape(B, *shape)
     # numpy_head checks its fast path against forward() on these weights
     policy_head, greedy = numpy_head(acting_net, device), greedy_policy(acting_net, device, space)
     std = None if discrete else ac.log_std.detach().exp().cpu().numpy()  # [A], refreshed after every update
-    with run.training(envs):
+    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness/run.py)
         while global_step < args.total_timesteps:
             prev_step = global_step
             # rollout: T steps of all envs with the current policy (one numpy actor forward per step)
@@ -381,7 +363,7 @@ def train(args: Args) -> dict:
                 rollout_actions, rollout_rewards, rollout_terminated, rollout_truncated))
             with torch.no_grad():  # V(true s_{t+1}) [T * B]
                 next_values = ac.value(torch.as_tensor(rollout_next_obs, device=device).flatten(0, 1))
-            loss, policy_loss, value_loss, entropy_mean = rollout_loss(
+            loss, policy_loss, value_loss, entropy_mean = a2c_rollout_loss_fn(
                 ac, obs_t, actions_t, rewards_t, next_values.view(T, B), terminated_t, truncated_t,
                 args.gamma, args.n_step_return, args.gae_lambda, args.value_coef, args.entropy_coef)
             loss, grad_norm = net.train_step(loss)
@@ -394,21 +376,15 @@ def train(args: Args) -> dict:
                 ac.obs_norm.update(dist.gather(obs_t))  # all workers' observations
             if net.updates % 100 == 0:
                 run.log(global_step, loss=loss.item(), policy_loss=policy_loss.item(), value_loss=value_loss.item(),
-                        entropy=entropy_mean.item(), grad_norm=grad_norm.item(), sps=round(global_step / run.elapsed()))
+                        entropy=entropy_mean.item(), grad_norm=grad_norm.item())
 
-            if run.evaluation_due(prev_step, global_step):
-                run.evaluate(greedy, eval_envs, global_step)
-            if run.checkpoint_due(prev_step, global_step):  # all that the next rollout depends on
-                run.save_checkpoint(global_step, envs, obs, {
-                    "net": net.state_dict(), "rng": rng.bit_generator.state,
-                    "reward_scaler": reward_scaler.state_dict() if reward_scaler is not None else None,
-                })
-            run.progress(global_step)
-        run.final_evaluation(greedy, eval_envs, global_step)  # rank 0 evaluates for all workers
-    return run.finish(global_step, model=ac, world_size=world, device=str(device), updates=net.updates)
+            # evaluate greedy (rank 0), save checkpoint() (then stop, on a stop signal), show progress
+            run.after_step(prev_step, global_step, obs, greedy, checkpoint)
+    return run.finish(global_step, greedy, model=ac, world_size=world, device=str(device), updates=net.updates)
 
 
-main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
+# main(args), or main() for the command line's; exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
+main = functools.partial(run_main, ALGO, train, Args, __doc__)
 
 
 # Input checks and saved policies -----------------------------------------------------------------
@@ -416,7 +392,7 @@ def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     make_env(args.env_id, 1).close()  # an unknown id, the wrong action space
     check(args, positive=("n_steps", "n_step_return", "optimizer_eps", "learning_rate", "clip_grad_norm"),
-          fractions=("gamma",), nonnegative=("value_coef", "entropy_coef"), conditions=[
+          fractions=("gamma",), nonnegative=("value_coef", "entropy_coef"), conditions=[  # and harness.run.SHARED_CHECKS
         (args.gae_lambda is None or 0.0 <= args.gae_lambda <= 1.0, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}"),
         (args.gae_lambda is None or args.n_step_return is None, "--gae-lambda and --n-step-return cannot be used together"),
         (0.0 < args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in (0, 1), got {args.rmsprop_alpha}"),
@@ -436,4 +412,4 @@ def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[n
 
 # 7. Entry point ---------------------------------------------------------------------------------
 if __name__ == "__main__":
-    sys.exit(main(parse_args(Args, __doc__)))
+    sys.exit(main())

@@ -45,8 +45,7 @@ from common.autoreset import true_next_obs  # noqa: E402
 from common.fastpath import checked, numpy_mlp, probe_batch  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.replay import Batch, ReplayMemory  # noqa: E402
-from harness.run import InputError, Run, RunArgs, bad_input, check, check_spaces, parse_args, refuse_workers, setup  # noqa: E402
-from harness.run import main as run_main  # noqa: E402
+from harness.run import Run, RunArgs, check, vector_env, main as run_main  # noqa: E402
 
 ALGO = "ddpg"
 
@@ -97,20 +96,15 @@ class Args(RunArgs):
 
 # 3. Environment ---------------------------------------------------------------------------------
 def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.vector.VectorEnv:
-    """Vector env with SAME_STEP autoreset: the true final observation is in infos["final_obs"]."""
-    def make(i: int) -> gym.Env:
-        if video_dir is None:
-            return gym.make(env_id)
-        from harness.extras import record_first_episode  # only where videos are recorded
-        return record_first_episode(gym.make(env_id, render_mode="rgb_array"), video_dir, i)
+    """Vector env with SAME_STEP autoreset (the true final observation is in infos["final_obs"]); a 1-D Box
+    action space with finite bounds, or InputError (harness.run.vector_env)."""
+    def make(render_mode: str | None) -> gym.Env:
+        if env_id.startswith(("ALE/", "MinAtar/")) or "NoFrameskip" in env_id:  # refused before making it
+            raise ValueError(f"{ALGO} takes vector observations; {env_id} is a pixel env "
+                             "(dqn, n_step_q, sarsa and a2c take images)")
+        return gym.make(env_id) if render_mode is None else gym.make(env_id, render_mode=render_mode)
 
-    with bad_input(env_id):  # an unknown id, an env that refuses the settings, a missing env package
-        try:
-            gym.spec(env_id)
-        except gym.error.Error as e:
-            raise ValueError(f"unknown environment id {env_id!r} ({e})") from None
-        return gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)],
-                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    return vector_env(make, num_envs, ALGO, env_id, video_dir, discrete=False, continuous=True, bounded=True)
 
 
 # 4. Networks ------------------------------------------------------------------------------------
@@ -139,6 +133,11 @@ class Actor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.action_bias + self.action_scale * torch.tanh(self.net(obs))  # [B, A]
+
+
+def build_actor(args: Args, envs: gym.vector.VectorEnv) -> Actor:
+    """The actor for `envs`' spaces; train() and load_policy() both build it here."""
+    return Actor(int(np.prod(envs.single_observation_space.shape)), envs.single_action_space, tuple(args.hidden_sizes))
 
 
 class Critic(nn.Module):
@@ -217,39 +216,36 @@ def deterministic_policy(actor: Actor, device: torch.device) -> Callable[[np.nda
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    device = setup(args)  # torch threads, seeds, device
+    run = Run(ALGO, args, ["episodic_return", "episodic_length", "critic_loss", "actor_loss", "q_values", "grad_norm",
+                           "sps", "eval_return", "eval_return_std"])  # the run folder; torch threads, seeds, device
+    device = run.device
     noise_seed, replay_seed = np.random.SeedSequence(args.seed).spawn(2)  # independent streams from one seed
     rng = np.random.default_rng(noise_seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs)
     space = envs.single_action_space
-    envs.action_space.seed(args.seed)
-    space.seed(args.seed)
     obs_dim, B = int(np.prod(envs.single_observation_space.shape)), args.num_envs
     action_shape, action_dim = space.shape, int(np.prod(space.shape))
     low, high = (bound.reshape(action_dim).astype(np.float32) for bound in (space.low, space.high))  # [A]
 
-    actor = NetworkWrapper(Actor(obs_dim, space, args.hidden_sizes), lr=args.actor_learning_rate,
+    actor = NetworkWrapper(build_actor(args, envs), lr=args.actor_learning_rate,
                            optimizer="adam", clip_grad_norm=args.clip_grad_norm, target=True, device=device)
     critic = NetworkWrapper(Critic(obs_dim, action_dim, args.hidden_sizes), lr=args.critic_learning_rate, optimizer="adam",
                             l2=args.critic_l2, clip_grad_norm=args.clip_grad_norm, target=True, device=device)
     noise = ExplorationNoise(args.noise, args.noise_std, args.ou_theta, (high - low) / 2, B, rng)
     memory = ReplayMemory(args.buffer_size, (obs_dim,), (action_dim,), discrete=False, device=device, seed=replay_seed)
     eval_envs = functools.partial(make_env, args.env_id)
-    run = Run(ALGO, args, ["episodic_return", "episodic_length", "critic_loss", "actor_loss", "q_values", "grad_norm", "sps", "eval_return", "eval_return_std"])
-    acting_net, q_loss, mu_loss = run.compile(actor.online), run.compile(critic_loss), run.compile(actor_loss)
-
+    acting_net = run.compile(actor.online)  # these three: themselves unless --compile
+    critic_loss_fn, actor_loss_fn = run.compile(critic_loss), run.compile(actor_loss)
     actor_loss_value = torch.zeros(())
-    obs, global_step, state = run.begin(envs, args.seed)  # a resumed run's state: generators, envs, episodes restored
-    if state is not None:
-        actor.load_state_dict(state["actor"])
-        critic.load_state_dict(state["critic"])
-        if state["memory"] is not None:
-            memory.load_state_dict(state["memory"])
-        rng.bit_generator.state, noise.state[:] = state["rng"], state["noise"]
-        actor_loss_value = state["actor_loss"]
+
+    def checkpoint() -> dict:  # everything the next step depends on: run.after_step saves it, run.begin restores it
+        return {"actor": actor, "critic": critic, "memory": memory if args.checkpoint_memory else None, "rng": rng,
+                "noise": noise.state, "actor_loss": actor_loss_value}
+
+    obs, global_step = run.begin(envs, eval_envs, checkpoint())  # reset, or a resumed run's put back
     obs, policy = obs.reshape(B, obs_dim), deterministic_policy(acting_net, device)  # the fast path checks these weights
-    with run.training(envs):
+    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness/run.py)
         while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B
             # act: uniform during heatup, then mu(s) + noise, clipped to the bounds
@@ -272,60 +268,42 @@ def train(args: Args) -> dict:
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
                     batch = memory.sample(args.batch_size)
-                    loss, q_mean = q_loss(critic.online, critic.target, actor.target, batch, args.gamma)
+                    loss, q_mean = critic_loss_fn(critic.online, critic.target, actor.target, batch, args.gamma)
                     loss, grad_norm = critic.train_step(loss)
                     if critic.updates % args.policy_every == 0:
                         critic.online.requires_grad_(False)  # no critic gradients from the actor's loss
-                        actor_loss_value, _ = actor.train_step(mu_loss(actor.online, critic.online, batch.obs))
+                        actor_loss_value, _ = actor.train_step(actor_loss_fn(actor.online, critic.online, batch.obs))
                         critic.online.requires_grad_(True)
                         critic.sync(args.target_rate)
                         actor.sync(args.target_rate)
                     if critic.updates % 100 == 0:
                         run.stop_if_nan(global_step, loss, actor=actor_loss_value)
                         run.log(global_step, critic_loss=loss.item(), actor_loss=actor_loss_value.item(), q_values=q_mean.item(),
-                                grad_norm=grad_norm.item(), sps=round(global_step / run.elapsed()))
+                                grad_norm=grad_norm.item())
 
-            if run.evaluation_due(prev_step, global_step):
-                run.evaluate(policy, eval_envs, global_step)
-            if run.checkpoint_due(prev_step, global_step):  # everything the next step depends on
-                run.save_checkpoint(global_step, envs, obs, {"actor": actor.state_dict(), "critic": critic.state_dict(),
-                    "memory": memory.state_dict() if args.checkpoint_memory else None, "rng": rng.bit_generator.state,
-                    "noise": noise.state, "actor_loss": actor_loss_value})
-            run.progress(global_step)
-        run.final_evaluation(policy, eval_envs, global_step)
-    return run.finish(global_step, model={"actor": actor.online.state_dict(), "critic": critic.online.state_dict()},
+            # evaluate policy, save checkpoint() (then stop, on a stop signal), show progress
+            run.after_step(prev_step, global_step, obs, policy, checkpoint)
+    return run.finish(global_step, policy, model={"actor": actor.online.state_dict(), "critic": critic.online.state_dict()},
                       device=str(device), updates=critic.updates)
 
 
-main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
+# main(args), or main() for the command line's; exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
+main = functools.partial(run_main, ALGO, train, Args, __doc__)
 
 
 # Input checks and saved policies -----------------------------------------------------------------
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
-    env_id = args.env_id
-    if env_id.startswith(("ALE/", "MinAtar/")) or "NoFrameskip" in env_id:  # refused before making it
-        raise InputError(f"{ALGO} takes vector observations; {env_id} is a pixel env (dqn, n_step_q, sarsa and a2c take images)")
-    envs = make_env(env_id, 1)  # an unknown id
-    check_spaces(envs, ALGO, env_id, discrete=False, continuous=True, bounded=True)
-    envs.close()
+    make_env(args.env_id, 1).close()  # a pixel env, an unknown id, the wrong action space
     check(args, positive=("batch_size", "buffer_size", "train_every", "gradient_steps", "policy_every", "actor_learning_rate",
                           "critic_learning_rate", "clip_grad_norm"), fractions=("gamma",),
-          nonnegative=("noise_std", "learning_starts", "critic_l2"), conditions=[
-        (args.batch_size <= args.buffer_size, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}"),
-        (0.0 < args.ou_theta <= 1.0, f"--ou-theta must be in (0, 1], got {args.ou_theta}"),
-        (0.0 < args.target_rate <= 1.0, f"--target-rate must be in (0, 1], got {args.target_rate}"),
-        (args.learning_starts < args.total_timesteps,
-         f"--learning-starts {args.learning_starts} leaves no step to learn in --total-timesteps {args.total_timesteps}"),
-        (all(h > 0 for h in args.hidden_sizes), f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
-    ])
-    refuse_workers(ALGO)
+          nonnegative=("noise_std", "learning_starts", "critic_l2"), single_process=ALGO)  # and harness.run.SHARED_CHECKS
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
     """Deterministic policy from a `--save-model` file (state dicts, weights_only=True), for tools/evaluate.py."""
     envs = make_env(args.env_id, 1)
-    actor = Actor(int(np.prod(envs.single_observation_space.shape)), envs.single_action_space, tuple(args.hidden_sizes))
+    actor = build_actor(args, envs)
     envs.close()
     actor.load_state_dict(torch.load(model_path, map_location=device, weights_only=True)["actor"])
     return deterministic_policy(actor.to(device).eval(), torch.device(device))
@@ -333,4 +311,4 @@ def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[n
 
 # 7. Entry point ---------------------------------------------------------------------------------
 if __name__ == "__main__":
-    sys.exit(main(parse_args(Args, __doc__)))
+    sys.exit(main())

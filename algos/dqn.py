@@ -52,8 +52,7 @@ from common.fastpath import checked, numpy_mlp  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.replay import Batch, ReplayMemory  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
-from harness.run import Run, RunArgs, bad_input, check, check_spaces, parse_args, refuse_workers, setup  # noqa: E402
-from harness.run import main as run_main  # noqa: E402
+from harness.run import Run, RunArgs, check, vector_env, main as run_main  # noqa: E402
 
 ALGO = "dqn"
 
@@ -121,21 +120,13 @@ class Args(RunArgs):
 # 3. Environment ---------------------------------------------------------------------------------
 def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True, scale_obs: bool = False,
              max_frames: int | None = None) -> gym.vector.VectorEnv:
-    """Vector env with SAME_STEP autoreset (the true final observation is in infos["final_obs"]), made
-    by common.pixels.make (pixel preprocessing, `training`: a lost life ends an Atari episode)."""
-    def make(i: int) -> gym.Env:
-        if video_dir is None:
-            return pixels.make(env_id, training, scale_obs=scale_obs, max_frames=max_frames)
-        from harness.extras import record_first_episode
+    """Vector env with SAME_STEP autoreset (the true final observation is in infos["final_obs"]) of envs made
+    by common.pixels.make (pixel preprocessing, `training`: a lost life ends an Atari episode); Discrete
+    actions and Box observations, or InputError (harness.run.vector_env)."""
+    def make(render_mode: str | None) -> gym.Env:
+        return pixels.make(env_id, training, render_mode, scale_obs=scale_obs, max_frames=max_frames)
 
-        return record_first_episode(pixels.make(env_id, training, "rgb_array", scale_obs, max_frames), video_dir, i)
-
-    with bad_input(env_id):  # an unknown id, an env that refuses the settings, a missing env package
-        pixels.kind(env_id)
-        envs = gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)],
-                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    check_spaces(envs, ALGO, env_id)  # Discrete actions, Box observations
-    return envs
+    return vector_env(make, num_envs, ALGO, env_id, video_dir)
 
 
 # 4. Networks ------------------------------------------------------------------------------------
@@ -149,6 +140,11 @@ class QNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs)  # [B, A]
+
+
+def build_network(args: Args, envs: gym.vector.VectorEnv) -> QNetwork:
+    """The Q-network for `envs`' spaces; train() and load_policy() both build it here."""
+    return QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
 
 
 # 5. Algorithm -----------------------------------------------------------------------------------
@@ -218,21 +214,21 @@ def evaluation_policy(greedy: Callable, epsilon: float, n_actions: int, seed: in
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    device = setup(args)  # torch threads, seeds, device
+    run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps",
+                           "eval_return", "eval_return_std"])  # the run folder; torch threads, seeds, device
+    device = run.device
     # exploration and replay sampling: two streams spawned from the seed (not the seed itself: env 0's)
     explore_seed, replay_seed = np.random.SeedSequence(args.seed).spawn(2)
     rng = np.random.default_rng(explore_seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs, scale_obs=args.scale_obs)
-    envs.action_space.seed(args.seed)
-    envs.single_action_space.seed(args.seed)
     shape = obs_shape(envs.single_observation_space)  # images as they are, vectors flattened
     n_actions, B = int(envs.single_action_space.n), args.num_envs
     atari = pixels.kind(args.env_id) == "atari"
 
     num_updates = max(1, (args.total_timesteps // args.train_every - args.learning_starts // args.train_every) * args.gradient_steps)
     q_net = NetworkWrapper(
-        QNetwork(shape, n_actions, args.hidden_sizes), lr=args.learning_rate, optimizer=args.optimizer,
+        build_network(args, envs), lr=args.learning_rate, optimizer=args.optimizer,
         eps=args.optimizer_eps, alpha=args.rmsprop_alpha, centered=args.rmsprop_centered,
         clip_grad_norm=args.clip_grad_norm, target=True, device=device,
         lr_lambda=(lambda u: max(0.0, 1.0 - u / num_updates)) if args.anneal_lr else None,
@@ -244,19 +240,17 @@ def train(args: Args) -> dict:
         memory = ReplayMemory(args.buffer_size, shape, (), discrete=True, device=device, seed=replay_seed,
                               obs_dtype=torch.uint8 if is_image(shape) else torch.float32)
     eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs, max_frames=args.eval_max_frames)
-    run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps", "eval_return", "eval_return_std"])
-    acting_net, q_loss = run.compile(q_net.online), run.compile(dqn_loss)  # themselves unless --compile
+    acting_net, dqn_loss_fn = run.compile(q_net.online), run.compile(dqn_loss)  # themselves unless --compile
 
-    obs, global_step, state = run.begin(envs, args.seed)  # a resumed run's state: generators, envs, episodes restored
-    if state is not None:
-        q_net.load_state_dict(state["q_net"])
-        if state["memory"] is not None:
-            memory.load_state_dict(state["memory"])
-            if state["envs_restarted"] and atari:
-                memory.new_episodes()  # the reset observations must not be stacked onto the old episodes' frames
-        rng.bit_generator.state = state["rng"]
+    def checkpoint() -> dict:  # everything the next step depends on: run.after_step saves it, run.begin restores it
+        return {"q_net": q_net, "memory": memory if args.checkpoint_memory else None, "rng": rng}
+
+    obs, global_step = run.begin(envs, eval_envs, checkpoint())  # reset, or a resumed run's put back
+    if run.envs_reset and atari:
+        memory.new_episodes()  # after a resume, the new observations must not be stacked onto the old frames
     obs, greedy = obs.reshape(B, *shape), greedy_policy(acting_net, device)  # its fast path checked on these weights
-    with run.training(envs):
+    policy_at = functools.partial(evaluation_policy, greedy, args.eval_epsilon, n_actions, args.seed)  # (step)
+    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness/run.py)
         while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B
             # act: uniform during heatup, then epsilon-greedy on the online network
@@ -281,28 +275,23 @@ def train(args: Args) -> dict:
             if global_step > args.learning_starts and len(memory) >= min(args.learning_starts, args.buffer_size):
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
-                    loss, q_mean = q_loss(q_net.online, q_net.target, memory.sample(args.batch_size), args.gamma, args.double_dqn, args.loss)
+                    loss, q_mean = dqn_loss_fn(q_net.online, q_net.target, memory.sample(args.batch_size), args.gamma, args.double_dqn, args.loss)
                     loss, grad_norm = q_net.train_step(loss)
                     if q_net.updates % 100 == 0:
                         run.stop_if_nan(global_step, loss)
                         run.log(global_step, loss=loss.item(), q_values=q_mean.item(), grad_norm=grad_norm.item(),
-                                epsilon=epsilon, sps=round(global_step / run.elapsed()))
+                                epsilon=epsilon)
                 # sync: every `target_every` env steps crossed
                 if global_step // args.target_every > prev_step // args.target_every:
                     q_net.sync(args.target_rate)
 
-            if run.evaluation_due(prev_step, global_step):
-                run.evaluate(evaluation_policy(greedy, args.eval_epsilon, n_actions, args.seed, global_step), eval_envs, global_step)
-            if run.checkpoint_due(prev_step, global_step):  # everything the next step depends on
-                memory_state = memory.state_dict() if args.checkpoint_memory else None
-                run.save_checkpoint(global_step, envs, obs, {"q_net": q_net.state_dict(), "memory": memory_state,
-                                                             "rng": rng.bit_generator.state})
-            run.progress(global_step)
-        run.final_evaluation(evaluation_policy(greedy, args.eval_epsilon, n_actions, args.seed, global_step), eval_envs, global_step)
-    return run.finish(global_step, model=q_net.online, device=str(device), updates=q_net.updates)
+            # evaluate policy_at(global_step), save checkpoint() (then stop, on a stop signal), show progress
+            run.after_step(prev_step, global_step, obs, policy_at(global_step), checkpoint)
+    return run.finish(global_step, policy_at(global_step), model=q_net.online, device=str(device), updates=q_net.updates)
 
 
-main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
+# main(args), or main() for the command line's; exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
+main = functools.partial(run_main, ALGO, train, Args, __doc__)
 
 
 # Input checks and saved policies -----------------------------------------------------------------
@@ -311,25 +300,19 @@ def validate(args: Args) -> None:
     make_env(args.env_id, 1, scale_obs=args.scale_obs).close()  # an unknown id, the wrong action space
     check(args, positive=("batch_size", "buffer_size", "target_every", "train_every", "gradient_steps", "learning_rate",
                           "optimizer_eps", "eval_max_frames", "clip_grad_norm"),
-          fractions=("start_epsilon", "end_epsilon", "gamma", "eval_epsilon"), nonnegative=("learning_starts",), conditions=[
-        (args.batch_size <= args.buffer_size, f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}"),
-        (0.0 < args.exploration_fraction <= 1.0, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}"),
-        (0.0 < args.target_rate <= 1.0, f"--target-rate must be in (0, 1], got {args.target_rate}"),
-        (args.learning_starts < args.total_timesteps,
-         f"--learning-starts {args.learning_starts} leaves no step to learn in --total-timesteps {args.total_timesteps}"),
+          fractions=("start_epsilon", "end_epsilon", "gamma", "eval_epsilon"), nonnegative=("learning_starts",),
+          single_process=ALGO, conditions=[  # and harness.run.SHARED_CHECKS (batch <= buffer, target rate, ...)
         (0.0 <= args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}"),
         (args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered),
          "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
         (args.eval_max_frames is None or pixels.kind(args.env_id) == "atari", f"--eval-max-frames is for Atari ids; {args.env_id} is not one"),
-        (all(h > 0 for h in args.hidden_sizes), f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
     ])
-    refuse_workers(ALGO)
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
     """Greedy policy from a `--save-model` file (state dict, loaded with weights_only=True), for tools/evaluate.py."""
     envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
-    q_net = QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
+    q_net = build_network(args, envs)
     envs.close()
     q_net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
     return greedy_policy(q_net.to(device).eval(), torch.device(device))
@@ -337,4 +320,4 @@ def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[n
 
 # 7. Entry point ---------------------------------------------------------------------------------
 if __name__ == "__main__":
-    sys.exit(main(parse_args(Args, __doc__)))
+    sys.exit(main())

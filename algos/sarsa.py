@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Callable, Literal, Optional
 
@@ -54,8 +54,7 @@ from common.fastpath import checked, numpy_mlp  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.returns import n_step_returns  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
-from harness.run import Run, RunArgs, bad_input, check, check_spaces, parse_args  # noqa: E402
-from harness.run import main as run_main, seed_all, setup, workers  # noqa: E402
+from harness.run import Run, RunArgs, check, vector_env, main as run_main  # noqa: E402
 
 ALGO = "sarsa"
 
@@ -109,17 +108,12 @@ class Args(RunArgs):
 # 3. Environment ---------------------------------------------------------------------------------
 def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True,
              scale_obs: bool = False) -> gym.vector.VectorEnv:
-    """common.pixels.make envs, SAME_STEP autoreset (the true final observation in infos["final_obs"])."""
-    def make(i: int) -> gym.Env:
-        if video_dir is None:
-            return pixels.make(env_id, training, scale_obs=scale_obs)
-        from harness.extras import record_first_episode  # only where a video is recorded
-        return record_first_episode(pixels.make(env_id, training, "rgb_array", scale_obs), video_dir, i)
+    """common.pixels.make envs, SAME_STEP autoreset (the true final observation in infos["final_obs"]); Discrete
+    actions and Box observations, or InputError (harness.run.vector_env)."""
+    def make(render_mode: str | None) -> gym.Env:
+        return pixels.make(env_id, training, render_mode, scale_obs=scale_obs)
 
-    with bad_input(env_id):  # an unknown id, an env that refuses the settings, a missing env package
-        pixels.kind(env_id)
-        return gym.vector.SyncVectorEnv([functools.partial(make, i) for i in range(num_envs)],
-                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    return vector_env(make, num_envs, ALGO, env_id, video_dir)
 
 
 # 4. Networks ------------------------------------------------------------------------------------
@@ -133,6 +127,11 @@ class QNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs)  # [B, A]
+
+
+def build_network(args: Args, envs: gym.vector.VectorEnv) -> QNetwork:
+    """The Q-network for `envs`' spaces; train() and load_policy() both build it here."""
+    return QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
 
 
 # 5. Algorithm -----------------------------------------------------------------------------------
@@ -220,25 +219,20 @@ def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    device = setup(args)  # torch threads, seeds, device
-    dist = workers()  # harness.distributed under torchrun, a one-process stand-in otherwise
-    world = dist.init(device)  # 1 in a plain process
-    dist.check_same(asdict(args))  # mismatched command lines fail here, on every worker
-    # worker r's env i gets seed + r * num_envs + i: no two envs share a seed; rank 0 is the plain run
-    seed = args.seed + dist.rank() * args.num_envs
-    seed_all(seed)  # the network's init is overwritten by rank 0's anyway
-    rng = np.random.default_rng(seed)  # exploration
+    # the run folder (rank 0's); torch threads, device; torchrun's workers joined, each seeded with its own seed
+    run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon",
+                           "sps", "eval_return", "eval_return_std"], workers=True)
+    device, dist, world = run.device, run.workers, run.world
+    rng = np.random.default_rng(run.seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs, scale_obs=args.scale_obs)
-    envs.action_space.seed(seed)
-    envs.single_action_space.seed(seed)
     shape = obs_shape(envs.single_observation_space)  # images as they are, vectors flattened
     n_actions, B, T = int(envs.single_action_space.n), args.num_envs, args.n_steps
     atari = pixels.kind(args.env_id) == "atari"
 
     num_updates = math.ceil(args.total_timesteps / (T * B * world))  # each update: every worker's rollout
     q_net = NetworkWrapper(
-        QNetwork(shape, n_actions, args.hidden_sizes), lr=args.learning_rate, optimizer=args.optimizer,
+        build_network(args, envs), lr=args.learning_rate, optimizer=args.optimizer,
         eps=args.optimizer_eps, alpha=args.rmsprop_alpha, centered=args.rmsprop_centered,
         lr_lambda=(lambda update: 1.0 - update / num_updates) if args.anneal_lr else None,
         clip_grad_norm=args.clip_grad_norm, target=args.target_network, device=device, workers=dist,
@@ -249,21 +243,21 @@ def train(args: Args) -> dict:
     rollout_rewards, rollout_epsilon = np.zeros((T, B), dtype=np.float32), np.zeros((T, 1), dtype=np.float32)
     rollout_terminated, rollout_truncated = np.zeros((2, T, B), dtype=bool)
     eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs)
-    run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon",
-                           "sps", "eval_return", "eval_return_std"], write=dist.is_main())
-    acting_net, q_loss = run.compile(q_net.online), run.compile(sarsa_loss)  # themselves unless --compile
+    acting_net, sarsa_loss_fn = run.compile(q_net.online), run.compile(sarsa_loss)  # themselves unless --compile
 
-    obs, global_step, state = run.begin(envs, seed)  # a resumed run's state: generators, envs, episodes restored
-    epsilon = args.start_epsilon
-    if state is not None:
-        q_net.load_state_dict(state["q_net"])
-        rng.bit_generator.state = state["rng"]
-        actions, epsilon = state["actions"], state["epsilon"]
+    actions = np.zeros(B, dtype=np.int64)  # the actions the next step takes (restored in place on resume)
+
+    def checkpoint() -> dict:  # at a rollout's end, what the next one needs: run.after_step saves it, run.begin restores it
+        return {"q_net": q_net, "rng": rng, "actions": actions}
+
+    obs, global_step = run.begin(envs, eval_envs, checkpoint())  # reset, or a resumed run's put back
     obs = obs.reshape(B, *shape)
     greedy = greedy_policy(acting_net, device)  # after any load: the fast path is checked on these weights
-    if run.env_note != "restored":  # a new run, or envs restarted on resume: choose their first actions
+    if run.envs_reset:  # a new run, or envs restarted on resume: choose their first actions
+        epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, args.exploration_fraction * args.total_timesteps,
+                                 global_step)
         actions = select_actions(greedy, obs, epsilon, n_actions, rng)
-    with run.training(envs):
+    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness/run.py)
         while global_step < args.total_timesteps:
             rollout_start = global_step
             for t in range(T):
@@ -297,49 +291,41 @@ def train(args: Args) -> dict:
             rollout = [torch.as_tensor(x, device=device) for x in (rollout_obs, rollout_actions,
                        rollout_rewards, rollout_next_obs, rollout_next_actions, rollout_terminated,
                        rollout_truncated, rollout_epsilon)]
-            loss, q_mean = q_loss(q_net.online, q_net.target, *rollout, args.gamma, args.expected, args.loss)
+            loss, q_mean = sarsa_loss_fn(q_net.online, q_net.target, *rollout, args.gamma, args.expected, args.loss)
             loss, grad_norm = q_net.train_step(loss)
             if q_net.updates % 25 == 0:  # every 1,000 env steps at the defaults, as often as DQN
                 run.stop_if_nan(global_step, loss)
                 run.log(global_step, loss=loss.item(), q_values=q_mean.item(), grad_norm=grad_norm.item(),
-                        epsilon=epsilon, sps=round(global_step / run.elapsed()))
+                        epsilon=epsilon)
             # sync: every `target_every` env steps crossed
             if args.target_network and global_step // args.target_every > rollout_start // args.target_every:
                 q_net.sync()
 
-            if run.evaluation_due(rollout_start, global_step):
-                run.evaluate(greedy, eval_envs, global_step)
-            if run.checkpoint_due(rollout_start, global_step):  # at a rollout's end: what the next one needs
-                run.save_checkpoint(global_step, envs, obs, {"q_net": q_net.state_dict(), "rng": rng.bit_generator.state,
-                                                             "actions": actions, "epsilon": epsilon})
-            run.progress(global_step)
-        run.final_evaluation(greedy, eval_envs, global_step)  # rank 0 evaluates for all workers
-    return run.finish(global_step, model=q_net.online, world_size=world, device=str(device), updates=q_net.updates)
+            # evaluate greedy (rank 0), save checkpoint() (then stop, on a stop signal), show progress
+            run.after_step(rollout_start, global_step, obs, greedy, checkpoint)
+    return run.finish(global_step, greedy, model=q_net.online, world_size=world, device=str(device), updates=q_net.updates)
 
 
-main = functools.partial(run_main, ALGO, train)  # exit status: 0 done, 1 failed, 2 bad input, 75 preempted, 130 interrupted
+# main(args), or main() for the command line's; exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
+main = functools.partial(run_main, ALGO, train, Args, __doc__)
 
 
 # Input checks and saved policies -----------------------------------------------------------------
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
-    envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)  # an unknown id
-    check_spaces(envs, ALGO, args.env_id)  # Discrete actions, Box observations
-    envs.close()
+    make_env(args.env_id, 1, scale_obs=args.scale_obs).close()  # an unknown id, the wrong action space
     check(args, positive=("n_steps", "target_every", "learning_rate", "optimizer_eps", "clip_grad_norm"),
-          fractions=("start_epsilon", "end_epsilon", "gamma"), conditions=[
-        (0.0 < args.exploration_fraction <= 1.0, f"--exploration-fraction must be in (0, 1], got {args.exploration_fraction}"),
+          fractions=("start_epsilon", "end_epsilon", "gamma"), conditions=[  # and harness.run.SHARED_CHECKS
         (0.0 <= args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}"),
         (args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered),
          "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
-        (all(h > 0 for h in args.hidden_sizes), f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
     ])
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
     """Greedy policy from a `--save-model` file (a state dict, loaded weights_only), for tools/evaluate.py."""
     envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
-    q_net = QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
+    q_net = build_network(args, envs)
     envs.close()
     q_net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
     return greedy_policy(q_net.to(device).eval(), torch.device(device))
@@ -347,4 +333,4 @@ def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[n
 
 # 7. Entry point ---------------------------------------------------------------------------------
 if __name__ == "__main__":
-    sys.exit(main(parse_args(Args, __doc__)))
+    sys.exit(main())

@@ -101,7 +101,6 @@ class EpisodicLife(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return obs, info
 
 
-
 class FrameMemory:
     """Replay memory for frame stacks ([k, H, W] uint8, e.g. Atari's 4 x 84 x 84) that stores each
     frame once and rebuilds the stacks when sampling.
@@ -125,7 +124,16 @@ class FrameMemory:
         seed: sampler seed, as for `ReplayMemory`.
     """
 
-    _ARRAYS = ("frames", "actions", "rewards", "terminated", "has_transition", "first", "written", "starts_episode")
+    _ARRAYS = (
+        "frames",
+        "actions",
+        "rewards",
+        "terminated",
+        "has_transition",
+        "first",
+        "written",
+        "starts_episode",
+    )
 
     def __init__(
         self,
@@ -137,7 +145,9 @@ class FrameMemory:
         seed: int | np.random.SeedSequence | None = None,
     ):
         if capacity <= 0 or stack <= 0 or num_envs <= 0:
-            raise ValueError(f"capacity, stack and num_envs must be positive, got {capacity}, {stack}, {num_envs}")
+            raise ValueError(
+                f"capacity, stack and num_envs must be positive, got {capacity}, {stack}, {num_envs}"
+            )
         self.capacity, self.stack, self.num_envs = capacity, stack, num_envs
         self.ring = max(-(-capacity // num_envs), stack + 1)  # entries per env
         self.device = torch.device(device)
@@ -175,7 +185,11 @@ class FrameMemory:
                 slot = self._write(i, obs[i, -1], first=True)
             else:  # the previous call wrote this obs's newest frame as its next frame
                 slot = (self.written[i] - 1) % self.ring
-            self.actions[i, slot], self.rewards[i, slot], self.terminated[i, slot] = actions[i], rewards[i], terminated[i]
+            self.actions[i, slot], self.rewards[i, slot], self.terminated[i, slot] = (
+                actions[i],
+                rewards[i],
+                terminated[i],
+            )
             self._write(i, next_obs[i, -1], first=False)
             self.has_transition[i, slot] = True
             self.size += 1
@@ -240,13 +254,20 @@ class FrameMemory:
 
     def state_dict(self) -> dict:
         """Everything `add` and `sample` depend on (for a checkpoint; the frames are most of it)."""
-        return {**{k: torch.from_numpy(getattr(self, k).copy()) for k in self._ARRAYS}, "size": self.size,
-                "capacity": self.capacity, "ring": self.ring, "rng": self.rng.bit_generator.state}
+        return {
+            **{k: torch.from_numpy(getattr(self, k).copy()) for k in self._ARRAYS},
+            "size": self.size,
+            "capacity": self.capacity,
+            "ring": self.ring,
+            "rng": self.rng.bit_generator.state,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of `state_dict`, into a memory of the same capacity, shapes and env count."""
         if state["ring"] != self.ring or tuple(state["frames"].shape) != self.frames.shape:
-            raise ValueError(f"the checkpoint's frame memory has shape {tuple(state['frames'].shape)}, this one {self.frames.shape}")
+            raise ValueError(
+                f"the checkpoint's frame memory has shape {tuple(state['frames'].shape)}, this one {self.frames.shape}"
+            )
         for k in self._ARRAYS:
             getattr(self, k)[...] = state[k].numpy()
         self.size = state["size"]

@@ -25,15 +25,23 @@ class RewardScaler:
     discounted returns, so all workers scale by the same statistics before their gradients are
     averaged, as they normalise observations by the same statistics."""
 
-    def __init__(self, num_envs: int, gamma: float, gather: Callable[[torch.Tensor], torch.Tensor] = lambda x: x,
-                 clip: float = 10.0, eps: float = 1e-8):
+    def __init__(
+        self,
+        num_envs: int,
+        gamma: float,
+        gather: Callable[[torch.Tensor], torch.Tensor] = lambda x: x,
+        clip: float = 10.0,
+        eps: float = 1e-8,
+    ):
         self.gamma, self.gather, self.clip, self.eps = gamma, gather, clip, eps
         self.discounted = np.zeros(num_envs)  # [B] running discounted return of each env
         self.mean, self.var, self.count = 0.0, 1.0, 1e-4
 
     def __call__(self, rewards: np.ndarray, done: np.ndarray) -> np.ndarray:
         self.discounted = self.discounted * self.gamma + rewards
-        everyone = self.gather(torch.from_numpy(self.discounted)).numpy()  # [world * B]: one all_gather a step
+        everyone = self.gather(
+            torch.from_numpy(self.discounted)
+        ).numpy()  # [world * B]: one all_gather a step
         self.mean, self.var, self.count = merge_moments(self.mean, self.var, self.count, everyone)
         self.discounted[done] = 0.0
         return np.clip(rewards / math.sqrt(self.var + self.eps), -self.clip, self.clip)
@@ -42,7 +50,9 @@ class RewardScaler:
         return {"discounted": self.discounted, "mean": self.mean, "var": self.var, "count": self.count}
 
     def load_state_dict(self, state: dict) -> None:
-        self.discounted, self.mean, self.var, self.count = (state[k] for k in ("discounted", "mean", "var", "count"))
+        self.discounted, self.mean, self.var, self.count = (
+            state[k] for k in ("discounted", "mean", "var", "count")
+        )
 
 
 def merge_moments(mean, var, count, batch):
@@ -79,4 +89,6 @@ class ObsNormalizer(nn.Module):
         self.count.copy_(count)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return ((obs - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip).to(obs.dtype)
+        return (
+            ((obs - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip).to(obs.dtype)
+        )

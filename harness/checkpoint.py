@@ -43,7 +43,13 @@ def rng_state() -> dict:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     return {
         "python": [version, list(internal), gauss],
-        "numpy": [kind, torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss), float(cached)],
+        "numpy": [
+            kind,
+            torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            int(pos),
+            int(has_gauss),
+            float(cached),
+        ],
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
@@ -54,8 +60,23 @@ class _Uncapturable(Exception):
 
 
 # constants or bookkeeping that never change the next step; everything else must be captured
-_SKIP = {"env", "spec", "_cached_spec", "metadata", "_metadata", "_saved_kwargs", "_ezpickle_args", "_ezpickle_kwargs",
-         "_previous_data", "observation_structure", "render_mode", "screen", "clock", "isopen", "_np_random_seed"}
+_SKIP = {
+    "env",
+    "spec",
+    "_cached_spec",
+    "metadata",
+    "_metadata",
+    "_saved_kwargs",
+    "_ezpickle_args",
+    "_ezpickle_kwargs",
+    "_previous_data",
+    "observation_structure",
+    "render_mode",
+    "screen",
+    "clock",
+    "isopen",
+    "_np_random_seed",
+}
 _MUJOCO_ENV = "gymnasium.envs.mujoco.mujoco_env.MujocoEnv"
 
 
@@ -85,8 +106,11 @@ def _capture(layer) -> dict:  # one of layers()
     # a gymnasium MujocoEnv, found without importing mujoco (an extra that may not be installed)
     mujoco_layer = any(f"{c.__module__}.{c.__name__}" == _MUJOCO_ENV for c in type(layer).__mro__)
     skip = _SKIP | ({"model", "data", "mujoco_renderer"} if mujoco_layer else set())
-    attrs = {name: _encode(value, f"{type(layer).__name__}.{name}") for name, value in vars(layer).items()
-             if name not in skip and not isinstance(value, gym.Space)}
+    attrs = {
+        name: _encode(value, f"{type(layer).__name__}.{name}")
+        for name, value in vars(layer).items()
+        if name not in skip and not isinstance(value, gym.Space)
+    }
     if mujoco_layer:
         import mujoco
 
@@ -106,6 +130,16 @@ def env_state(envs: gym.vector.VectorEnv) -> tuple[dict | None, str]:
         return None, f"the env state cannot be captured ({e})"
     spaces = [space.np_random.bit_generator.state for space in (envs.action_space, envs.single_action_space)]
     return {"envs": sub, "spaces": spaces}, ""
+
+
+def state_of(obj):
+    """What a checkpoint keeps of one of the objects a script's checkpoint() names: its state_dict(), a numpy
+    generator's state, an array, a tensor or a plain value as it is (harness.resume.load_into puts it back)."""
+    if hasattr(obj, "state_dict"):
+        return obj.state_dict()
+    if isinstance(obj, np.random.Generator):
+        return obj.bit_generator.state
+    return obj
 
 
 def pack(obj):

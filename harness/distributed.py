@@ -40,7 +40,9 @@ from harness.errors import InputError, WorkerError  # noqa: F401 (WorkerError: h
 DEFAULT_TIMEOUT = 300.0  # seconds; must exceed the longest stretch one rank works alone (rank 0's evaluation)
 _device = torch.device("cpu")  # where collectives put their tensors: cpu for gloo, the local GPU for nccl
 _broken = False  # a collective failed: skip the goodbye barrier
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in recent torch
+_all_gather_single = (
+    getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+)  # renamed in recent torch
 
 
 def launched() -> bool:
@@ -81,7 +83,9 @@ def init(device: torch.device | str = "cpu", timeout: float | None = None) -> in
         return dist.get_world_size()
     missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
-        raise WorkerError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} but {', '.join(missing)} unset: launch the workers with torchrun")
+        raise WorkerError(
+            f"WORLD_SIZE={os.environ['WORLD_SIZE']} but {', '.join(missing)} unset: launch the workers with torchrun"
+        )
     if timeout is None:
         timeout = float(os.environ.get("RL_DIST_TIMEOUT", DEFAULT_TIMEOUT))
     device = torch.device(device)
@@ -155,7 +159,9 @@ def check_same(config: dict, what: str = "arguments") -> None:
         values = [c.get(key, "<missing>") for c in configs]
         if any(v != values[0] for v in values):
             differ.append(f"{key}: " + ", ".join(f"rank {r} has {v!r}" for r, v in enumerate(values)))
-    raise InputError(f"{what} differ across the {len(configs)} workers ({'; '.join(differ)}); give every worker the same command")
+    raise InputError(
+        f"{what} differ across the {len(configs)} workers ({'; '.join(differ)}); give every worker the same command"
+    )
 
 
 @torch.no_grad()
@@ -171,7 +177,9 @@ def start_from_rank_0(flat: torch.Tensor, buffers: list[torch.Tensor]) -> None:
     """Copy rank 0's flat parameter and buffers to every worker (common.network.NetworkWrapper)."""
     sizes = gather(torch.tensor([flat.numel()], device=flat.device)).tolist()
     if len(set(sizes)) > 1:
-        raise ValueError(f"the network differs across workers: {', '.join(f'rank {r} has {n} parameters' for r, n in enumerate(sizes))}")
+        raise ValueError(
+            f"the network differs across workers: {', '.join(f'rank {r} has {n} parameters' for r, n in enumerate(sizes))}"
+        )
     broadcast_(flat)
     for b in buffers:
         broadcast_(b)
@@ -216,4 +224,3 @@ def _collective(what: str, fn, *args) -> None:
             f"rank {rank()} of {world_size()}: {what} failed, another worker died or stopped answering "
             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
         ) from None
-

@@ -44,10 +44,19 @@ if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.env
 
 # TensorBoard tags: CleanRL's where CleanRL logs the same quantity, charts/<name> for the others
 TENSORBOARD_TAGS = {
-    "episodic_return": "charts/episodic_return", "episodic_length": "charts/episodic_length", "sps": "charts/SPS",
-    "epsilon": "charts/epsilon", "loss": "losses/td_loss", "q_values": "losses/q_values", "critic_loss": "losses/qf1_loss",
-    "actor_loss": "losses/actor_loss", "policy_loss": "losses/policy_loss", "value_loss": "losses/value_loss",
-    "entropy": "losses/entropy", "grad_norm": "losses/grad_norm", "eval_return": "eval/episodic_return",
+    "episodic_return": "charts/episodic_return",
+    "episodic_length": "charts/episodic_length",
+    "sps": "charts/SPS",
+    "epsilon": "charts/epsilon",
+    "loss": "losses/td_loss",
+    "q_values": "losses/q_values",
+    "critic_loss": "losses/qf1_loss",
+    "actor_loss": "losses/actor_loss",
+    "policy_loss": "losses/policy_loss",
+    "value_loss": "losses/value_loss",
+    "entropy": "losses/entropy",
+    "grad_norm": "losses/grad_norm",
+    "eval_return": "eval/episodic_return",
     "eval_return_std": "eval/episodic_return_std",
 }
 TENSORBOARD_TAGS_BY_ALGO = {
@@ -68,9 +77,13 @@ def record_first_episode(env: gym.Env, video_dir: str, index: int) -> gym.Env:
     env i of an evaluation plays its episode i."""
     with warnings.catch_warnings():  # every env of the evaluation writes into the same folder
         warnings.filterwarnings("ignore", message=".*Overwriting existing videos")
-        return _FirstEpisodeVideo(env, video_dir, episode_trigger=lambda episode: episode == 0,
-                                  name_prefix=f"episode-{index}", disable_logger=True)
-
+        return _FirstEpisodeVideo(
+            env,
+            video_dir,
+            episode_trigger=lambda episode: episode == 0,
+            name_prefix=f"episode-{index}",
+            disable_logger=True,
+        )
 
 
 # TensorBoard -----------------------------------------------------------------------------------
@@ -85,7 +98,9 @@ def tensorboard_writer(folder: Path | None = None, purge_step: int | None = None
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise InputError("--tensorboard needs the tensorboard package: pip install -r requirements/requirements-viz.txt") from None
+        raise InputError(
+            "--tensorboard needs the tensorboard package: pip install -r requirements/requirements-viz.txt"
+        ) from None
     return None if folder is None else SummaryWriter(str(folder / "tensorboard"), purge_step=purge_step)
 
 
@@ -106,7 +121,6 @@ def write_tensorboard(folder: Path, writer) -> int:
     return count
 
 
-
 def wandb_mode() -> typing.Literal["offline"] | None:
     """None (wandb decides) when a key or an offline mode is set; "offline", with a warning, when not logged in."""
     if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
@@ -117,8 +131,11 @@ def wandb_mode() -> typing.Literal["offline"] | None:
             return None
     except (FileNotFoundError, netrc.NetrcParseError, OSError):
         pass
-    print("wandb: not logged in (run `wandb login` or set WANDB_API_KEY); logging offline into the run folder, "
-          "upload later with `wandb sync`", file=sys.stderr)
+    print(
+        "wandb: not logged in (run `wandb login` or set WANDB_API_KEY); logging offline into the run folder, "
+        "upload later with `wandb sync`",
+        file=sys.stderr,
+    )
     return "offline"
 
 
@@ -126,9 +143,17 @@ def open_wandb(args, config: dict, folder: Path):
     """The wandb run of a run folder: its name and id from the folder, resumable, offline without a login."""
     import wandb
 
-    return wandb.init(project=args.wandb_project, entity=args.wandb_entity, config=config, name=folder.name,
-                      id=re.sub(r"[^A-Za-z0-9_-]", "-", folder.name), resume="allow", dir=str(folder), save_code=True,
-                      mode=wandb_mode())
+    return wandb.init(
+        project=args.wandb_project,
+        entity=args.wandb_entity,
+        config=config,
+        name=folder.name,
+        id=re.sub(r"[^A-Za-z0-9_-]", "-", folder.name),
+        resume="allow",
+        dir=str(folder),
+        save_code=True,
+        mode=wandb_mode(),
+    )
 
 
 def open_tensorboard(folder: Path, resumed_step: int | None):
@@ -167,7 +192,9 @@ class Sinks:
         if self.tensorboard is not None:
             self.tensorboard.close()
         if self.wandb is not None:
-            self.wandb.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))})
+            self.wandb.summary.update(
+                {k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))}
+            )
             self.wandb.finish(exit_code=0 if summary["completed"] and not summary["error"] else 1)
 
 
@@ -184,10 +211,16 @@ def check_packages(args) -> None:
 def compile_checks(args, device: torch.device) -> list[tuple[bool, str]]:
     """harness.run.check's (ok, message) pairs for --compile and --cudagraphs on `device`."""
     compiler = any(shutil.which(cc) for cc in (os.environ.get("CXX", "g++"), "g++", "c++", "clang++"))
-    return [(not args.cudagraphs or device.type == "cuda",
-             "--cudagraphs needs a CUDA device (--device cuda, or auto on an Atari id)"),
-            (device.type == "cuda" or compiler,
-             "--compile on a CPU needs a C++ compiler (torch.compile's inductor builds C++ kernels); none found")]
+    return [
+        (
+            not args.cudagraphs or device.type == "cuda",
+            "--cudagraphs needs a CUDA device (--device cuda, or auto on an Atari id)",
+        ),
+        (
+            device.type == "cuda" or compiler,
+            "--compile on a CPU needs a C++ compiler (torch.compile's inductor builds C++ kernels); none found",
+        ),
+    ]
 
 
 def compiled(run, fn, cuda: bool):
@@ -198,7 +231,9 @@ def compiled(run, fn, cuda: bool):
     module = isinstance(fn, nn.Module)
     if module and not cuda:
         return fn
-    compiled_fn: typing.Any = torch.compile(fn, mode="reduce-overhead" if run.args.cudagraphs else None, dynamic=False)
+    compiled_fn: typing.Any = torch.compile(
+        fn, mode="reduce-overhead" if run.args.cudagraphs else None, dynamic=False
+    )
     call_compiled, first = compiled_fn.forward if module else compiled_fn, True
 
     def call(*args, **kwargs):
@@ -211,6 +246,8 @@ def compiled(run, fn, cuda: bool):
         return out
 
     if module:
-        compiled_fn.forward = call  # the OptimizedModule keeps the network's attributes (fast paths read its layers)
+        compiled_fn.forward = (
+            call  # the OptimizedModule keeps the network's attributes (fast paths read its layers)
+        )
         return compiled_fn
     return functools.wraps(fn)(call)

@@ -1,7 +1,7 @@
 """Resuming a run, imported with `--resume RUN` only: the stored arguments and the run folder checked,
 metrics.csv cut back to the checkpoint, and the generators, envs and running episodes put back as they were.
-`load`, `set_rng_state`, `set_env_state` and `unpack` are the inverses of harness.checkpoint's `save`,
-`rng_state`, `env_state` and `pack`.
+`load`, `set_rng_state`, `set_env_state`, `unpack` and `load_into` are the inverses of harness.checkpoint's
+`save`, `rng_state`, `env_state`, `pack` and `state_of`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,20 @@ from harness.run import CHECKPOINT_FORMAT, RunArgs
 
 # flags that may change when a run is resumed: its length, evaluation, logging and output
 RESUMABLE_CHANGES = {
-    "total_timesteps", "eval_every", "eval_episodes", "progress", "track", "wandb_project", "wandb_entity",
-    "capture_video", "save_model", "checkpoint_every", "checkpoint_memory", "resume", "run_dir", "torch_threads",
+    "total_timesteps",
+    "eval_every",
+    "eval_episodes",
+    "progress",
+    "track",
+    "wandb_project",
+    "wandb_entity",
+    "capture_video",
+    "save_model",
+    "checkpoint_every",
+    "checkpoint_memory",
+    "resume",
+    "run_dir",
+    "torch_threads",
     "tensorboard",
 }
 
@@ -34,7 +46,9 @@ def stored_arguments(args_class, folder: Path) -> dict:
     train() builds envs and memory, to fail at once."""
     stored = stored_config(folder)
     if not (folder / "checkpoint.pt").is_file():
-        raise InputError(f"--resume {folder}: no checkpoint.pt there (was the run started with --checkpoint-every?)")
+        raise InputError(
+            f"--resume {folder}: no checkpoint.pt there (was the run started with --checkpoint-every?)"
+        )
     defaults = {f.name: stored[f.name] for f in dataclasses.fields(args_class) if f.name in stored}
     return {name: tuple(v) if isinstance(v, list) else v for name, v in defaults.items()}
 
@@ -48,7 +62,9 @@ def stored_config(folder: Path) -> dict:
     except (OSError, json.JSONDecodeError) as e:
         raise InputError(f"--resume {folder}: config.json cannot be read ({e})") from None
     if not isinstance(stored, dict) or not stored.get("algo"):
-        raise InputError(f"--resume {folder}: its config.json names no algorithm (not the config.json of a run)")
+        raise InputError(
+            f"--resume {folder}: its config.json names no algorithm (not the config.json of a run)"
+        )
     return stored
 
 
@@ -58,7 +74,9 @@ def reopen(run, config: dict):
     stored = stored_config(run.path)
     if stored.get("algo") != run.algo:
         raise InputError(f"--resume {run.path}: that run is {stored.get('algo')!r}, not {run.algo}")
-    defaults = {f.name: f.default for f in dataclasses.fields(RunArgs)}  # for folders written before a flag existed
+    defaults = {
+        f.name: f.default for f in dataclasses.fields(RunArgs)
+    }  # for folders written before a flag existed
     for key in sorted(set(stored) | set(config)):
         if key not in RESUMABLE_CHANGES and stored.get(key, defaults.get(key)) != config.get(key):
             raise InputError(
@@ -70,8 +88,10 @@ def reopen(run, config: dict):
     except ValueError as e:  # missing, truncated or not ours
         raise InputError(f"--resume {run.path}: {e}") from None
     if saved.get("format") != CHECKPOINT_FORMAT or saved.get("algo") != run.algo:
-        raise InputError(f"{run.path / 'checkpoint.pt'} is a {saved.get('algo')!r} checkpoint "
-                         f"(format {saved.get('format')}), not {run.algo}'s")
+        raise InputError(
+            f"{run.path / 'checkpoint.pt'} is a {saved.get('algo')!r} checkpoint "
+            f"(format {saved.get('format')}), not {run.algo}'s"
+        )
     run.saved, run.start = saved, time.perf_counter() - saved["wall_seconds"]
     run.resumes = [*saved["resumes"], saved["global_step"]]
     metrics = run.path / "metrics.csv"
@@ -83,13 +103,15 @@ def reopen(run, config: dict):
     return open(metrics, "a", newline="")
 
 
-def restore(run, envs: gym.vector.VectorEnv) -> tuple[np.ndarray, int, dict]:
-    """Run.begin for a resumed run: the checkpoint's observation, step and script state, with the generators,
-    envs and running episodes put back (or the envs reset, as Run.begin says)."""
+def restore(run, envs: gym.vector.VectorEnv, checkpoint: dict) -> tuple[np.ndarray, int]:
+    """Run.begin for a resumed run: the checkpoint's observation and step, with the `checkpoint` objects
+    (`load_into`), generators, envs and running episodes put back (or the envs reset: `run.envs_reset`)."""
     saved, run.saved = run.saved, None
     set_rng_state(saved["rng"])
-    state = {**unpack(saved["state"]), "global_step": saved["global_step"],
-             "obs": unpack(saved["obs"]), "envs_restarted": saved["envs"] is None}
+    state, obs = unpack(saved["state"]), unpack(saved["obs"])
+    for name, target in checkpoint.items():
+        load_into(target, state[name], name)
+    run.envs_reset = saved["envs"] is None
     if saved["envs"] is not None:
         set_env_state(envs, saved["envs"])  # type: ignore[arg-type]  # captured: a SyncVectorEnv
         episodes = unpack(saved["episodes"])
@@ -97,12 +119,34 @@ def restore(run, envs: gym.vector.VectorEnv) -> tuple[np.ndarray, int, dict]:
         run.recent_returns = episodes["recent"]
         run.env_note = "restored"
     else:
-        obs, _ = envs.reset(seed=run.args.seed + saved["global_step"])
-        state["obs"] = obs.reshape(state["obs"].shape)
+        obs = envs.reset(seed=run.args.seed + saved["global_step"])[0].reshape(obs.shape)
         run.recent_returns = unpack(saved["episodes"])["recent"]  # finished episodes still count
         run.env_note = f"episodes restarted on resume: {saved['envs_note']}"
-    print(f"{run.algo}: resumed {run.path} at step {saved['global_step']:,} (envs: {run.env_note})", flush=True)
-    return state["obs"], state["global_step"], state
+    print(
+        f"{run.algo}: resumed {run.path} at step {saved['global_step']:,} (envs: {run.env_note})", flush=True
+    )
+    return obs, saved["global_step"]
+
+
+def load_into(target, value, name: str) -> None:
+    """Put a checkpoint's `value` back into the object it was taken from (harness.checkpoint.state_of):
+    load_state_dict, a numpy generator's state, an array's or a tensor's values in place. Nothing where either
+    is None (a memory left out of the checkpoint, or out of this run's: it is refilled)."""
+    if target is None or value is None:
+        return
+    if hasattr(target, "load_state_dict"):
+        target.load_state_dict(value)
+    elif isinstance(target, np.random.Generator):
+        target.bit_generator.state = value
+    elif isinstance(target, np.ndarray):
+        target[...] = value
+    elif isinstance(target, torch.Tensor):
+        target.copy_(torch.as_tensor(value))
+    else:
+        raise TypeError(
+            f"cannot put the checkpoint's {name!r} back into a {type(target).__name__} in place; "
+            "give the checkpoint an object with state_dict/load_state_dict, a generator, an array or a tensor"
+        )
 
 
 def load(path: str | Path) -> dict:
@@ -114,8 +158,10 @@ def load(path: str | Path) -> dict:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated zip, bad magic number, a pickle that wants code, ...
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise ValueError(f"checkpoint {path} cannot be read, it is truncated or corrupted "
-                         f"({type(e).__name__}: {first[:120]})") from None
+        raise ValueError(
+            f"checkpoint {path} cannot be read, it is truncated or corrupted "
+            f"({type(e).__name__}: {first[:120]})"
+        ) from None
     if not isinstance(state, dict) or "format" not in state:
         raise ValueError(f"{path} is not a checkpoint written by these scripts")
     return state
@@ -161,7 +207,9 @@ def set_env_state(envs: gym.vector.SyncVectorEnv, state: dict) -> None:
                 if name == "__mujoco__":
                     import mujoco
 
-                    mujoco.mj_setState(layer.model, layer.data, value.numpy(), mujoco.mjtState.mjSTATE_INTEGRATION)
+                    mujoco.mj_setState(
+                        layer.model, layer.data, value.numpy(), mujoco.mjtState.mjSTATE_INTEGRATION
+                    )
                     mujoco.mj_forward(layer.model, layer.data)
                 else:
                     setattr(layer, name, _decode(value, getattr(layer, name, None)))

@@ -1,5 +1,6 @@
 """Run plumbing shared by every script; nothing here knows an algorithm: the run flags (`RunArgs`, `check`,
-`setup`, `parse_args`), the run folder, progress line, signals and checkpoints (`Run`), `evaluate`, `main`.
+`parse_args`), the envs' maker (`vector_env`), the run folder, seeds, workers, progress line, signals and
+checkpoints (`Run`), `evaluate`, `main`.
 
 Exit status: 0 done; 1 a NaN loss, a lost worker, a failed final evaluation (summary and model kept) or a bug
 (its traceback; metrics.csv and summary.json keep the error); 2 bad input (`InputError`), one line; 75 stopped
@@ -14,6 +15,7 @@ import collections
 import contextlib
 import csv
 import dataclasses
+import functools
 import importlib.util
 import inspect
 import io
@@ -93,10 +95,24 @@ class RunArgs:
     """run folder to continue from its last checkpoint, with its stored arguments (only the run length, evaluation and logging flags may change)"""
 
 
+# the conditions on fields several scripts share, checked where a script's Args has the fields
+SHARED_CHECKS: list[tuple[tuple[str, ...], Callable[..., bool], str]] = [
+    (("batch_size", "buffer_size"), lambda batch, buffer: batch <= buffer,
+     "--batch-size {} is larger than --buffer-size {}"),
+    (("exploration_fraction",), lambda x: 0.0 < x <= 1.0, "--exploration-fraction must be in (0, 1], got {}"),
+    (("ou_theta",), lambda x: 0.0 < x <= 1.0, "--ou-theta must be in (0, 1], got {}"),
+    (("target_rate",), lambda x: 0.0 < x <= 1.0, "--target-rate must be in (0, 1], got {}"),
+    (("learning_starts", "total_timesteps"), lambda start, total: start < total,
+     "--learning-starts {} leaves no step to learn in --total-timesteps {}"),
+    (("hidden_sizes",), lambda sizes: all(h > 0 for h in sizes), "--hidden-sizes must be positive, got {}"),
+]
+
+
 def check(args: RunArgs, conditions: Sequence[tuple[bool, str]] = (), positive: tuple[str, ...] = (),
-          fractions: tuple[str, ...] = (), nonnegative: tuple[str, ...] = ()) -> None:
+          fractions: tuple[str, ...] = (), nonnegative: tuple[str, ...] = (), single_process: str | None = None) -> None:
     """InputError naming the first bad value: the run flags, then the fields in `positive` (> 0, or None where
-    allowed), `fractions` (in [0, 1]), `nonnegative` (>= 0), then `conditions` ((ok, message) pairs)."""
+    allowed), `fractions` (in [0, 1]), `nonnegative` (>= 0), SHARED_CHECKS, then `conditions` ((ok, message)
+    pairs). `single_process`: the script's name where it trains in one process only (torchrun refused)."""
     if args.compile or args.cudagraphs:  # harness/extras.py: imported with the flags only
         from harness.extras import compile_checks
     flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
@@ -113,7 +129,13 @@ def check(args: RunArgs, conditions: Sequence[tuple[bool, str]] = (), positive: 
         *((value(n) is None or value(n) > 0, f"{flag(n)} must be positive, got {value(n)}") for n in positive),
         *((0.0 <= value(n) <= 1.0, f"{flag(n)} must be in [0, 1], got {value(n)}") for n in fractions),
         *((value(n) >= 0, f"{flag(n)} must be >= 0, got {value(n)}") for n in nonnegative),
+        *((ok(*map(value, names)), message.format(*map(value, names))) for names, ok, message in SHARED_CHECKS
+          if all(hasattr(args, n) for n in names)),
         *conditions,
+        (single_process is None or not launched(),
+         f"{single_process} runs in one process; torchrun started {os.environ.get('WORLD_SIZE')} workers that would "
+         f"train independent copies (several workers: a2c, n_step_q, sarsa). Run `python algos/{single_process}.py` "
+         "instead"),
     ]
     for ok, message in checks:
         if not ok:
@@ -143,11 +165,25 @@ def check_spaces(envs: gym.vector.VectorEnv, algo: str, env_id: str, discrete: b
             raise InputError(f"{algo} {problem}")
 
 
-def setup(args: RunArgs) -> torch.device:
-    """Sets torch's CPU threads and seeds every generator with --seed; returns the device (`_device`)."""
-    torch.set_num_threads(args.torch_threads)
-    seed_all(args.seed)
-    return _device(args)
+def vector_env(make: Callable[[str | None], gym.Env], num_envs: int, algo: str, env_id: str,
+               video_dir: str | None = None, discrete: bool = True, continuous: bool = False,
+               bounded: bool = False) -> gym.vector.VectorEnv:
+    """`num_envs` envs `make(render_mode)` stepped together, SAME_STEP autoreset (the true final observation in
+    infos["final_obs"]); with `video_dir` each env's first episode is recorded there (harness/extras.py). An
+    unknown id or an env that refuses its settings is InputError, and so are spaces that do not fit `algo`
+    (`check_spaces`: the action kinds asked, finite bounds if `bounded`)."""
+    def one(i: int) -> gym.Env:
+        if video_dir is None:
+            return make(None)
+        from harness.extras import record_first_episode
+
+        return record_first_episode(make("rgb_array"), video_dir, i)
+
+    with bad_input(env_id):
+        envs = gym.vector.SyncVectorEnv([functools.partial(one, i) for i in range(num_envs)],
+                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    check_spaces(envs, algo, env_id, discrete, continuous, bounded)
+    return envs
 
 
 def _device(args: RunArgs) -> torch.device:
@@ -155,12 +191,6 @@ def _device(args: RunArgs) -> torch.device:
     atari = args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id
     gpu = args.device == "cuda" or (args.device == "auto" and atari and torch.cuda.is_available())
     return torch.device("cuda" if gpu else "cpu")
-
-
-def seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 KERNEL_VARIABLES = ("MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "OPENBLAS_CORETYPE")
@@ -195,15 +225,6 @@ _ONE_PROCESS = types.SimpleNamespace(
     world_size=lambda: 1, check_same=lambda config, what="arguments": None, gather=lambda tensor: tensor,
     shutdown=lambda wait=None: None,
 )
-
-
-def workers():
-    """harness.distributed under torchrun; in a plain process a stand-in with the same calls."""
-    if not launched():
-        return _ONE_PROCESS
-    import harness.distributed as distributed
-
-    return distributed
 
 
 class Stopped(Exception):
@@ -300,21 +321,14 @@ def bad_input(env_id: str = ""):
         yield
     except InputError:
         raise
+    except gym.error.UnregisteredEnv as e:
+        raise InputError(f"unknown environment id {env_id!r} ({_first_line(e)})") from None
     except (ValueError, gym.error.Error) as e:
         message = _first_line(e) or type(e).__name__
         extra = next((name for name in ("box2d", "mujoco") if name in message.lower()), None)
         if isinstance(e, gym.error.DependencyNotInstalled) and extra:
             message += f" (this project's extra: pip install -r requirements/requirements-{extra}.txt)"
         raise InputError(message) from None
-
-
-def refuse_workers(algo: str) -> None:
-    """One line instead of N independent copies writing N run folders under torchrun."""
-    if launched():
-        raise InputError(
-            f"{algo} runs in one process; torchrun started {os.environ['WORLD_SIZE']} workers that would train "
-            f"independent copies (several workers: a2c, n_step_q, sarsa). Run `python algos/{algo}.py` instead"
-        )
 
 
 def evaluate(act: Callable[[np.ndarray], np.ndarray], make_envs: Callable[[int, str | None], gym.vector.VectorEnv],
@@ -335,22 +349,37 @@ def evaluate(act: Callable[[np.ndarray], np.ndarray], make_envs: Callable[[int, 
 
 class Run:
     """The run folder `<run_dir>/<env>__<algo>__<seed>__<time>/` (or the one `--resume` reopens), its files,
-    the progress line, signals and checkpoints. `write=False` (torchrun workers but rank 0): only the timers."""
+    the progress line, signals and checkpoints. Made first in train(): it sets torch's threads and seeds every
+    generator (`device`, `seed`); with `workers` it joins torchrun's workers (`workers`: harness.distributed,
+    or a one-process stand-in; `world`: how many), and only rank 0 writes (as with `write=False`). The folder
+    is written from begin() on, once the script is set up: a failure before leaves nothing behind."""
 
     saved: Any = None  # the checkpoint a resumed run continues from (harness.resume.reopen sets it)
 
-    def __init__(self, algo: str, args, fields: list[str], write: bool = True):
+    def __init__(self, algo: str, args, fields: list[str], workers: bool = False, write: bool = True):
         missing = [f.name for f in dataclasses.fields(RunArgs) if not hasattr(args, f.name)]
         if missing:
             raise TypeError(f"Run reads {', '.join(missing)} from the script's Args, which lacks them "
                             "(harness.run.RunArgs)")
+        torch.set_num_threads(args.torch_threads)
+        self.device = _device(args)
+        # harness.distributed under torchrun (imported only there), else a one-process stand-in with the same calls
+        self.workers = importlib.import_module("harness.distributed") if workers and launched() else _ONE_PROCESS
+        self.world: int = self.workers.init(self.device)  # 1 in a plain process
+        self.workers.check_same(dataclasses.asdict(args))  # mismatched command lines fail here, on every worker
+        # worker r's env i gets seed + r * num_envs + i: no two envs share a seed; rank 0 is a plain run
+        self.seed: int = args.seed + self.workers.rank() * args.num_envs
+        random.seed(self.seed)  # a worker's network is overwritten by rank 0's
+        np.random.seed(self.seed)
+        torch.manual_seed(self.seed)
+        write = write and self.workers.is_main()
         self.algo, self.args, self.write = algo, args, write
         self.fields, self.columns = ["global_step", "wall_seconds", *fields], set(fields)
         with contextlib.suppress(OSError, TypeError, SyntaxError):  # the metrics the caller's run.log calls name
             tree = ast.parse(textwrap.dedent(inspect.getsource(sys._getframe(1).f_code)))
             self._check_metrics({k.arg for node in ast.walk(tree) if isinstance(node, ast.Call) and ast.unparse(
                 node.func) == "run.log" for k in node.keywords if k.arg})
-        self.path: Path = None  # type: ignore[assignment]  # set below where the run writes files
+        self.path: Path = None  # type: ignore[assignment]  # set by begin() where the run writes files
         # the training envs' running episodes: return and length so far [B]; the last 10 returns
         self.ep_return, self.ep_length = np.zeros(args.num_envs), np.zeros(args.num_envs, dtype=np.int64)
         self.recent_returns: list[float] = []
@@ -363,7 +392,7 @@ class Run:
         self._final_checkpoint: dict | None = None
         self.extras: Any = None  # harness.extras.Sinks with --tensorboard or --track
         self._handlers: dict = {}
-        # the outcome, set by training() and final_evaluation(), read by finish()
+        # the outcome, set by stoppable() and final_evaluation(), read by finish()
         self.step, self.completed, self.eval_returns, self.train_seconds = 0, False, np.array([]), 0.0
         self.error: str | None = None
         self.compile_seconds = 0.0  # first calls of the functions compiled by compile(), kept out of train_seconds
@@ -378,9 +407,12 @@ class Run:
             import harness.extras as extras
 
             extras.check_packages(args)  # a missing package is bad input, found before anything is written
-        if not write:
-            return
+
+    def _open(self) -> None:
+        """The run folder (or the one --resume reopens), its files and first line, once the script is set up."""
+        args, algo = self.args, self.algo
         config = {"algo": algo, **json.loads(json.dumps(dataclasses.asdict(args)))}
+        self.start = time.perf_counter()
         if args.resume:
             import harness.resume as resume
 
@@ -393,14 +425,15 @@ class Run:
             csv.DictWriter(self.file, self.fields).writeheader()
         self.csv = csv.DictWriter(self.file, self.fields)
         if args.tensorboard or args.track:
+            import harness.extras as extras
+
             self.extras = extras.Sinks(algo, args, config, self.path, self.saved["global_step"] if args.resume else None)
         self.total, self.show, self.tty = args.total_timesteps, args.progress, sys.stdout.isatty()
         self.last_print = self.last_flush = time.perf_counter()
         self.next_mark, self.printed_step = 0.1, -1
-        self._catch_signals()
-        world = workers().world_size()
-        print(f"{algo}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {_device(args)}"
-              f"{f' x {world} workers' if world > 1 else ''}; run folder {self.path}", flush=True)
+        self._catch_signals()  # from here on, Ctrl-C and stop signals end the loop at a step boundary (stoppable)
+        print(f"{algo}: {args.env_id}, seed {args.seed}, {args.total_timesteps:,} steps on {self.device}"
+              f"{f' x {self.world} workers' if self.world > 1 else ''}; run folder {self.path}", flush=True)
         self.show_warnings()
 
     def show_warnings(self) -> None:
@@ -442,6 +475,13 @@ class Run:
                              "fields the script passes to Run(...)")
 
     def log(self, global_step: int, **metrics: float) -> None:
+        """A row of metrics.csv (and TensorBoard, wandb); `sps`, where it is a column, is filled in: env steps a
+        second since the start."""
+        if "sps" in self.columns:
+            metrics.setdefault("sps", round(global_step / self.elapsed()))
+        self._row(global_step, **metrics)
+
+    def _row(self, global_step: int, **metrics: float) -> None:
         self._check_metrics(metrics.keys())
         if not self.write:
             return
@@ -456,7 +496,7 @@ class Run:
         self.ep_length += 1
         for i in np.flatnonzero(done):
             self.recent_returns = (self.recent_returns + [float(self.ep_return[i])])[-10:]
-            self.log(global_step, episodic_return=float(self.ep_return[i]), episodic_length=int(self.ep_length[i]))
+            self._row(global_step, episodic_return=float(self.ep_return[i]), episodic_length=int(self.ep_length[i]))
             self.ep_return[i], self.ep_length[i] = 0.0, 0
 
     def _eta(self, global_step: int, now: float) -> float:
@@ -506,13 +546,14 @@ class Run:
         if self.extras is not None:
             self.extras.flush()
 
-    def evaluate(self, act, make_envs, global_step: int) -> np.ndarray:
-        """A greedy evaluation (rank 0 only), logged as eval_return; videos named by step."""
+    def evaluate(self, act, global_step: int) -> np.ndarray:
+        """An evaluation of `act` on the eval envs begin() got (rank 0 only), logged as eval_return; videos
+        named by step."""
         if not self.write:
             return np.array([])
         video_dir = str(self.path / "videos" / f"step-{global_step:09d}") if self.args.capture_video else None
-        returns = evaluate(act, make_envs, self.args.eval_episodes, self.args.seed + 100_000, video_dir)
-        self.log(global_step, eval_return=float(returns.mean()), eval_return_std=float(returns.std()))
+        returns = evaluate(act, self.eval_envs, self.args.eval_episodes, self.args.seed + 100_000, video_dir)
+        self._row(global_step, eval_return=float(returns.mean()), eval_return_std=float(returns.std()))
         return returns
 
     def _catch_signals(self) -> None:
@@ -552,13 +593,15 @@ class Run:
             return True
         return bool(every) and (global_step >= self.args.total_timesteps or global_step // every > prev_step // every)
 
-    def save_checkpoint(self, global_step: int, envs: gym.vector.VectorEnv, obs: np.ndarray, state: dict) -> None:
-        """`state` with the step, envs and `obs`, running episodes, generators and metrics; then Stopped on a
-        stop signal. The last one is written after the final evaluation (which an extended run keeps)."""
+    def save_checkpoint(self, global_step: int, obs: np.ndarray, objects: dict) -> None:
+        """The state of `objects` (harness.checkpoint.state_of) with the step, envs and `obs`, running episodes,
+        generators and metrics; then Stopped on a stop signal. The last one is written after the final
+        evaluation (which an extended run keeps)."""
         if self.write and importlib.util.find_spec("harness.checkpoint"):  # a copy without it: a signal writes none
             import harness.checkpoint as checkpoint
 
-            env, note = checkpoint.env_state(envs)
+            state = {name: checkpoint.state_of(obj) for name, obj in objects.items()}
+            env, note = checkpoint.env_state(self.envs)
             content = {
                 "format": CHECKPOINT_FORMAT, "algo": self.algo, "global_step": global_step, "resumes": self.resumes,
                 "rng": checkpoint.rng_state(), "envs": env, "envs_note": note, "obs": checkpoint.pack(obs),
@@ -584,14 +627,33 @@ class Run:
         self.checkpoint_seconds = round(time.perf_counter() - t0, 3)
         self.checkpoint_bytes = (self.path / "checkpoint.pt").stat().st_size
 
-    def begin(self, envs: gym.vector.VectorEnv, seed: int) -> tuple[np.ndarray, int, dict | None]:
-        """(obs, global_step, state): a new run's envs reset with `seed`, 0, None; a resumed run's, with
-        generators, envs (reset where not captured: state["envs_restarted"]) and episodes put back."""
+    def begin(self, envs: gym.vector.VectorEnv, eval_envs: Callable[[int, str | None], gym.vector.VectorEnv],
+              checkpoint: dict) -> tuple[np.ndarray, int]:
+        """(obs, global_step) of the training `envs` (their action spaces seeded): a new run's reset with `seed`
+        at 0, or a resumed run's, with the `checkpoint` objects, generators, envs and episodes put back
+        (`envs_reset`: the envs were reset, in a new run or where their state was not captured).
+        `eval_envs(n, video_dir)` makes the envs of the evaluations."""
+        self.envs, self.eval_envs, self.envs_reset = envs, eval_envs, True
+        if self.write:
+            self._open()
+        envs.action_space.seed(self.seed)
+        envs.single_action_space.seed(self.seed)
         if self.saved is None:
-            return envs.reset(seed=seed)[0], 0, None
+            return envs.reset(seed=self.seed)[0], 0
         from harness.resume import restore
 
-        return restore(self, envs)
+        return restore(self, envs, checkpoint)
+
+    def after_step(self, prev_step: int, global_step: int, obs: np.ndarray, act: Callable[[np.ndarray], np.ndarray],
+                   checkpoint: Callable[[], dict]) -> None:
+        """The tail of every step: evaluate `act` every `--eval-every` steps; every `--checkpoint-every` steps, at
+        the end and on a stop signal save `checkpoint()`'s objects with `obs`, then on a signal raise Stopped
+        (the loop ends there); the progress line."""
+        if self.evaluation_due(prev_step, global_step):
+            self.evaluate(act, global_step)
+        if self.checkpoint_due(prev_step, global_step):
+            self.save_checkpoint(global_step, obs, checkpoint())
+        self.progress(global_step)
 
     def _stopped(self, e: BaseException) -> str:
         """The summary's `error` for an exception that ended training, with one line on stderr."""
@@ -614,9 +676,10 @@ class Run:
         return str(e)
 
     @contextlib.contextmanager
-    def training(self, envs: gym.vector.VectorEnv):
-        """The loop's frame (subnormals flushed): Ctrl-C, a stop signal, NaN, a lost worker end it in a line;
-        any other exception is a bug, recorded in metrics.csv and summary.json, raised. Envs closed."""
+    def stoppable(self):
+        """The loop's frame (subnormals flushed): Ctrl-C, a stop signal, a NaN loss (stop_if_nan), a lost worker
+        end it where they happen, in a line, and finish() then writes the summary; any other exception is a bug,
+        recorded in metrics.csv and summary.json, raised. The training envs closed."""
         flush_before = flush_denormals()
         try:
             yield
@@ -631,14 +694,17 @@ class Run:
                 pass
             raise
         finally:
-            envs.close()
+            self.envs.close()
             torch.set_flush_denormal(flush_before)
 
-    def final_evaluation(self, act, make_envs, global_step: int) -> None:
+    def final_evaluation(self, act, global_step: int) -> None:
         """The last evaluation, after the training time is taken; its failure costs it, not the run."""
         self.train_seconds, message = self.elapsed() - self.compile_seconds, None
         try:
-            returns = self.evaluate(act, make_envs, global_step)
+            returns = self.evaluate(act, global_step)
+        except KeyboardInterrupt:
+            self.error = self._stopped(KeyboardInterrupt())
+            return
         except Exception as e:  # the run's model and summary are written whatever happens here
             returns, message = np.array([]), f"final evaluation failed: {type(e).__name__}: {_first_line(e)}"
             print(f"{self.algo}: {message}", file=sys.stderr)
@@ -647,9 +713,13 @@ class Run:
             self._final_checkpoint = None
         self.eval_returns, self.error, self.completed = returns, message, True
 
-    def finish(self, global_step: int, model: nn.Module | dict | None = None, **fields) -> dict:
-        """model.pt (`model`: a module or state dicts) with --save-model unless NaN or a bug stopped it;
-        summary.json with the common fields and the script's; the signal handlers given back."""
+    def finish(self, global_step: int, act: Callable[[np.ndarray], np.ndarray] | None = None,
+               model: nn.Module | dict | None = None, **fields) -> dict:
+        """The final evaluation of `act` unless the loop was stopped; model.pt (`model`: a module or state dicts)
+        with --save-model unless NaN or a bug stopped it; summary.json with the common fields and the script's;
+        the signal handlers given back."""
+        if act is not None and self.error is None:
+            self.final_evaluation(act, global_step)
         kept = self.completed or self.error in ("interrupted", "preempted")
         if model is not None and self.write and self.args.save_model and kept:
             torch.save(model.state_dict() if isinstance(model, nn.Module) else model, self.path / "model.pt")
@@ -688,15 +758,17 @@ class Run:
         return summary
 
 
-def main(algo: str, train: Callable, args) -> int:
-    """Run `train(args)`; the exit status (module docstring) from its summary; 2 on bad input (one line)."""
+def main(algo: str, train: Callable, args_class: type, doc: str, args=None) -> int:
+    """Run `train(args)` (without `args`: the command line's, parse_args); the exit status (module docstring)
+    from its summary; 2 on bad input (one line)."""
+    args = parse_args(args_class, doc) if args is None else args
     try:
         summary = train(args)
     except (InputError, WorkerError, ModuleNotFoundError) as e:
         print(f"{algo}: error: {missing_file(e) if isinstance(e, ModuleNotFoundError) else e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     finally:
-        workers().shutdown()
+        sys.modules.get("harness.distributed", _ONE_PROCESS).shutdown()
     if summary["error"] == "interrupted":
         return EXIT_INTERRUPTED
     if summary["error"] == "preempted":

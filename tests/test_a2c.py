@@ -530,9 +530,9 @@ def test_obs_statistics_grow_by_one_rollout_per_update_and_evaluations_leave_the
         stats_at.append(snapshot())
         return real_targets(rewards, values, *a, **kw)
 
-    def evaluate(self, act, make_envs, global_step):
+    def evaluate(self, act, global_step):
         before = snapshot()
-        out = real_evaluate(self, act, make_envs, global_step)
+        out = real_evaluate(self, act, global_step)
         evals.append((before, snapshot()))
         return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import copy
 import importlib
 import json
 import os
@@ -257,7 +258,7 @@ def test_a_run_that_fails_before_training_leaves_the_callers_flush_setting(tmp_p
         pytest.skip("this CPU cannot flush subnormals")
     module = importlib.import_module(algo)
 
-    def failing_begin(self, envs, seed):
+    def failing_begin(self, envs, eval_envs, checkpoint):
         raise OSError("checkpoint unreadable")
 
     monkeypatch.setattr(harness.run.Run, "begin", failing_begin)
@@ -512,3 +513,32 @@ def test_the_shared_loop_checks_say_what_is_wrong():
         500,
         800,
     ]  # each multiple of 250 crossed, but not 1000: the final evaluation comes then
+
+
+def test_a_checkpoint_puts_each_kind_of_object_back_in_place():
+    """What a script's checkpoint() may name: state_of() keeps it, load_into() restores the same object."""
+    import harness.checkpoint
+    import harness.resume
+
+    net, rng = torch.nn.Linear(3, 2), np.random.default_rng(5)
+    array, scalar = np.arange(4.0), torch.tensor(1.5)
+    saved = {
+        k: harness.checkpoint.state_of(v)
+        for k, v in {"net": net, "rng": rng, "array": array, "scalar": scalar, "none": None}.items()
+    }
+    saved = {k: copy.deepcopy(v) for k, v in saved.items()}
+    draws = rng.random(3)
+    net2, rng2, array2, scalar2 = (
+        torch.nn.Linear(3, 2),
+        np.random.default_rng(6),
+        np.zeros(4),
+        torch.zeros(()),
+    )
+    for name, target in {"net": net2, "rng": rng2, "array": array2, "scalar": scalar2, "none": None}.items():
+        harness.resume.load_into(target, saved[name], name)
+    assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), net2.state_dict().values()))
+    np.testing.assert_array_equal(rng2.random(3), draws)
+    np.testing.assert_array_equal(array2, array)
+    assert scalar2.item() == 1.5
+    with pytest.raises(TypeError, match="'epsilon'"):  # a float cannot be put back in place
+        harness.resume.load_into(0.1, 0.2, "epsilon")
