@@ -68,9 +68,9 @@ def stored_config(folder: Path) -> dict:
     return stored
 
 
-def reopen(run, config: dict):
-    """metrics.csv, open to append, cut back to the checkpoint, once the config and the checkpoint are checked;
-    `run` takes the checkpoint (`saved`, read by `restore`), its start time and the steps it resumed at."""
+def check_folder(run, config: dict) -> None:
+    """The run folder's config, checkpoint and metrics.csv checked against this run's (InputError, before
+    anything is written); `run` takes the checkpoint (`saved`, read by `restore`) and the steps it resumed at."""
     stored = stored_config(run.path)
     if stored.get("algo") != run.algo:
         raise InputError(f"--resume {run.path}: that run is {stored.get('algo')!r}, not {run.algo}")
@@ -92,13 +92,19 @@ def reopen(run, config: dict):
             f"{run.path / 'checkpoint.pt'} is a {saved.get('algo')!r} checkpoint "
             f"(format {saved.get('format')}), not {run.algo}'s"
         )
-    run.saved, run.start = saved, time.perf_counter() - saved["wall_seconds"]
+    run.saved = saved
     run.resumes = [*saved["resumes"], saved["global_step"]]
     metrics = run.path / "metrics.csv"
     with open(metrics, newline="") as f:
         header = f.readline().strip().split(",")
     if header != run.fields:
         raise InputError(f"{metrics} has columns {header}, expected {run.fields}")
+
+
+def reopen(run):
+    """metrics.csv, open to append, cut back to the checkpoint (check_folder's); the run's clock set on."""
+    metrics, saved = run.path / "metrics.csv", run.saved
+    run.start = time.perf_counter() - saved["wall_seconds"]
     os.truncate(metrics, saved["metrics_bytes"])  # rows after the checkpoint are not part of this history
     return open(metrics, "a", newline="")
 

@@ -132,10 +132,9 @@ def check(args: RunArgs, conditions: Sequence[tuple[bool, str]] = (), positive: 
         *((ok(*map(value, names)), message.format(*map(value, names))) for names, ok, message in SHARED_CHECKS
           if all(hasattr(args, n) for n in names)),
         *conditions,
-        (single_process is None or not launched(),
-         f"{single_process} runs in one process; torchrun started {os.environ.get('WORLD_SIZE')} workers that would "
-         f"train independent copies (several workers: a2c, n_step_q, sarsa). Run `python algos/{single_process}.py` "
-         "instead"),
+        (single_process is None or not launched(), f"{single_process} runs in one process; torchrun started "
+         f"{os.environ.get('WORLD_SIZE')} workers that would train independent copies (several workers: a2c, "
+         f"n_step_q, sarsa). Run `python algos/{single_process}.py` instead"),
     ]
     for ok, message in checks:
         if not ok:
@@ -223,8 +222,7 @@ def launched() -> bool:  # one of several torchrun workers
 _ONE_PROCESS = types.SimpleNamespace(
     WorkerError=WorkerError, init=lambda device=None, timeout=None: 1, rank=lambda: 0, is_main=lambda: True,
     world_size=lambda: 1, check_same=lambda config, what="arguments": None, gather=lambda tensor: tensor,
-    shutdown=lambda wait=None: None,
-)
+    shutdown=lambda wait=None: None)
 
 
 class Stopped(Exception):
@@ -407,17 +405,21 @@ class Run:
             import harness.extras as extras
 
             extras.check_packages(args)  # a missing package is bad input, found before anything is written
+        self.config = {"algo": algo, **json.loads(json.dumps(dataclasses.asdict(args)))}
+        if args.resume and write:  # the folder and its checkpoint checked at once, before anything is written
+            import harness.resume as resume
+
+            self.path = Path(args.resume)
+            resume.check_folder(self, self.config)
 
     def _open(self) -> None:
         """The run folder (or the one --resume reopens), its files and first line, once the script is set up."""
-        args, algo = self.args, self.algo
-        config = {"algo": algo, **json.loads(json.dumps(dataclasses.asdict(args)))}
+        args, algo, config = self.args, self.algo, self.config
         self.start = time.perf_counter()
         if args.resume:
             import harness.resume as resume
 
-            self.path = Path(args.resume)
-            self.file = resume.reopen(self, config)
+            self.file = resume.reopen(self)
             (self.path / "config.json").write_text(json.dumps(config, indent=2))  # the new length or logging flags
         else:
             self.path = self._new_folder(config)
@@ -703,8 +705,7 @@ class Run:
         try:
             returns = self.evaluate(act, global_step)
         except KeyboardInterrupt:
-            self.error = self._stopped(KeyboardInterrupt())
-            return
+            return setattr(self, "error", self._stopped(KeyboardInterrupt()))
         except Exception as e:  # the run's model and summary are written whatever happens here
             returns, message = np.array([]), f"final evaluation failed: {type(e).__name__}: {_first_line(e)}"
             print(f"{self.algo}: {message}", file=sys.stderr)
@@ -741,7 +742,7 @@ class Run:
         for sig, handler in self._handlers.items():
             signal.signal(sig, handler)
         self._handlers = {}
-        if not self.write:
+        if not self.write or not hasattr(self, "file"):  # a Run whose begin() never came writes nothing
             return summary
         self.progress(global_step, force=True)
         if self.show and self.tty:
