@@ -634,7 +634,8 @@ class Run:
         """(obs, global_step) of the training `envs` (their action spaces seeded): a new run's reset with `seed`
         at 0, or a resumed run's, with the `checkpoint` objects, generators, envs and episodes put back
         (`envs_reset`: the envs were reset, in a new run or where their state was not captured).
-        `eval_envs(n, video_dir)` makes the envs of the evaluations."""
+        `eval_envs(n, video_dir)` makes the envs of the evaluations. The run folder is written from here on
+        (its first line printed, stop signals caught), once the script is set up."""
         self.envs, self.eval_envs, self.envs_reset = envs, eval_envs, True
         if self.write:
             self._open()
