@@ -52,9 +52,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import tyro
-from torch import nn
+from torch import Tensor, nn
 
-_HERE = Path(__file__).resolve().parent  # common/ and harness/ sit beside a copied script, one folder up in this repo
+_HERE = Path(__file__).resolve().parent  # common/, harness/: beside a copied script, a folder up in this repo
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
 from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
@@ -65,6 +65,7 @@ from common.torso import is_image, obs_shape, torso  # noqa: E402
 from harness.run import InputError, Run, RunArgs, check, vector_env, main as run_main  # noqa: E402
 
 ALGO = "a2c"
+Policy = Callable[[np.ndarray], np.ndarray]  # obs [B, *obs_shape] -> actions [B] or [B, A]
 
 
 # 2. Arguments -----------------------------------------------------------------------------------
@@ -116,13 +117,13 @@ class Args(RunArgs):
 
 
 # 3. Environment ---------------------------------------------------------------------------------
-def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True) -> gym.vector.VectorEnv:
+def make_env(
+    env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True
+) -> gym.vector.VectorEnv:
     """Vector env with SAME_STEP autoreset (the true final observation in infos["final_obs"]); pixel ids
     preprocessed by common.pixels, `training=False` playing whole Atari games (evaluation); Discrete or 1-D
     Box actions (images: Discrete only), or InputError (harness.run.vector_env)."""
-    def make(render_mode: str | None) -> gym.Env:
-        return pixels.make(env_id, training, render_mode)
-
+    make = functools.partial(pixels.make, env_id, training)  # make(render_mode) -> one env
     return vector_env(make, num_envs, ALGO, env_id, video_dir, continuous=True)
 
 
@@ -130,14 +131,25 @@ def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training:
 class ActorCritic(nn.Module):
     """Policy head (logits [N, A] or Gaussian mean [N, A]) and value head [N], from an observation."""
 
-    def __init__(self, obs_shape: tuple[int, ...], action_dim: int, discrete: bool, hidden_sizes: tuple[int, ...],
-                 shared_torso: bool = False, activation: str = "tanh", normalize_obs: bool = False,
-                 log_std_init: float = 0.0, mean_bounds: tuple[np.ndarray, np.ndarray] | None = None):
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        action_dim: int,
+        discrete: bool,
+        hidden_sizes: tuple[int, ...],
+        shared_torso: bool = False,
+        activation: str = "tanh",
+        normalize_obs: bool = False,
+        log_std_init: float = 0.0,
+        mean_bounds: tuple[np.ndarray, np.ndarray] | None = None,
+    ):
         super().__init__()
         act = nn.Tanh if activation == "tanh" else nn.ReLU
         self.discrete, self.obs_shape = discrete, tuple(obs_shape)
         if normalize_obs and is_image(obs_shape):
-            raise InputError(f"--normalize-obs is for vector observations; these are images of shape {tuple(obs_shape)}")
+            raise InputError(
+                f"--normalize-obs is for vector observations; these are images of shape {tuple(obs_shape)}"
+            )
         if normalize_obs:  # common/normalize.py, imported with the flag only
             from common.normalize import ObsNormalizer
         self.obs_norm = ObsNormalizer(obs_shape[0]) if normalize_obs else None
@@ -146,8 +158,7 @@ class ActorCritic(nn.Module):
         self.critic_torso = None if shared_torso else nn.Sequential(*torso(obs_shape, hidden_sizes, act)[0])
         self.policy_head, self.value_head = nn.Linear(width, action_dim), nn.Linear(width, 1)
         self.log_std = None if discrete else nn.Parameter(torch.full((action_dim,), float(log_std_init)))
-        low, high = (None, None) if mean_bounds is None else (torch.as_tensor(b, dtype=torch.float32)
-                                                             for b in mean_bounds)
+        low, high = (None, None) if mean_bounds is None else (torch.as_tensor(b).float() for b in mean_bounds)
         self.register_buffer("mean_center", None if low is None else (high + low) / 2)
         self.register_buffer("mean_half_range", None if low is None else (high - low) / 2)
         # orthogonal init (Baselines, SB3); a small policy head starts the policy near uniform / zero-mean
@@ -176,25 +187,24 @@ class ActorCritic(nn.Module):
 def build_network(args: Args, envs: gym.vector.VectorEnv) -> ActorCritic:
     space = envs.single_action_space
     discrete = isinstance(space, gym.spaces.Discrete)
-    if args.bounded_mean and not discrete and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+    bounds = (space.low, space.high) if args.bounded_mean and not discrete else None  # --bounded-mean
+    if bounds is not None and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
         raise InputError(f"--bounded-mean needs finite action bounds; {args.env_id} has {space}")
-    return ActorCritic(
-        obs_shape(envs.single_observation_space), int(space.n) if discrete else int(space.shape[0]), discrete,
-        tuple(args.hidden_sizes), args.shared_torso, args.activation, args.normalize_obs, args.log_std_init,
-        (space.low, space.high) if args.bounded_mean and not discrete else None)
+    shape, sizes = obs_shape(envs.single_observation_space), tuple(args.hidden_sizes)
+    action_dim = int(space.n) if discrete else int(space.shape[0])
+    options = (args.shared_torso, args.activation, args.normalize_obs, args.log_std_init)  # __init__'s order
+    return ActorCritic(shape, action_dim, discrete, sizes, *options, bounds)
 
 
 # 5. Algorithm -----------------------------------------------------------------------------------
-def a2c_targets(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
-                terminated: torch.Tensor, truncated: torch.Tensor, gamma: float, n: int | None = None,
-                gae_lambda: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def a2c_targets(rewards, values, next_values, terminated, truncated, gamma, n=None, gae_lambda=None):
     """(advantages, returns), both [T, B], from a rollout's [T, B] tensors; no gradient.
 
-    `values[t] = V(s_t)`, `next_values[t] = V(s_{t+1})` at the true next observation. n-step: returns
-    from n_step_returns, advantages = returns - values. GAE(lambda): A_t = delta_t + gamma lambda
-    (1 - done_t) A_{t+1}, A_T = 0, delta_t = r_t + gamma (1 - terminated_t) next_values_t - values_t,
-    returns = A + values (lambda = 1: the n-step return to the rollout's end). Under SAME_STEP
-    autoreset the row after an episode's end is already the new episode: no junk row exists."""
+    `values[t] = V(s_t)`, `next_values[t] = V(s_{t+1})` at the true next observation. n-step (`gae_lambda`
+    None): n_step_returns with lookahead `n` (None: to the rollout's end), advantages = returns - values.
+    GAE(lambda): A_t = delta_t + gamma lambda (1 - done_t) A_{t+1}, A_T = 0, delta_t = r_t + gamma
+    (1 - terminated_t) next_values_t - values_t, returns = A + values (lambda = 1: the n-step return to the
+    rollout's end). Under SAME_STEP autoreset the row after an episode's end is already the new episode."""
     with torch.no_grad():
         values = values.to(rewards.dtype)
         if gae_lambda is None:
@@ -211,8 +221,7 @@ def a2c_targets(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.
         return advantages, advantages + values
 
 
-def log_prob_entropy(head: torch.Tensor, log_std: torch.Tensor | None, actions: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+def log_prob_entropy(head: Tensor, log_std: Tensor | None, actions: Tensor) -> tuple[Tensor, Tensor]:
     """log pi(a|s) [N] and entropy [N]: categorical over logits `head` [N, A] (log_std None),
     else diagonal Gaussian with mean `head` [N, A] and log-std [A], of the unclipped actions [N, A]."""
     if log_std is None:
@@ -225,9 +234,8 @@ def log_prob_entropy(head: torch.Tensor, log_std: torch.Tensor | None, actions: 
     return logp, entropy
 
 
-def a2c_loss(logp: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, advantages: torch.Tensor,
-             returns: torch.Tensor, value_coef: float, entropy_coef: float) -> tuple[torch.Tensor, ...]:
-    """(loss, policy_loss, value_loss, mean entropy); inputs [N], advantages and returns without gradient."""
+def a2c_loss(logp, entropy, values, advantages, returns, value_coef, entropy_coef) -> tuple[Tensor, ...]:
+    """(loss, policy_loss, value_loss, mean entropy); tensors [N], advantages and returns without gradient."""
     policy_loss = -(advantages * logp).mean()
     value_loss = F.mse_loss(values, returns)
     entropy_mean = entropy.mean()
@@ -235,16 +243,14 @@ def a2c_loss(logp: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, ad
     return loss, policy_loss, value_loss, entropy_mean
 
 
-def a2c_rollout_loss(ac: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
-                     next_values: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
-                     gamma: float, n: int | None, gae_lambda: float | None,
-                     value_coef: float, entropy_coef: float) -> tuple[torch.Tensor, ...]:
-    """a2c_loss's (loss, policy_loss, value_loss, mean entropy) of a rollout: obs [T, B, *obs_shape],
-    actions [T, B] or [T, B, A], the rest [T, B] (next_values = V(true s_{t+1}), without gradient)."""
-    T, B = rewards.shape
+def a2c_rollout_loss(ac, rollout, gamma, n, gae_lambda, value_coef, entropy_coef) -> tuple[Tensor, ...]:
+    """a2c_loss's (loss, policy_loss, value_loss, mean entropy) of a rollout: obs [T, B, *obs_shape], actions
+    [T, B] or [T, B, A], rewards, next_values (V(true s_{t+1}), no gradient), terminated, truncated [T, B]."""
+    obs, actions, rewards, next_values, terminated, truncated = rollout
     head, values = ac(obs.flatten(0, 1))  # [T * B, A], [T * B]
-    advantages, returns = a2c_targets(rewards, values.detach().reshape(T, B), next_values, terminated,
-                                      truncated, gamma, n, gae_lambda)
+    advantages, returns = a2c_targets(
+        rewards, values.detach().reshape_as(rewards), next_values, terminated, truncated, gamma, n, gae_lambda
+    )
     logp, entropy = log_prob_entropy(head, ac.log_std, actions.flatten(0, 1))
     return a2c_loss(logp, entropy, values, advantages.flatten(), returns.flatten(), value_coef, entropy_coef)
 
@@ -265,12 +271,14 @@ def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray],
     on CPU a numpy copy of a plain MLP actor (common.fastpath.numpy_mlp: at a few envs torch's per-op
     dispatch costs more than the arithmetic) on zero-copy views of the parameters and normaliser
     buffers, checked against forward() on a probe batch. Build it again after loading weights."""
+
     def head_forward(obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, device=device).reshape(len(obs), *net.obs_shape)
         with torch.no_grad():  # images stay uint8: the torso converts them
             return net(x if x.dtype == torch.uint8 else x.float())[0].cpu().numpy()
 
-    mlp = numpy_mlp([*net.actor_torso, net.policy_head], device, net, net.critic_torso, net.value_head, net.log_std)
+    actor = [*net.actor_torso, net.policy_head]
+    mlp = numpy_mlp(actor, device, net, net.critic_torso, net.value_head, net.log_std)
     if mlp is None:  # not on CPU, or not a plain MLP actor
         return head_forward
     norm = net.obs_norm
@@ -280,14 +288,15 @@ def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray],
     def head_numpy(obs: np.ndarray) -> np.ndarray:  # forward(): normalise, the MLP, bound the mean
         x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
         if stats is not None:
-            x = np.clip((x - stats[0]) / np.sqrt(stats[1] + norm.eps), -norm.clip, norm.clip).astype(np.float32)
+            z = (x - stats[0]) / np.sqrt(stats[1] + norm.eps)
+            x = np.clip(z, -norm.clip, norm.clip).astype(np.float32)
         x = mlp(x)  # [B, A]
         return x if bounds is None else bounds[0] + bounds[1] * np.tanh(x)
 
     return checked(head_numpy, head_forward, f"{ALGO} policy", probe=probe_batch(net.obs_shape))
 
 
-def greedy_policy(net: ActorCritic, device: torch.device, action_space: gym.Space) -> Callable[[np.ndarray], np.ndarray]:
+def greedy_policy(net: ActorCritic, device: torch.device, action_space: gym.Space) -> Policy:
     """obs [B, *obs_shape] -> argmax of the logits [B], or the Gaussian mean clipped to the bounds [B, A]."""
     head = numpy_head(net, device)
     if isinstance(action_space, gym.spaces.Discrete):
@@ -299,9 +308,12 @@ def greedy_policy(net: ActorCritic, device: torch.device, action_space: gym.Spac
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    # the run folder (rank 0's); torch threads, device; torchrun's workers joined, each seeded with its own seed
-    run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "policy_loss", "value_loss", "entropy",
-                           "grad_norm", "sps", "eval_return", "eval_return_std"], workers=True)
+    columns = (  # of metrics.csv
+        "episodic_return episodic_length loss policy_loss value_loss entropy grad_norm sps "
+        "eval_return eval_return_std"
+    )
+    # the run folder (rank 0's); torch threads, device; torchrun's workers joined, each with its own seed
+    run = Run(ALGO, args, columns, workers=True)
     device, dist, world = run.device, run.workers, run.world
     rng = np.random.default_rng(run.seed)  # action sampling
 
@@ -312,8 +324,14 @@ def train(args: Args) -> dict:
     num_updates = math.ceil(args.total_timesteps / (B * T * world))  # each update: every worker's rollout
 
     net = NetworkWrapper(
-        build_network(args, envs), lr=args.learning_rate, optimizer=args.optimizer, eps=args.optimizer_eps,
-        alpha=args.rmsprop_alpha, clip_grad_norm=args.clip_grad_norm, device=device, workers=dist,
+        build_network(args, envs),
+        lr=args.learning_rate,
+        optimizer=args.optimizer,
+        eps=args.optimizer_eps,
+        alpha=args.rmsprop_alpha,
+        clip_grad_norm=args.clip_grad_norm,
+        device=device,
+        workers=dist,
         lr_lambda=(lambda u: 1.0 - u / num_updates) if args.anneal_lr else None,
     )
     ac = net.online
@@ -324,10 +342,11 @@ def train(args: Args) -> dict:
     rollout_obs, rollout_next_obs = np.zeros((2, T, B, *shape), np.uint8 if is_image(shape) else np.float32)
     rollout_actions = np.zeros((T, B, *space.shape), dtype=np.int64 if discrete else np.float32)
     rollout_rewards, rollout_terminated, rollout_truncated = np.zeros((3, T, B), dtype=np.float32)
+    rollout = (rollout_obs, rollout_actions, rollout_rewards, rollout_terminated, rollout_truncated)
     eval_envs = functools.partial(make_env, args.env_id, training=False)
-    acting_net, a2c_rollout_loss_fn = run.compile(ac), run.compile(a2c_rollout_loss)  # themselves unless --compile
+    acting_net, rollout_loss = run.compile(ac), run.compile(a2c_rollout_loss)  # themselves unless --compile
 
-    def checkpoint() -> dict:  # all that the next rollout depends on: run.after_step saves it, run.begin restores it
+    def checkpoint() -> dict:  # what the next rollout needs: run.after_step saves it, run.begin restores it
         return {"net": net, "rng": rng, "reward_scaler": reward_scaler}
 
     obs, global_step = run.begin(envs, eval_envs, checkpoint())  # reset, or a resumed run's put back
@@ -335,7 +354,7 @@ def train(args: Args) -> dict:
     # numpy_head checks its fast path against forward() on these weights
     policy_head, greedy = numpy_head(acting_net, device), greedy_policy(acting_net, device, space)
     std = None if discrete else ac.log_std.detach().exp().cpu().numpy()  # [A], refreshed after every update
-    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness/run.py)
+    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop there (harness/run.py)
         while global_step < args.total_timesteps:
             prev_step = global_step
             # rollout: T steps of all envs with the current policy (one numpy actor forward per step)
@@ -345,8 +364,7 @@ def train(args: Args) -> dict:
                 env_actions = actions if discrete else np.clip(actions, space.low, space.high)
                 next_obs, rewards, terminated, truncated, infos = envs.step(env_actions)
                 next_obs = next_obs.reshape(B, *shape)
-                rollout_obs[t] = obs
-                rollout_actions[t] = actions
+                rollout_obs[t], rollout_actions[t] = obs, actions
                 rollout_next_obs[t] = true_next_obs(next_obs, infos)  # truncation bootstraps from its value
                 # Atari: rewards clipped to their sign for learning (the paper), not for logging
                 learn_rewards = np.sign(rewards) if atari else rewards
@@ -358,29 +376,37 @@ def train(args: Args) -> dict:
                 run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))
 
             # learn: one gradient step on the whole rollout [T * B]
-            obs_t = torch.as_tensor(rollout_obs, device=device)  # [T, B, *obs_shape]
-            actions_t, rewards_t, terminated_t, truncated_t = (torch.as_tensor(x, device=device) for x in (
-                rollout_actions, rollout_rewards, rollout_terminated, rollout_truncated))
+            obs_t, actions_t, rewards_t, terminated_t, truncated_t = (
+                torch.as_tensor(x, device=device) for x in rollout
+            )
             with torch.no_grad():  # V(true s_{t+1}) [T * B]
                 next_values = ac.value(torch.as_tensor(rollout_next_obs, device=device).flatten(0, 1))
-            loss, policy_loss, value_loss, entropy_mean = a2c_rollout_loss_fn(
-                ac, obs_t, actions_t, rewards_t, next_values.view(T, B), terminated_t, truncated_t,
-                args.gamma, args.n_step_return, args.gae_lambda, args.value_coef, args.entropy_coef)
+            batch = (obs_t, actions_t, rewards_t, next_values.view(T, B), terminated_t, truncated_t)
+            loss, policy_loss, value_loss, entropy_mean = rollout_loss(
+                ac, batch, args.gamma, args.n_step_return, args.gae_lambda, args.value_coef, args.entropy_coef
+            )
             loss, grad_norm = net.train_step(loss)
             # a NaN policy would feed NaN actions to the envs; grad_norm is shared by all workers, so
             # a NaN on any one of them stops every worker at this same update
             run.stop_if_nan(global_step, loss, gradient_norm=grad_norm)
-            if std is not None:
-                std = ac.log_std.detach().exp().cpu().numpy()
+            std = None if discrete else ac.log_std.detach().exp().cpu().numpy()
             if ac.obs_norm is not None:  # after the update, so the rollout acted and learned with one policy
                 ac.obs_norm.update(dist.gather(obs_t))  # all workers' observations
             if net.updates % 100 == 0:
-                run.log(global_step, loss=loss.item(), policy_loss=policy_loss.item(), value_loss=value_loss.item(),
-                        entropy=entropy_mean.item(), grad_norm=grad_norm.item())
+                run.log(
+                    global_step,
+                    loss=loss,
+                    policy_loss=policy_loss,
+                    value_loss=value_loss,
+                    entropy=entropy_mean,
+                    grad_norm=grad_norm,
+                )
 
             # evaluate greedy (rank 0), save checkpoint() (then stop, on a stop signal), show progress
             run.after_step(prev_step, global_step, obs, greedy, checkpoint)
-    return run.finish(global_step, greedy, model=ac, world_size=world, device=str(device), updates=net.updates)
+    return run.finish(
+        global_step, greedy, model=ac, world_size=world, device=str(device), updates=net.updates
+    )
 
 
 # main(args), or main() for the command line's; exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
@@ -391,17 +417,19 @@ main = functools.partial(run_main, ALGO, train, Args, __doc__)
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     make_env(args.env_id, 1).close()  # an unknown id, the wrong action space
-    check(args, positive=("n_steps", "n_step_return", "optimizer_eps", "learning_rate", "clip_grad_norm"),
-          fractions=("gamma",), nonnegative=("value_coef", "entropy_coef"), conditions=[  # and harness.run.SHARED_CHECKS
-        (args.gae_lambda is None or 0.0 <= args.gae_lambda <= 1.0, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}"),
-        (args.gae_lambda is None or args.n_step_return is None, "--gae-lambda and --n-step-return cannot be used together"),
+    gae_lambda, n_step = args.gae_lambda, args.n_step_return
+    conditions = [  # checked after harness.run.SHARED_CHECKS
+        (gae_lambda is None or 0.0 <= gae_lambda <= 1.0, f"--gae-lambda must be in [0, 1], got {gae_lambda}"),
+        (gae_lambda is None or n_step is None, "--gae-lambda and --n-step-return cannot be used together"),
         (0.0 < args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in (0, 1), got {args.rmsprop_alpha}"),
         (math.isfinite(args.log_std_init), f"--log-std-init must be finite, got {args.log_std_init}"),
         (min(args.hidden_sizes, default=0) > 0, f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
-    ])
+    ]
+    positive = "n_steps n_step_return optimizer_eps learning_rate clip_grad_norm"
+    check(args, conditions, positive=positive, fractions="gamma", nonnegative="value_coef entropy_coef")
 
 
-def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
+def load_policy(args: Args, model_path: str, device: str = "cpu") -> Policy:
     """Greedy policy from a `--save-model` file (observation statistics included), for tools/evaluate.py."""
     envs = make_env(args.env_id, 1)
     net, space = build_network(args, envs), envs.single_action_space

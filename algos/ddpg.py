@@ -39,7 +39,7 @@ import torch.nn.functional as F
 import tyro
 from torch import nn
 
-_HERE = Path(__file__).resolve().parent  # common/ and harness/ sit beside a copied script, one folder up in this repo
+_HERE = Path(__file__).resolve().parent  # common/ and harness/: beside a copied script, one folder up here
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
 from common.autoreset import true_next_obs  # noqa: E402
 from common.fastpath import checked, numpy_mlp, probe_batch  # noqa: E402
@@ -98,10 +98,11 @@ class Args(RunArgs):
 def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.vector.VectorEnv:
     """Vector env with SAME_STEP autoreset (the true final observation is in infos["final_obs"]); a 1-D Box
     action space with finite bounds, or InputError (harness.run.vector_env)."""
+
     def make(render_mode: str | None) -> gym.Env:
         if env_id.startswith(("ALE/", "MinAtar/")) or "NoFrameskip" in env_id:  # refused before making it
-            raise ValueError(f"{ALGO} takes vector observations; {env_id} is a pixel env "
-                             "(dqn, n_step_q, sarsa and a2c take images)")
+            message = f"{ALGO} takes vector observations; {env_id} is a pixel env"
+            raise ValueError(f"{message} (dqn, n_step_q, sarsa and a2c take images)")
         return gym.make(env_id) if render_mode is None else gym.make(env_id, render_mode=render_mode)
 
     return vector_env(make, num_envs, ALGO, env_id, video_dir, discrete=False, continuous=True, bounded=True)
@@ -127,7 +128,8 @@ class Actor(nn.Module):
     def __init__(self, obs_dim: int, action_space: gym.spaces.Box, hidden_sizes: tuple[int, ...]):
         super().__init__()
         self.net = mlp(obs_dim, hidden_sizes, int(np.prod(action_space.shape)))
-        low, high = (torch.as_tensor(x, dtype=torch.float32).flatten() for x in (action_space.low, action_space.high))
+        low = torch.as_tensor(action_space.low, dtype=torch.float32).flatten()
+        high = torch.as_tensor(action_space.high, dtype=torch.float32).flatten()
         self.register_buffer("action_scale", (high - low) / 2)  # [A]
         self.register_buffer("action_bias", (high + low) / 2)  # [A]
 
@@ -137,7 +139,8 @@ class Actor(nn.Module):
 
 def build_actor(args: Args, envs: gym.vector.VectorEnv) -> Actor:
     """The actor for `envs`' spaces; train() and load_policy() both build it here."""
-    return Actor(int(np.prod(envs.single_observation_space.shape)), envs.single_action_space, tuple(args.hidden_sizes))
+    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    return Actor(obs_dim, envs.single_action_space, tuple(args.hidden_sizes))
 
 
 class Critic(nn.Module):
@@ -156,7 +159,9 @@ class ExplorationNoise:
     """Gaussian or Ornstein-Uhlenbeck noise [B, A] in action units (`std` times half the range). OU (dt = 1):
     x <- x - theta * x + sigma * N(0, 1) per env and action dimension, reset to 0 where an episode ended."""
 
-    def __init__(self, kind: str, std: float, theta: float, scale: np.ndarray, num_envs: int, rng: np.random.Generator):
+    def __init__(
+        self, kind: str, std: float, theta: float, scale: np.ndarray, num_envs: int, rng: np.random.Generator
+    ):
         self.kind, self.theta, self.rng, self.sigma = kind, theta, rng, std * scale  # sigma: [A]
         self.state = np.zeros((num_envs, len(scale)))  # [B, A], OU only
 
@@ -171,8 +176,14 @@ class ExplorationNoise:
         self.state[done] = 0.0
 
 
-def ddpg_targets(critic_target: nn.Module, actor_target: nn.Module, rewards: torch.Tensor, next_obs: torch.Tensor,
-                 terminated: torch.Tensor, gamma: float) -> torch.Tensor:
+def ddpg_targets(
+    critic_target: nn.Module,
+    actor_target: nn.Module,
+    rewards: torch.Tensor,
+    next_obs: torch.Tensor,
+    terminated: torch.Tensor,
+    gamma: float,
+) -> torch.Tensor:
     """One-step critic targets [B]: r + gamma * (1 - terminated) * Q_target(s', mu_target(s')) (paper eq. 6);
     `next_obs` is the true next observation, so truncated transitions bootstrap and terminated ones do not."""
     with torch.no_grad():
@@ -180,12 +191,13 @@ def ddpg_targets(critic_target: nn.Module, actor_target: nn.Module, rewards: tor
         return rewards + gamma * (1.0 - terminated) * next_q
 
 
-def critic_loss(critic_online: nn.Module, critic_target: nn.Module, actor_target: nn.Module, batch: Batch,
-                gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+def critic_loss(
+    critic_online: nn.Module, critic_target: nn.Module, actor_target: nn.Module, batch: Batch, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The critic's regression of Q(s, a) on the targets (MSE), and the batch's mean Q(s, a) (logged)."""
-    targets = ddpg_targets(critic_target, actor_target, batch.rewards, batch.next_obs, batch.terminated, gamma)
+    target = ddpg_targets(critic_target, actor_target, batch.rewards, batch.next_obs, batch.terminated, gamma)
     q = critic_online(batch.obs, batch.actions)  # [B]
-    return F.mse_loss(q, targets), q.mean()
+    return F.mse_loss(q, target), q.mean()
 
 
 def actor_loss(actor: nn.Module, critic: nn.Module, obs: torch.Tensor) -> torch.Tensor:
@@ -197,6 +209,7 @@ def actor_loss(actor: nn.Module, critic: nn.Module, obs: torch.Tensor) -> torch.
 def deterministic_policy(actor: Actor, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
     """obs [B, *obs_shape] -> mu(obs) [B, A], no noise, in numpy: through `forward()`, or on CPU a numpy copy
     of a plain MLP actor while they agree (common.fastpath: faster at batch 1). Rebuild it after a load."""
+
     def act_forward(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
@@ -216,8 +229,8 @@ def deterministic_policy(actor: Actor, device: torch.device) -> Callable[[np.nda
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    run = Run(ALGO, args, ["episodic_return", "episodic_length", "critic_loss", "actor_loss", "q_values", "grad_norm",
-                           "sps", "eval_return", "eval_return_std"])  # the run folder; torch threads, seeds, device
+    fields = "episodic_return episodic_length critic_loss actor_loss q_values grad_norm sps"  # metrics.csv
+    run = Run(ALGO, args, fields + " eval_return eval_return_std")  # run folder; torch threads, seeds, device
     device = run.device
     noise_seed, replay_seed = np.random.SeedSequence(args.seed).spawn(2)  # independent streams from one seed
     rng = np.random.default_rng(noise_seed)  # exploration
@@ -228,24 +241,35 @@ def train(args: Args) -> dict:
     action_shape, action_dim = space.shape, int(np.prod(space.shape))
     low, high = (bound.reshape(action_dim).astype(np.float32) for bound in (space.low, space.high))  # [A]
 
-    actor = NetworkWrapper(build_actor(args, envs), lr=args.actor_learning_rate,
-                           optimizer="adam", clip_grad_norm=args.clip_grad_norm, target=True, device=device)
-    critic = NetworkWrapper(Critic(obs_dim, action_dim, args.hidden_sizes), lr=args.critic_learning_rate, optimizer="adam",
-                            l2=args.critic_l2, clip_grad_norm=args.clip_grad_norm, target=True, device=device)
+    # both networks: Adam, a target copy, the same gradient clipping
+    both = dict(optimizer="adam", clip_grad_norm=args.clip_grad_norm, target=True, device=device)
+    actor = NetworkWrapper(build_actor(args, envs), lr=args.actor_learning_rate, **both)
+    critic_net = Critic(obs_dim, action_dim, args.hidden_sizes)
+    critic = NetworkWrapper(critic_net, lr=args.critic_learning_rate, l2=args.critic_l2, **both)
     noise = ExplorationNoise(args.noise, args.noise_std, args.ou_theta, (high - low) / 2, B, rng)
-    memory = ReplayMemory(args.buffer_size, (obs_dim,), (action_dim,), discrete=False, device=device, seed=replay_seed)
+    memory = ReplayMemory(
+        args.buffer_size, (obs_dim,), (action_dim,), discrete=False, device=device, seed=replay_seed
+    )
+    min_stored = min(args.learning_starts, args.buffer_size)  # held before learning (a resume refills them)
     eval_envs = functools.partial(make_env, args.env_id)
     acting_net = run.compile(actor.online)  # these three: themselves unless --compile
     critic_loss_fn, actor_loss_fn = run.compile(critic_loss), run.compile(actor_loss)
     actor_loss_value = torch.zeros(())
 
-    def checkpoint() -> dict:  # everything the next step depends on: run.after_step saves it, run.begin restores it
-        return {"actor": actor, "critic": critic, "memory": memory if args.checkpoint_memory else None, "rng": rng,
-                "noise": noise.state, "actor_loss": actor_loss_value}
+    def checkpoint() -> dict:  # all the next step depends on: run.after_step saves it, run.begin restores it
+        return {
+            "actor": actor,
+            "critic": critic,
+            "memory": memory if args.checkpoint_memory else None,
+            "rng": rng,
+            "noise": noise.state,
+            "actor_loss": actor_loss_value,
+        }
 
     obs, global_step = run.begin(envs, eval_envs, checkpoint())  # reset, or a resumed run's put back
-    obs, policy = obs.reshape(B, obs_dim), deterministic_policy(acting_net, device)  # the fast path checks these weights
-    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness/run.py)
+    obs = obs.reshape(B, obs_dim)
+    policy = deterministic_policy(acting_net, device)  # the fast path checks these weights
+    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness.run)
         while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B
             # act: uniform during heatup, then mu(s) + noise, clipped to the bounds
@@ -264,27 +288,35 @@ def train(args: Args) -> dict:
             noise.reset(done)
 
             # learn: gradient_steps critic updates per `train_every` steps; actor + syncs every `policy_every`
-            if global_step > args.learning_starts and len(memory) >= min(args.learning_starts, args.buffer_size):
+            if global_step > args.learning_starts and len(memory) >= min_stored:
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
                     batch = memory.sample(args.batch_size)
-                    loss, q_mean = critic_loss_fn(critic.online, critic.target, actor.target, batch, args.gamma)
+                    loss, q_mean = critic_loss_fn(
+                        critic.online, critic.target, actor.target, batch, args.gamma
+                    )
                     loss, grad_norm = critic.train_step(loss)
                     if critic.updates % args.policy_every == 0:
                         critic.online.requires_grad_(False)  # no critic gradients from the actor's loss
-                        actor_loss_value, _ = actor.train_step(actor_loss_fn(actor.online, critic.online, batch.obs))
+                        actor_loss_value = actor_loss_fn(actor.online, critic.online, batch.obs)
+                        actor_loss_value, _ = actor.train_step(actor_loss_value)
                         critic.online.requires_grad_(True)
                         critic.sync(args.target_rate)
                         actor.sync(args.target_rate)
                     if critic.updates % 100 == 0:
                         run.stop_if_nan(global_step, loss, actor=actor_loss_value)
-                        run.log(global_step, critic_loss=loss.item(), actor_loss=actor_loss_value.item(), q_values=q_mean.item(),
-                                grad_norm=grad_norm.item())
+                        run.log(
+                            global_step,
+                            critic_loss=loss,
+                            actor_loss=actor_loss_value,
+                            q_values=q_mean,
+                            grad_norm=grad_norm,
+                        )
 
             # evaluate policy, save checkpoint() (then stop, on a stop signal), show progress
             run.after_step(prev_step, global_step, obs, policy, checkpoint)
-    return run.finish(global_step, policy, model={"actor": actor.online.state_dict(), "critic": critic.online.state_dict()},
-                      device=str(device), updates=critic.updates)
+    model = {"actor": actor.online.state_dict(), "critic": critic.online.state_dict()}
+    return run.finish(global_step, policy, model=model, device=str(device), updates=critic.updates)
 
 
 # main(args), or main() for the command line's; exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
@@ -295,9 +327,10 @@ main = functools.partial(run_main, ALGO, train, Args, __doc__)
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     make_env(args.env_id, 1).close()  # a pixel env, an unknown id, the wrong action space
-    check(args, positive=("batch_size", "buffer_size", "train_every", "gradient_steps", "policy_every", "actor_learning_rate",
-                          "critic_learning_rate", "clip_grad_norm"), fractions=("gamma",),
-          nonnegative=("noise_std", "learning_starts", "critic_l2"), single_process=ALGO)  # and harness.run.SHARED_CHECKS
+    sizes = "batch_size buffer_size train_every gradient_steps policy_every"
+    positive = f"{sizes} actor_learning_rate critic_learning_rate clip_grad_norm"
+    nonnegative = "noise_std learning_starts critic_l2"  # check() adds harness.run.SHARED_CHECKS
+    check(args, positive=positive, fractions="gamma", nonnegative=nonnegative, single_process=ALGO)
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:

@@ -3,19 +3,16 @@
 Paper: Mnih et al. 2015, "Human-level control through deep reinforcement learning", Nature 518,
 https://doi.org/10.1038/nature14236. Double DQN: van Hasselt et al. 2016, arXiv:1509.06461.
 
-The agent acts epsilon-greedily on Q(s, .), stores every transition in a replay memory, and every
-`train_every` env steps regresses Q(s, a) on the one-step target
-r + gamma * (1 - terminated) * max_a' Q_target(s', a') for a random minibatch. The target
-network is a copy of the online network, refreshed every `target_every` env steps (hard copy) or
-moved towards it by `target_rate` (soft update). Before `learning_starts` the agent acts
-uniformly at random (heatup) and does not learn.
+The agent acts epsilon-greedily on Q(s, .), stores every transition in a replay memory and every `train_every`
+env steps regresses Q(s, a) on the one-step target r + gamma * (1 - terminated) * max_a' Q_target(s', a') for
+a random minibatch. The target network moves towards the online one by `target_rate` (1: a hard copy) every
+`target_every` env steps. Until `learning_starts` (heatup) the agent acts uniformly at random, not learning.
 
 Deviations from the paper:
-- Defaults are CleanRL's classic-control settings (MSE loss, Adam, 10k memory, [120, 84] MLP), not
-  the Atari ones (Huber loss, RMSprop, 1M memory; the pixel suites pass them), except that the step
-  size decays linearly to 0 over the learning phase (`--no-anneal-lr`: CleanRL's constant one): the
-  final network is a snapshot of an oscillating one, and with the decay the late updates are small
-  (benchmarks/results/dqn.md has the runs).
+- Defaults are CleanRL's classic-control settings (MSE loss, Adam, 10k memory, [120, 84] MLP), not the Atari
+  ones (Huber loss, RMSprop, 1M memory; the pixel suites pass them), except that the step size decays linearly
+  to 0 over the learning phase (`--no-anneal-lr`: CleanRL's constant one): the final network is a snapshot of
+  an oscillating one, and with the decay the late updates are small (benchmarks/results/dqn.md has the runs).
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
 
 Pixels: the torso follows the observation (common.torso). Atari (common.atari): rewards clipped to
@@ -42,9 +39,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import tyro
-from torch import nn
+from torch import Tensor, nn
 
-_HERE = Path(__file__).resolve().parent  # common/ and harness/ sit beside a copied script, one folder up in this repo
+_HERE = Path(__file__).resolve().parent  # common/ and harness/: beside a copied script, one folder up here
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
 from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
@@ -55,6 +52,7 @@ from common.torso import is_image, obs_shape, torso  # noqa: E402
 from harness.run import Run, RunArgs, check, vector_env, main as run_main  # noqa: E402
 
 ALGO = "dqn"
+Policy = Callable[[np.ndarray], np.ndarray]  # observations [B, *obs_shape] -> actions [B]
 
 
 # 2. Arguments -----------------------------------------------------------------------------------
@@ -118,14 +116,17 @@ class Args(RunArgs):
 
 
 # 3. Environment ---------------------------------------------------------------------------------
-def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True, scale_obs: bool = False,
-             max_frames: int | None = None) -> gym.vector.VectorEnv:
-    """Vector env with SAME_STEP autoreset (the true final observation is in infos["final_obs"]) of envs made
-    by common.pixels.make (pixel preprocessing, `training`: a lost life ends an Atari episode); Discrete
-    actions and Box observations, or InputError (harness.run.vector_env)."""
-    def make(render_mode: str | None) -> gym.Env:
-        return pixels.make(env_id, training, render_mode, scale_obs=scale_obs, max_frames=max_frames)
-
+def make_env(
+    env_id: str,
+    num_envs: int,
+    video_dir: str | None = None,
+    training: bool = True,
+    scale_obs: bool = False,
+    max_frames: int | None = None,
+) -> gym.vector.VectorEnv:
+    """common.pixels.make envs (`training`: a lost life ends an Atari episode), SAME_STEP autoreset (the true
+    final observation in infos["final_obs"]); Discrete actions, Box observations, or InputError (vector_env)."""
+    make = functools.partial(pixels.make, env_id, training, scale_obs=scale_obs, max_frames=max_frames)
     return vector_env(make, num_envs, ALGO, env_id, video_dir)
 
 
@@ -138,13 +139,14 @@ class QNetwork(nn.Module):
         layers, width = torso(obs_shape, hidden_sizes)
         self.net = nn.Sequential(*layers, nn.Linear(width, n_actions))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs: Tensor) -> Tensor:
         return self.net(obs)  # [B, A]
 
 
 def build_network(args: Args, envs: gym.vector.VectorEnv) -> QNetwork:
     """The Q-network for `envs`' spaces; train() and load_policy() both build it here."""
-    return QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
+    n_actions = int(envs.single_action_space.n)
+    return QNetwork(obs_shape(envs.single_observation_space), n_actions, tuple(args.hidden_sizes))
 
 
 # 5. Algorithm -----------------------------------------------------------------------------------
@@ -153,8 +155,9 @@ def linear_epsilon(start: float, end: float, duration: float, step: int) -> floa
     return start + (end - start) * min(1.0, step / duration)
 
 
-def select_actions(greedy: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, epsilon: float, n_actions: int,
-                   rng: np.random.Generator) -> np.ndarray:
+def select_actions(
+    greedy: Policy, obs: np.ndarray, epsilon: float, n_actions: int, rng: np.random.Generator
+) -> np.ndarray:
     """Epsilon-greedy actions [B]; the network is only run when some env acts greedily."""
     explore = rng.random(len(obs)) < epsilon  # [B]
     if explore.all():
@@ -165,14 +168,13 @@ def select_actions(greedy: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, 
     return actions
 
 
-def dqn_targets(q_target: nn.Module, q_online: nn.Module, rewards: torch.Tensor, next_obs: torch.Tensor,
-                terminated: torch.Tensor, gamma: float, double_dqn: bool) -> torch.Tensor:
-    """One-step targets [B]: r + gamma * (1 - terminated) * Q_target(s', a*).
-
-    a* = argmax Q_target(s', .) for DQN, argmax Q_online(s', .) for Double DQN (which removes the
-    max operator's overestimation). `next_obs` is the true next observation, so truncated
-    transitions bootstrap and terminated ones do not.
-    """
+def dqn_targets(
+    q_target: nn.Module, q_online: nn.Module, rewards, next_obs, terminated, gamma: float, double_dqn: bool
+) -> Tensor:
+    """One-step targets [B], r + gamma * (1 - terminated) * Q_target(s', a*), from the tensors `rewards`,
+    `terminated` [B], `next_obs` [B, *obs_shape]. a* = argmax Q_target(s', .) for DQN, argmax Q_online(s', .)
+    for Double DQN (which removes the max operator's overestimation). `next_obs` is the true next observation,
+    so truncated transitions bootstrap and terminated ones do not."""
     with torch.no_grad():
         next_q = q_target(next_obs)  # [B, A]
         if double_dqn:
@@ -183,27 +185,30 @@ def dqn_targets(q_target: nn.Module, q_online: nn.Module, rewards: torch.Tensor,
         return rewards + gamma * (1.0 - terminated) * next_value
 
 
-def dqn_loss(q_online: nn.Module, q_target: nn.Module, batch: Batch, gamma: float, double_dqn: bool,
-             loss: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The regression of Q(s, a) on the targets (MSE or Huber), and the batch's mean Q(s, a) (logged)."""
-    targets = dqn_targets(q_target, q_online, batch.rewards, batch.next_obs, batch.terminated, gamma, double_dqn)
+def dqn_loss(
+    q_online: nn.Module, q_target: nn.Module, batch: Batch, gamma: float, double: bool, loss: str
+) -> tuple[Tensor, Tensor]:
+    """Q(s, a) regressed on the targets (MSE or Huber; Double DQN's if `double`), and the mean Q (logged)."""
+    targets = dqn_targets(q_target, q_online, batch.rewards, batch.next_obs, batch.terminated, gamma, double)
     q = q_online(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)  # [B]
     return (F.mse_loss if loss == "mse" else F.smooth_l1_loss)(q, targets), q.mean()
 
 
-def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+def greedy_policy(q_net: QNetwork, device: torch.device) -> Policy:
     """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B] in numpy: through `forward()`, or on CPU a numpy MLP
     while it gives forward()'s Q-values (common.fastpath). Build it again after loading weights."""
+
     def q_forward(obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, device=device)
         with torch.no_grad():
             return q_net(x if x.dtype == torch.uint8 else x.float()).cpu().numpy()  # [B, A]
 
-    q_values = checked(numpy_mlp(list(getattr(q_net, "net", [])), device, q_net), q_forward, f"{ALGO} greedy policy")
+    fast = numpy_mlp(list(getattr(q_net, "net", [])), device, q_net)
+    q_values = checked(fast, q_forward, f"{ALGO} greedy policy")
     return lambda obs: q_values(obs).argmax(1)
 
 
-def evaluation_policy(greedy: Callable, epsilon: float, n_actions: int, seed: int, step: int) -> Callable[[np.ndarray], np.ndarray]:
+def evaluation_policy(greedy: Policy, epsilon: float, n_actions: int, seed: int, step: int) -> Policy:
     """`greedy`, or epsilon-greedy on a generator of its own, seeded from the run's seed and the step."""
     if epsilon == 0.0:
         return greedy
@@ -214,11 +219,9 @@ def evaluation_policy(greedy: Callable, epsilon: float, n_actions: int, seed: in
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon", "sps",
-                           "eval_return", "eval_return_std"])  # the run folder; torch threads, seeds, device
-    device = run.device
-    # exploration and replay sampling: two streams spawned from the seed (not the seed itself: env 0's)
-    explore_seed, replay_seed = np.random.SeedSequence(args.seed).spawn(2)
+    fields = "episodic_return episodic_length loss q_values grad_norm epsilon sps eval_return eval_return_std"
+    run = Run(ALGO, args, fields)  # the run folder; torch threads, seeds, device
+    explore_seed, replay_seed = np.random.SeedSequence(args.seed).spawn(2)  # streams apart from env 0's seed
     rng = np.random.default_rng(explore_seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs, scale_obs=args.scale_obs)
@@ -226,36 +229,48 @@ def train(args: Args) -> dict:
     n_actions, B = int(envs.single_action_space.n), args.num_envs
     atari = pixels.kind(args.env_id) == "atari"
 
-    num_updates = max(1, (args.total_timesteps // args.train_every - args.learning_starts // args.train_every) * args.gradient_steps)
+    learning_rounds = args.total_timesteps // args.train_every - args.learning_starts // args.train_every
+    num_updates = max(1, learning_rounds * args.gradient_steps)
     q_net = NetworkWrapper(
-        build_network(args, envs), lr=args.learning_rate, optimizer=args.optimizer,
-        eps=args.optimizer_eps, alpha=args.rmsprop_alpha, centered=args.rmsprop_centered,
-        clip_grad_norm=args.clip_grad_norm, target=True, device=device,
+        build_network(args, envs),
+        lr=args.learning_rate,
+        optimizer=args.optimizer,
+        eps=args.optimizer_eps,
+        alpha=args.rmsprop_alpha,
+        centered=args.rmsprop_centered,
+        clip_grad_norm=args.clip_grad_norm,
+        target=True,
+        device=run.device,
         lr_lambda=(lambda u: max(0.0, 1.0 - u / num_updates)) if args.anneal_lr else None,
     )
     if atari:  # frame stacks: each frame stored once
         from common.atari import FrameMemory
-        memory = FrameMemory(args.buffer_size, shape[1:], shape[0], B, device=device, seed=replay_seed)
-    else:  # images stay uint8 (the network converts them)
-        memory = ReplayMemory(args.buffer_size, shape, (), discrete=True, device=device, seed=replay_seed,
-                              obs_dtype=torch.uint8 if is_image(shape) else torch.float32)
-    eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs, max_frames=args.eval_max_frames)
-    acting_net, dqn_loss_fn = run.compile(q_net.online), run.compile(dqn_loss)  # themselves unless --compile
 
-    def checkpoint() -> dict:  # everything the next step depends on: run.after_step saves it, run.begin restores it
-        return {"q_net": q_net, "memory": memory if args.checkpoint_memory else None, "rng": rng}
+        memory = FrameMemory(args.buffer_size, shape[1:], shape[0], B, device=run.device, seed=replay_seed)
+    else:  # discrete actions (the default); images stay uint8 (the network converts them)
+        dtype = torch.uint8 if is_image(shape) else torch.float32
+        memory = ReplayMemory(args.buffer_size, shape, device=run.device, seed=replay_seed, obs_dtype=dtype)
+    min_memory = min(args.learning_starts, args.buffer_size)  # transitions stored before learning starts
+    eval_envs = functools.partial(
+        make_env, args.env_id, training=False, scale_obs=args.scale_obs, max_frames=args.eval_max_frames
+    )
+    acting_net, loss_fn = run.compile(q_net.online), run.compile(dqn_loss)  # themselves unless --compile
+    loss_fn = functools.partial(loss_fn, gamma=args.gamma, double=args.double_dqn, loss=args.loss)
 
+    # what the next step depends on: run.after_step saves checkpoint(), run.begin restores it
+    checkpoint = lambda: {"q_net": q_net, "memory": memory if args.checkpoint_memory else None, "rng": rng}
     obs, global_step = run.begin(envs, eval_envs, checkpoint())  # reset, or a resumed run's put back
     if run.envs_reset and atari:
         memory.new_episodes()  # after a resume, the new observations must not be stacked onto the old frames
-    obs, greedy = obs.reshape(B, *shape), greedy_policy(acting_net, device)  # its fast path checked on these weights
-    policy_at = functools.partial(evaluation_policy, greedy, args.eval_epsilon, n_actions, args.seed)  # (step)
-    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness/run.py)
+    obs, greedy = obs.reshape(B, *shape), greedy_policy(acting_net, run.device)  # fast path checked post-load
+    policy_at = functools.partial(evaluation_policy, greedy, args.eval_epsilon, n_actions, args.seed)
+    decay_steps = args.exploration_fraction * args.total_timesteps  # epsilon's, from step 0 or heatup's end
+    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness.run)
         while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B
             # act: uniform during heatup, then epsilon-greedy on the online network
-            decay_step = max(0, global_step - args.learning_starts) if args.decay_after_heatup else global_step
-            epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, args.exploration_fraction * args.total_timesteps, decay_step)
+            elapsed = max(0, global_step - args.learning_starts) if args.decay_after_heatup else global_step
+            epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, decay_steps, elapsed)
             if global_step <= args.learning_starts:
                 actions = rng.integers(n_actions, size=B)
             else:
@@ -263,31 +278,30 @@ def train(args: Args) -> dict:
             next_obs, rewards, terminated, truncated, infos = envs.step(actions)
             next_obs = next_obs.reshape(B, *shape)
 
-            # store: with the true final observation where an episode ended (next_obs already holds the
-            # new episode's first); Atari rewards are clipped to their sign for learning, not for logging
+            # store: with the true final observation where an episode ended, not the new episode's first
             real_next_obs = true_next_obs(next_obs, infos)
-            memory.add(obs, actions, np.sign(rewards) if atari else rewards, real_next_obs, terminated, done=terminated | truncated)
+            learn_rewards = np.sign(rewards) if atari else rewards  # Atari: sign-clipped, for learning only
+            memory.add(obs, actions, learn_rewards, real_next_obs, terminated, done=terminated | truncated)
             obs = next_obs
-
-            run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))  # logs whole games
+            run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))  # whole games
 
             # learn: gradient_steps per `train_every` steps crossed, once the memory holds learning_starts
-            if global_step > args.learning_starts and len(memory) >= min(args.learning_starts, args.buffer_size):
+            if global_step > args.learning_starts and len(memory) >= min_memory:
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
-                    loss, q_mean = dqn_loss_fn(q_net.online, q_net.target, memory.sample(args.batch_size), args.gamma, args.double_dqn, args.loss)
+                    loss, q_mean = loss_fn(q_net.online, q_net.target, memory.sample(args.batch_size))
                     loss, grad_norm = q_net.train_step(loss)
                     if q_net.updates % 100 == 0:
                         run.stop_if_nan(global_step, loss)
-                        run.log(global_step, loss=loss.item(), q_values=q_mean.item(), grad_norm=grad_norm.item(),
-                                epsilon=epsilon)
+                        run.log(global_step, loss=loss, q_values=q_mean, grad_norm=grad_norm, epsilon=epsilon)
                 # sync: every `target_every` env steps crossed
                 if global_step // args.target_every > prev_step // args.target_every:
                     q_net.sync(args.target_rate)
 
             # evaluate policy_at(global_step), save checkpoint() (then stop, on a stop signal), show progress
             run.after_step(prev_step, global_step, obs, policy_at(global_step), checkpoint)
-    return run.finish(global_step, policy_at(global_step), model=q_net.online, device=str(device), updates=q_net.updates)
+    policy = policy_at(global_step)
+    return run.finish(global_step, policy, model=q_net.online, device=str(run.device), updates=q_net.updates)
 
 
 # main(args), or main() for the command line's; exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
@@ -298,19 +312,21 @@ main = functools.partial(run_main, ALGO, train, Args, __doc__)
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     make_env(args.env_id, 1, scale_obs=args.scale_obs).close()  # an unknown id, the wrong action space
-    check(args, positive=("batch_size", "buffer_size", "target_every", "train_every", "gradient_steps", "learning_rate",
-                          "optimizer_eps", "eval_max_frames", "clip_grad_norm"),
-          fractions=("start_epsilon", "end_epsilon", "gamma", "eval_epsilon"), nonnegative=("learning_starts",),
-          single_process=ALGO, conditions=[  # and harness.run.SHARED_CHECKS (batch <= buffer, target rate, ...)
+    rmsprop_ok = args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered)
+    max_frames_ok = args.eval_max_frames is None or pixels.kind(args.env_id) == "atari"
+    conditions = [  # checked after harness.run.SHARED_CHECKS (batch <= buffer, target rate, ...)
         (0.0 <= args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}"),
-        (args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered),
-         "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
-        (args.eval_max_frames is None or pixels.kind(args.env_id) == "atari", f"--eval-max-frames is for Atari ids; {args.env_id} is not one"),
-    ])
+        (rmsprop_ok, "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
+        (max_frames_ok, f"--eval-max-frames is for Atari ids; {args.env_id} is not one"),
+    ]
+    positive = "batch_size buffer_size target_every train_every gradient_steps learning_rate optimizer_eps"
+    positive += " eval_max_frames clip_grad_norm"
+    fractions = "start_epsilon end_epsilon gamma eval_epsilon"
+    check(args, conditions, positive, fractions, nonnegative="learning_starts", single_process=ALGO)
 
 
-def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
-    """Greedy policy from a `--save-model` file (state dict, loaded with weights_only=True), for tools/evaluate.py."""
+def load_policy(args: Args, model_path: str, device: str = "cpu") -> Policy:
+    """Greedy policy from a `--save-model` file (a state dict, loaded weights_only), for tools/evaluate.py."""
     envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
     q_net = build_network(args, envs)
     envs.close()

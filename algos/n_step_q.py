@@ -45,7 +45,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import tyro
-from torch import nn
+from torch import Tensor, nn
 
 _HERE = Path(__file__).resolve().parent  # common/ and harness/: beside a copied script, one folder up here
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
@@ -58,6 +58,7 @@ from common.torso import is_image, obs_shape, torso  # noqa: E402
 from harness.run import Run, RunArgs, check, vector_env, main as run_main  # noqa: E402
 
 ALGO = "n_step_q"
+Policy = Callable[[np.ndarray], np.ndarray]  # observations [B, *obs_shape] -> actions [B]
 
 
 # 2. Arguments -----------------------------------------------------------------------------------
@@ -105,13 +106,12 @@ class Args(RunArgs):
 
 
 # 3. Environment ---------------------------------------------------------------------------------
-def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True,
-             scale_obs: bool = False) -> gym.vector.VectorEnv:
-    """common.pixels.make envs, SAME_STEP autoreset (the true final observation in infos["final_obs"]); Discrete
-    actions and Box observations, or InputError (harness.run.vector_env)."""
-    def make(render_mode: str | None) -> gym.Env:
-        return pixels.make(env_id, training, render_mode, scale_obs=scale_obs)
-
+def make_env(
+    env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True, scale_obs: bool = False
+) -> gym.vector.VectorEnv:
+    """common.pixels.make envs, SAME_STEP autoreset (the true final observation in infos["final_obs"]);
+    Discrete actions and Box observations, or InputError (harness.run.vector_env)."""
+    make = functools.partial(pixels.make, env_id, training, scale_obs=scale_obs)  # make(render_mode)
     return vector_env(make, num_envs, ALGO, env_id, video_dir)
 
 
@@ -124,13 +124,14 @@ class QNetwork(nn.Module):
         layers, width = torso(obs_shape, hidden_sizes)
         self.net = nn.Sequential(*layers, nn.Linear(width, n_actions))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs: Tensor) -> Tensor:
         return self.net(obs)  # [B, A]
 
 
 def build_network(args: Args, envs: gym.vector.VectorEnv) -> QNetwork:
     """The Q-network for `envs`' spaces; train() and load_policy() both build it here."""
-    return QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
+    n_actions = int(envs.single_action_space.n)
+    return QNetwork(obs_shape(envs.single_observation_space), n_actions, tuple(args.hidden_sizes))
 
 
 # 5. Algorithm -----------------------------------------------------------------------------------
@@ -146,8 +147,9 @@ def final_epsilons(args: Args, rng: np.random.Generator) -> np.ndarray:
     return np.full(args.num_envs, args.end_epsilon)
 
 
-def select_actions(greedy: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, epsilon: float | np.ndarray,
-                   n_actions: int, rng: np.random.Generator) -> np.ndarray:
+def select_actions(
+    greedy: Policy, obs: np.ndarray, epsilon: float | np.ndarray, n_actions: int, rng: np.random.Generator
+) -> np.ndarray:
     """Epsilon-greedy actions [B], epsilon a scalar or [B]; the network runs only if an env acts greedily."""
     explore = rng.random(len(obs)) < epsilon  # [B]
     if explore.all():
@@ -158,46 +160,51 @@ def select_actions(greedy: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, 
     return actions
 
 
-def n_step_q_targets(q_target: nn.Module, rewards: torch.Tensor, next_obs: torch.Tensor,
-                     terminated: torch.Tensor, truncated: torch.Tensor, gamma: float) -> torch.Tensor:
+def n_step_q_targets(
+    q_target: QNetwork, rewards: Tensor, next_obs: Tensor, terminated: Tensor, truncated: Tensor, gamma: float
+) -> Tensor:
     """Forward-view n-step Q-learning references [T, B] (algorithm S2): next_values[t] is
     max_a Q_target(s_{t+1}, a) at the true next observation `next_obs[t]` [T, B, *obs_shape]; n_step_returns
     sums rewards to the rollout's end (n = None), stops at a termination and bootstraps at a truncation."""
     with torch.no_grad():
-        next_q = q_target(next_obs.flatten(0, 1)).unflatten(0, next_obs.shape[:2])  # [T, B, A]; convolutions take [N, C, H, W]
+        # [T, B, A], through one batch of T * B observations: convolutions take [N, C, H, W]
+        next_q = q_target(next_obs.flatten(0, 1)).unflatten(0, next_obs.shape[:2])
         next_values = next_q.max(-1).values  # [T, B]
     return n_step_returns(rewards, next_values, terminated, truncated, gamma, n=None)
 
 
-def n_step_q_loss(q_online: nn.Module, q_target: nn.Module, obs: torch.Tensor, actions: torch.Tensor,
-                  rewards: torch.Tensor, next_obs: torch.Tensor, terminated: torch.Tensor,
-                  truncated: torch.Tensor, gamma: float, loss: str) -> tuple[torch.Tensor, torch.Tensor]:
+def n_step_q_loss(
+    q_online: QNetwork, q_target: QNetwork, rollout: list[Tensor], gamma: float, loss: str
+) -> tuple[Tensor, Tensor]:
     """The regression of Q(s_t, a_t) on the references over a rollout (MSE or Huber), and mean Q (logged)."""
+    obs, actions, rewards, next_obs, terminated, truncated = rollout  # [T, B, ...]
     targets = n_step_q_targets(q_target, rewards, next_obs, terminated, truncated, gamma)  # [T, B]
     q = q_online(obs.flatten(0, 1)).gather(1, actions.view(-1, 1)).view_as(actions)  # Q(s_t, a_t) [T, B]
     return (F.mse_loss if loss == "mse" else F.smooth_l1_loss)(q, targets), q.mean()
 
 
-def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+def greedy_policy(q_net: QNetwork, device: torch.device) -> Policy:
     """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function: through `forward()`, or on
     CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath; at a
     batch of a few envs, torch's per-op dispatch costs more than the arithmetic). Build it again after
     loading weights."""
+
     def q_forward(obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, device=device)
         with torch.no_grad():
             return q_net(x if x.dtype == torch.uint8 else x.float()).cpu().numpy()  # [B, A]
 
-    q_values = checked(numpy_mlp(list(getattr(q_net, "net", [])), device, q_net), q_forward, f"{ALGO} greedy policy")
+    fast = numpy_mlp(list(getattr(q_net, "net", [])), device, q_net)  # None where it cannot stand in
+    q_values = checked(fast, q_forward, f"{ALGO} greedy policy")
     return lambda obs: q_values(obs).argmax(1)
 
 
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    # the run folder (rank 0's); torch threads, device; torchrun's workers joined, each seeded with its own seed
-    run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon",
-                           "sps", "eval_return", "eval_return_std"], workers=True)
+    # the run folder (rank 0's); torch threads, device; torchrun's workers joined, each with its own seed
+    fields = "episodic_return episodic_length loss q_values grad_norm epsilon sps eval_return eval_return_std"
+    run = Run(ALGO, args, fields, workers=True)
     device, dist, world = run.device, run.workers, run.world
     rng = np.random.default_rng(run.seed)  # exploration
 
@@ -208,34 +215,41 @@ def train(args: Args) -> dict:
 
     num_updates = math.ceil(args.total_timesteps / (T * B * world))  # each update: every worker's rollout
     q_net = NetworkWrapper(
-        build_network(args, envs), lr=args.learning_rate, optimizer=args.optimizer,
-        eps=args.optimizer_eps, alpha=args.rmsprop_alpha, centered=args.rmsprop_centered,
+        build_network(args, envs),
+        lr=args.learning_rate,
+        optimizer=args.optimizer,
+        eps=args.optimizer_eps,
+        alpha=args.rmsprop_alpha,
+        centered=args.rmsprop_centered,
         lr_lambda=(lambda update: 1.0 - update / num_updates) if args.anneal_lr else None,
-        clip_grad_norm=args.clip_grad_norm, target=True, device=device, workers=dist,
+        clip_grad_norm=args.clip_grad_norm,
+        target=True,
+        device=device,
+        workers=dist,
     )
     end_epsilons = final_epsilons(args, rng)  # [B]
+    decay_steps = args.exploration_fraction * args.total_timesteps  # epsilon's linear decay, in env steps
     # the rollout, time-major [T, B], rewritten in place; images stay uint8 (the network converts them)
     rollout_obs, rollout_next_obs = np.zeros((2, T, B, *shape), np.uint8 if is_image(shape) else np.float32)
     rollout_actions, rollout_rewards = np.zeros((T, B), dtype=np.int64), np.zeros((T, B), dtype=np.float32)
     rollout_terminated, rollout_truncated = np.zeros((2, T, B), dtype=bool)
     eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs)
-    acting_net, n_step_q_loss_fn = run.compile(q_net.online), run.compile(n_step_q_loss)  # themselves unless --compile
+    # compiled with --compile, otherwise themselves
+    acting_net, n_step_q_loss_fn = run.compile(q_net.online), run.compile(n_step_q_loss)
 
-
-    def checkpoint() -> dict:  # at a rollout's end, what the next one needs: run.after_step saves it, run.begin restores it
+    def checkpoint() -> dict:  # what the next rollout needs: run.after_step saves it, run.begin restores it
         return {"q_net": q_net, "rng": rng}
 
     obs, global_step = run.begin(envs, eval_envs, checkpoint())  # reset, or a resumed run's put back
     obs = obs.reshape(B, *shape)
     greedy = greedy_policy(acting_net, device)  # after any load: the fast path is checked on these weights
-    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness/run.py)
+    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness.run)
         while global_step < args.total_timesteps:
             rollout_start = global_step
             for t in range(T):
                 global_step += B * world  # all workers step in lockstep
                 # act: epsilon-greedy on the online network, one batched forward for all envs
-                epsilon = linear_epsilon(args.start_epsilon, end_epsilons,
-                                         args.exploration_fraction * args.total_timesteps, global_step)
+                epsilon = linear_epsilon(args.start_epsilon, end_epsilons, decay_steps, global_step)
                 actions = select_actions(greedy, obs, epsilon, n_actions, rng)
                 next_obs, rewards, terminated, truncated, infos = envs.step(actions)
                 next_obs = next_obs.reshape(B, *shape)
@@ -250,24 +264,29 @@ def train(args: Args) -> dict:
                 rollout_next_obs[t] = true_next_obs(next_obs, infos)
                 obs = next_obs
 
-                run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))  # logs whole games
+                # log the episodes that ended, whole games on Atari
+                run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))
 
             # learn: one gradient step on the whole rollout [T, B] (as_tensor: no copy on CPU)
-            rollout = [torch.as_tensor(x, device=device) for x in (rollout_obs, rollout_actions,
-                       rollout_rewards, rollout_next_obs, rollout_terminated, rollout_truncated)]
-            loss, q_mean = n_step_q_loss_fn(q_net.online, q_net.target, *rollout, args.gamma, args.loss)
+            arrays = [rollout_obs, rollout_actions, rollout_rewards]
+            arrays += [rollout_next_obs, rollout_terminated, rollout_truncated]  # n_step_q_loss's order
+            rollout = [torch.as_tensor(x, device=device) for x in arrays]
+            loss, q_mean = n_step_q_loss_fn(q_net.online, q_net.target, rollout, args.gamma, args.loss)
             loss, grad_norm = q_net.train_step(loss)
             if q_net.updates % 25 == 0:  # every 1,000 env steps at the defaults, as often as DQN
                 run.stop_if_nan(global_step, loss)
-                run.log(global_step, loss=loss.item(), q_values=q_mean.item(), grad_norm=grad_norm.item(),
-                        epsilon=float(np.mean(epsilon)))
+                run.log(
+                    global_step, loss=loss, q_values=q_mean, grad_norm=grad_norm, epsilon=np.mean(epsilon)
+                )
             # sync: every `target_every` env steps crossed
             if global_step // args.target_every > rollout_start // args.target_every:
                 q_net.sync()
 
             # evaluate greedy (rank 0), save checkpoint() (then stop, on a stop signal), show progress
             run.after_step(rollout_start, global_step, obs, greedy, checkpoint)
-    return run.finish(global_step, greedy, model=q_net.online, world_size=world, device=str(device), updates=q_net.updates)
+    return run.finish(
+        global_step, greedy, model=q_net.online, world_size=world, device=str(device), updates=q_net.updates
+    )
 
 
 # main(args), or main() for the command line's; exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
@@ -278,15 +297,16 @@ main = functools.partial(run_main, ALGO, train, Args, __doc__)
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     make_env(args.env_id, 1, scale_obs=args.scale_obs).close()  # an unknown id, the wrong action space
-    check(args, positive=("n_steps", "target_every", "learning_rate", "optimizer_eps", "clip_grad_norm"),
-          fractions=("start_epsilon", "end_epsilon", "gamma"), conditions=[  # and harness.run.SHARED_CHECKS
+    rmsprop_ok = args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered)
+    conditions = [  # checked after harness.run.SHARED_CHECKS
         (0.0 <= args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}"),
-        (args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered),
-         "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
-    ])
+        (rmsprop_ok, "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
+    ]
+    positive = "n_steps target_every learning_rate optimizer_eps clip_grad_norm"
+    check(args, conditions, positive=positive, fractions="start_epsilon end_epsilon gamma")
 
 
-def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
+def load_policy(args: Args, model_path: str, device: str = "cpu") -> Policy:
     """Greedy policy from a `--save-model` file (a state dict, loaded weights_only), for tools/evaluate.py."""
     envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
     q_net = build_network(args, envs)

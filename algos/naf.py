@@ -45,7 +45,8 @@ import torch.nn.functional as F
 import tyro
 from torch import nn
 
-_HERE = Path(__file__).resolve().parent  # common/ and harness/ sit beside a copied script, one folder up in this repo
+# common/ and harness/ sit beside a copied script, one folder up in this repo
+_HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
 from common.autoreset import true_next_obs  # noqa: E402
 from common.fastpath import checked, numpy_mlp, probe_batch  # noqa: E402
@@ -104,10 +105,11 @@ class Args(RunArgs):
 def make_env(env_id: str, num_envs: int, video_dir: str | None = None) -> gym.vector.VectorEnv:
     """Vector env with SAME_STEP autoreset (the true final observation is in infos["final_obs"]); a 1-D Box
     action space with finite bounds, or InputError (harness.run.vector_env)."""
+
     def make(render_mode: str | None) -> gym.Env:
         if env_id.startswith(("ALE/", "MinAtar/")) or "NoFrameskip" in env_id:  # refused before making it
-            raise ValueError(f"{ALGO} takes vector observations; {env_id} is a pixel env "
-                             "(dqn, n_step_q, sarsa and a2c take images)")
+            image_algos = "(dqn, n_step_q, sarsa and a2c take images)"
+            raise ValueError(f"{ALGO} takes vector observations; {env_id} is a pixel env {image_algos}")
         return gym.make(env_id) if render_mode is None else gym.make(env_id, render_mode=render_mode)
 
     return vector_env(make, num_envs, ALGO, env_id, video_dir, discrete=False, continuous=True, bounded=True)
@@ -118,19 +120,23 @@ class NAFNetwork(nn.Module):
     """Shared trunk (Linear-ReLU layers, or Linear-LayerNorm-ReLU with `layer_norm`) with three heads:
     V(s) [B], mu(s) [B, A] and L(s) [B, A, A]."""
 
-    def __init__(self, obs_dim: int, action_space: gym.spaces.Box, hidden_sizes: tuple[int, ...], layer_norm: bool = False):
+    def __init__(
+        self, obs_dim: int, action_space: gym.spaces.Box, hidden_sizes: tuple[int, ...], layer_norm=False
+    ):
         super().__init__()
         layers, width = [], obs_dim
         for h in hidden_sizes:
             norm = [nn.LayerNorm(h)] if layer_norm else []
-            layers += [nn.Linear(width, h), *norm, nn.ReLU(inplace=True)]  # in place: one buffer less per layer
+            # ReLU in place: one buffer less per layer
+            layers += [nn.Linear(width, h), *norm, nn.ReLU(inplace=True)]
             width = h
         self.trunk = nn.Sequential(*layers)
         self.action_dim = A = int(np.prod(action_space.shape))
         self.value_head = nn.Linear(width, 1)
         self.mu_head = nn.Linear(width, A)
         self.l_head = nn.Linear(width, A * (A + 1) // 2)  # the lower triangle, row by row
-        low, high = (torch.as_tensor(x, dtype=torch.float32).flatten() for x in (action_space.low, action_space.high))
+        bounds = (action_space.low, action_space.high)
+        low, high = (torch.as_tensor(x, dtype=torch.float32).flatten() for x in bounds)
         self.register_buffer("action_scale", (high - low) / 2)  # [A]
         self.register_buffer("action_bias", (high + low) / 2)  # [A]
 
@@ -146,8 +152,8 @@ class NAFNetwork(nn.Module):
 
 def build_network(args: Args, envs: gym.vector.VectorEnv) -> NAFNetwork:
     """The NAF network for `envs`' spaces; train() and load_policy() both build it here."""
-    return NAFNetwork(int(np.prod(envs.single_observation_space.shape)), envs.single_action_space,
-                      tuple(args.hidden_sizes), args.layer_norm)
+    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    return NAFNetwork(obs_dim, envs.single_action_space, tuple(args.hidden_sizes), args.layer_norm)
 
 
 # 5. Algorithm -----------------------------------------------------------------------------------
@@ -155,7 +161,9 @@ class ExplorationNoise:
     """Gaussian or Ornstein-Uhlenbeck noise [B, A] in action units (`std` times half the range). OU (dt = 1):
     x <- x - theta * x + sigma * N(0, 1) per env and action dimension, reset to 0 where an episode ended."""
 
-    def __init__(self, kind: str, std: float, theta: float, scale: np.ndarray, num_envs: int, rng: np.random.Generator):
+    def __init__(
+        self, kind: str, std: float, theta: float, scale: np.ndarray, num_envs: int, rng: np.random.Generator
+    ):
         self.kind, self.theta, self.rng, self.sigma = kind, theta, rng, std * scale  # sigma: [A]
         self.state = np.zeros((num_envs, len(scale)))  # [B, A], OU only
 
@@ -189,7 +197,8 @@ def lower_triangular(entries: torch.Tensor, action_dim: int) -> torch.Tensor:
     diagonal = rows == cols
     L = entries.new_zeros(len(entries), action_dim, action_dim)
     L[:, rows[~diagonal], cols[~diagonal]] = entries[:, ~diagonal]
-    L[:, rows[diagonal], cols[diagonal]] = entries[:, diagonal].clamp(LOG_DIAGONAL_MIN, LOG_DIAGONAL_MAX).exp()
+    log_diagonal = entries[:, diagonal].clamp(LOG_DIAGONAL_MIN, LOG_DIAGONAL_MAX)
+    L[:, rows[diagonal], cols[diagonal]] = log_diagonal.exp()
     return L
 
 
@@ -201,8 +210,14 @@ def naf_advantage(actions: torch.Tensor, mu: torch.Tensor, L: torch.Tensor) -> t
     return -0.5 * y.square().sum((1, 2))  # [B]
 
 
-def naf_targets(net_target: NAFNetwork, rewards: torch.Tensor, next_obs: torch.Tensor, terminated: torch.Tensor,
-                gamma: float, twin_target: NAFNetwork | None = None) -> torch.Tensor:
+def naf_targets(
+    net_target: NAFNetwork,
+    rewards: torch.Tensor,
+    next_obs: torch.Tensor,
+    terminated: torch.Tensor,
+    gamma: float,
+    twin_target: NAFNetwork | None = None,
+) -> torch.Tensor:
     """One-step targets [B]: r + gamma * (1 - terminated) * V_target(s'), since max_a' Q(s', a') = V(s');
     `next_obs` is the true next observation, so truncated transitions bootstrap and terminated ones do not.
     With `twin_target`, the smaller of the two target networks' values (Fujimoto et al. 2018's clipped
@@ -214,8 +229,14 @@ def naf_targets(net_target: NAFNetwork, rewards: torch.Tensor, next_obs: torch.T
         return rewards + gamma * (1.0 - terminated) * next_value
 
 
-def naf_loss(q_online: nn.Module, q_target: nn.Module, batch: Batch, gamma: float, reward_scale: float,
-             twin_target: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def naf_loss(
+    q_online: nn.Module,
+    q_target: nn.Module,
+    batch: Batch,
+    gamma: float,
+    reward_scale: float,
+    twin_target: nn.Module | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The regression of Q(s, a) on the targets (MSE), and the batch's mean Q(s, a) and mean V(s) (logged).
     With `twin_target`, the targets bootstrap from the smaller of the two target values (naf_targets)."""
     rewards = batch.rewards * reward_scale  # x 1.0 leaves every float as it is
@@ -229,6 +250,7 @@ def deterministic_policy(net: NAFNetwork, device: torch.device) -> Callable[[np.
     """obs [B, *obs_shape] -> mu(obs) [B, A] = argmax_a Q(obs, a), no noise, in numpy: through `forward()`,
     or on CPU a numpy copy of the trunk and the mu head (all acting needs) while they agree (common.fastpath:
     faster at batch 1). Rebuild it after a load."""
+
     def act_forward(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             x = torch.as_tensor(obs, dtype=torch.float32, device=device).reshape(len(obs), -1)
@@ -249,8 +271,8 @@ def deterministic_policy(net: NAFNetwork, device: torch.device) -> Callable[[np.
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "values", "grad_norm", "sps",
-                           "eval_return", "eval_return_std"])  # the run folder; torch threads, seeds, device
+    columns = "episodic_return episodic_length loss q_values values grad_norm sps eval_return eval_return_std"
+    run = Run(ALGO, args, columns)  # the run folder (metrics.csv's columns); torch threads, seeds, device
     device = run.device
     noise_seed, replay_seed = np.random.SeedSequence(args.seed).spawn(2)  # independent streams from one seed
     rng = np.random.default_rng(noise_seed)  # exploration
@@ -261,25 +283,33 @@ def train(args: Args) -> dict:
     action_shape, action_dim = space.shape, int(np.prod(space.shape))
     low, high = (bound.reshape(action_dim).astype(np.float32) for bound in (space.low, space.high))  # [A]
 
-    def make_q() -> NetworkWrapper:
-        return NetworkWrapper(build_network(args, envs), lr=args.learning_rate, optimizer="adam",
-                              clip_grad_norm=args.clip_grad_norm, target=True, device=device)
+    def make_q() -> NetworkWrapper:  # Adam: NetworkWrapper's default optimizer
+        net = build_network(args, envs)
+        return NetworkWrapper(
+            net, lr=args.learning_rate, clip_grad_norm=args.clip_grad_norm, target=True, device=device
+        )
 
     q_net = make_q()
     q_twin = make_q() if args.twin_q else None  # after q_net: q_net's initial weights do not depend on it
     noise = ExplorationNoise(args.noise, args.noise_std, args.ou_theta, (high - low) / 2, B, rng)
-    memory = ReplayMemory(args.buffer_size, (obs_dim,), (action_dim,), discrete=False, device=device, seed=replay_seed)
+    memory = ReplayMemory(
+        args.buffer_size, (obs_dim,), (action_dim,), discrete=False, device=device, seed=replay_seed
+    )
+    min_memory = min(args.learning_starts, args.buffer_size)  # transitions stored before learning starts
     eval_envs = functools.partial(make_env, args.env_id)
     acting_net, naf_loss_fn = run.compile(q_net.online), run.compile(naf_loss)  # themselves unless --compile
     twin_loss_fn = run.compile(naf_loss)  # its own wrapper: the twin's networks compile a graph of their own
 
-    def checkpoint() -> dict:  # everything the next step depends on: run.after_step saves it, run.begin restores it
-        return {"q_net": q_net, "memory": memory if args.checkpoint_memory else None, "rng": rng, "noise": noise.state,
-                "q_twin": q_twin}
+    # everything the next step depends on: run.after_step saves it, run.begin restores it
+    def checkpoint() -> dict:
+        saved_memory = memory if args.checkpoint_memory else None
+        return {"q_net": q_net, "memory": saved_memory, "rng": rng, "noise": noise.state, "q_twin": q_twin}
 
     obs, global_step = run.begin(envs, eval_envs, checkpoint())  # reset, or a resumed run's put back
-    obs, policy = obs.reshape(B, obs_dim), deterministic_policy(acting_net, device)  # the fast path checks these weights
-    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness/run.py)
+    obs = obs.reshape(B, obs_dim)
+    policy = deterministic_policy(acting_net, device)  # the fast path checks these weights
+    # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness/run.py)
+    with run.stoppable():
         while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B
             # act: uniform during heatup, then mu(s) + noise, clipped to the bounds
@@ -298,23 +328,25 @@ def train(args: Args) -> dict:
             noise.reset(done)
 
             # learn: gradient_steps per `train_every` env steps crossed, each followed by a soft target update
-            if global_step > args.learning_starts and len(memory) >= min(args.learning_starts, args.buffer_size):
+            if global_step > args.learning_starts and len(memory) >= min_memory:
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
                     batch = memory.sample(args.batch_size)
-                    loss, q_mean, v_mean = naf_loss_fn(q_net.online, q_net.target, batch, args.gamma,
-                                                       args.reward_scale, q_twin and q_twin.target)
+                    twin_target = q_twin and q_twin.target  # None without --twin-q
+                    loss, q_mean, v_mean = naf_loss_fn(
+                        q_net.online, q_net.target, batch, args.gamma, args.reward_scale, twin_target
+                    )
                     if q_twin is not None:  # the same batch and targets: before either target network moves
-                        twin_loss, _, _ = twin_loss_fn(q_twin.online, q_twin.target, batch, args.gamma,
-                                                      args.reward_scale, q_net.target)
+                        twin_loss, _, _ = twin_loss_fn(
+                            q_twin.online, q_twin.target, batch, args.gamma, args.reward_scale, q_net.target
+                        )
                         q_twin.train_step(twin_loss)
                         q_twin.sync(args.target_rate)
                     loss, grad_norm = q_net.train_step(loss)
                     q_net.sync(args.target_rate)
                     if q_net.updates % 100 == 0:
                         run.stop_if_nan(global_step, loss)
-                        run.log(global_step, loss=loss.item(), q_values=q_mean.item(), values=v_mean.item(),
-                                grad_norm=grad_norm.item())
+                        run.log(global_step, loss=loss, q_values=q_mean, values=v_mean, grad_norm=grad_norm)
 
             # evaluate policy, save checkpoint() (then stop, on a stop signal), show progress
             run.after_step(prev_step, global_step, obs, policy, checkpoint)
@@ -329,10 +361,14 @@ main = functools.partial(run_main, ALGO, train, Args, __doc__)
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     make_env(args.env_id, 1).close()  # a pixel env, an unknown id, the wrong action space
-    check(args, positive=("batch_size", "buffer_size", "train_every", "gradient_steps", "learning_rate", "clip_grad_norm"),
-          fractions=("gamma",), nonnegative=("noise_std", "learning_starts"), single_process=ALGO, conditions=[
-        (args.reward_scale > 0 and math.isfinite(args.reward_scale), f"--reward-scale must be positive, got {args.reward_scale}"),
-    ])  # and harness.run.SHARED_CHECKS (batch <= buffer, target rate, hidden sizes, ...)
+    scale_ok = args.reward_scale > 0 and math.isfinite(args.reward_scale)
+    conditions = [(scale_ok, f"--reward-scale must be positive, got {args.reward_scale}")]
+    positive = "batch_size buffer_size train_every gradient_steps learning_rate clip_grad_norm"
+    nonnegative = "noise_std learning_starts"
+    # and harness.run.SHARED_CHECKS (batch <= buffer, target rate, hidden sizes, ...)
+    check(
+        args, conditions, positive=positive, fractions="gamma", nonnegative=nonnegative, single_process=ALGO
+    )
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:

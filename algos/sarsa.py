@@ -4,11 +4,10 @@ Papers: Rummery & Niranjan 1994 (SARSA); the n-step, parallel-env form of Mnih e
 "Asynchronous methods for deep reinforcement learning", https://arxiv.org/abs/1602.01783
 (one-step SARSA, section 4); van Seijen et al. 2009 (Expected SARSA); AgentNet's sarsa objective.
 
-`num_envs` envs act epsilon-greedily on the online network for `n_steps` steps each; one gradient step
-then regresses each step of the rollout on its forward-view n-step return, bootstrapped from
-Q(s_{t+n}, a_{t+n}), a_{t+n} being the action the behaviour policy takes there (the next rollout's first
-action; at a truncation, one sampled at the true final observation). `--expected` bootstraps from the
-expectation of Q under the epsilon-greedy policy instead; `--n-steps 1` is one-step SARSA.
+`num_envs` envs act epsilon-greedily on the online network for `n_steps` steps each; one gradient step then
+regresses each step on its forward-view n-step return, bootstrapped from Q(s_{t+n}, a_{t+n}), a_{t+n} the
+behaviour policy's action there (the next rollout's first action; at a truncation, one drawn at the true final
+observation). `--expected` uses Q's expectation under that policy instead; `--n-steps 1` is one-step SARSA.
 
 Deviations from the papers:
 - One process steps a vector env synchronously instead of asynchronous actor-learner threads, and
@@ -44,7 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import tyro
-from torch import nn
+from torch import Tensor, nn
 
 _HERE = Path(__file__).resolve().parent  # common/ and harness/: beside a copied script, one folder up here
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
@@ -57,6 +56,8 @@ from common.torso import is_image, obs_shape, torso  # noqa: E402
 from harness.run import Run, RunArgs, check, vector_env, main as run_main  # noqa: E402
 
 ALGO = "sarsa"
+METRICS = "episodic_return episodic_length loss q_values grad_norm epsilon sps eval_return eval_return_std"
+Policy = Callable[[np.ndarray], np.ndarray]  # obs [B, *obs_shape] -> actions [B]
 
 
 # 2. Arguments -----------------------------------------------------------------------------------
@@ -106,13 +107,12 @@ class Args(RunArgs):
 
 
 # 3. Environment ---------------------------------------------------------------------------------
-def make_env(env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True,
-             scale_obs: bool = False) -> gym.vector.VectorEnv:
-    """common.pixels.make envs, SAME_STEP autoreset (the true final observation in infos["final_obs"]); Discrete
-    actions and Box observations, or InputError (harness.run.vector_env)."""
-    def make(render_mode: str | None) -> gym.Env:
-        return pixels.make(env_id, training, render_mode, scale_obs=scale_obs)
-
+def make_env(
+    env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True, scale_obs: bool = False
+) -> gym.vector.VectorEnv:
+    """common.pixels.make envs, SAME_STEP autoreset (the true final observation in infos["final_obs"]);
+    Discrete actions and Box observations, or InputError (harness.run.vector_env)."""
+    make = functools.partial(pixels.make, env_id, training, scale_obs=scale_obs)  # make(render_mode)
     return vector_env(make, num_envs, ALGO, env_id, video_dir)
 
 
@@ -125,13 +125,14 @@ class QNetwork(nn.Module):
         layers, width = torso(obs_shape, hidden_sizes)
         self.net = nn.Sequential(*layers, nn.Linear(width, n_actions))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs: Tensor) -> Tensor:
         return self.net(obs)  # [B, A]
 
 
 def build_network(args: Args, envs: gym.vector.VectorEnv) -> QNetwork:
     """The Q-network for `envs`' spaces; train() and load_policy() both build it here."""
-    return QNetwork(obs_shape(envs.single_observation_space), int(envs.single_action_space.n), tuple(args.hidden_sizes))
+    n_actions = int(envs.single_action_space.n)
+    return QNetwork(obs_shape(envs.single_observation_space), n_actions, tuple(args.hidden_sizes))
 
 
 # 5. Algorithm -----------------------------------------------------------------------------------
@@ -140,8 +141,9 @@ def linear_epsilon(start: float, end: float, duration: float, step: int) -> floa
     return start + (end - start) * min(1.0, step / duration)
 
 
-def select_actions(greedy: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, epsilon: float,
-                   n_actions: int, rng: np.random.Generator) -> np.ndarray:
+def select_actions(
+    greedy: Policy, obs: np.ndarray, epsilon: float, n_actions: int, rng: np.random.Generator
+) -> np.ndarray:
     """Epsilon-greedy actions [B]; the network is only run when some env acts greedily."""
     explore = rng.random(len(obs)) < epsilon  # [B]
     if explore.all():
@@ -152,9 +154,18 @@ def select_actions(greedy: Callable[[np.ndarray], np.ndarray], obs: np.ndarray, 
     return actions
 
 
-def sarsa_targets(q_values: nn.Module, rewards: torch.Tensor, next_obs: torch.Tensor, next_actions: torch.Tensor,
-                  terminated: torch.Tensor, truncated: torch.Tensor, gamma: float, expected: bool = False,
-                  epsilon: torch.Tensor | None = None, q_policy: nn.Module | None = None) -> torch.Tensor:
+def sarsa_targets(
+    q_values: nn.Module,
+    rewards: Tensor,
+    next_obs: Tensor,
+    next_actions: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    gamma: float,
+    expected: bool = False,
+    epsilon: Tensor | None = None,
+    q_policy: nn.Module | None = None,
+) -> Tensor:
     """Forward-view n-step SARSA references [T, B]: next_values[t] is Q(s_{t+1}, a_{t+1}) at the true next
     observation `next_obs[t]` [T, B, *obs_shape] and the behaviour policy's action there `next_actions[t]`
     [T, B]; Expected SARSA replaces it by sum_a pi(a | s_{t+1}) Q(s_{t+1}, a), pi epsilon-greedy (`epsilon`
@@ -164,7 +175,8 @@ def sarsa_targets(q_values: nn.Module, rewards: torch.Tensor, next_obs: torch.Te
         flat_next_obs, lead = next_obs.flatten(0, 1), next_obs.shape[:2]  # convolutions take [N, C, H, W]
         next_q = q_values(flat_next_obs).unflatten(0, lead)  # [T, B, A]
         if expected:
-            policy_q = next_q if q_policy is None or q_policy is q_values else q_policy(flat_next_obs).unflatten(0, lead)  # [T, B, A]
+            own = q_policy is None or q_policy is q_values  # the greedy action: q_values' own, or q_policy's
+            policy_q = next_q if own else q_policy(flat_next_obs).unflatten(0, lead)  # [T, B, A]
             greedy = policy_q.argmax(-1, keepdim=True)  # [T, B, 1]
             probs = (epsilon / next_q.shape[-1]).unsqueeze(-1).expand_as(next_q).clone()  # [T, B, A]
             probs.scatter_add_(-1, greedy, (1.0 - epsilon).unsqueeze(-1).expand_as(greedy))
@@ -174,21 +186,29 @@ def sarsa_targets(q_values: nn.Module, rewards: torch.Tensor, next_obs: torch.Te
     return n_step_returns(rewards, next_values, terminated, truncated, gamma, n=None)
 
 
-def sarsa_loss(q_online: nn.Module, q_target: nn.Module | None, obs: torch.Tensor, actions: torch.Tensor,
-               rewards: torch.Tensor, next_obs: torch.Tensor, next_actions: torch.Tensor,
-               terminated: torch.Tensor, truncated: torch.Tensor, epsilon: torch.Tensor, gamma: float,
-               expected: bool, loss: str) -> tuple[torch.Tensor, torch.Tensor]:
+def sarsa_loss(
+    q_online: nn.Module, q_target: nn.Module | None, gamma: float, expected: bool, loss: str, *rollout: Tensor
+) -> tuple[Tensor, Tensor]:
     """The regression of Q(s_t, a_t) on the references over a rollout (MSE or Huber), and mean Q (logged);
     the references bootstrap from `q_target`, or from the online network where there is none."""
-    targets = sarsa_targets(q_online if q_target is None else q_target, rewards, next_obs, next_actions,
-                            terminated, truncated, gamma, expected, epsilon, q_online)  # [T, B]
+    obs, actions, rewards, next_obs, next_actions, terminated, truncated, epsilon = rollout  # [T, B, ...]
+    q_target = q_online if q_target is None else q_target
+    targets = sarsa_targets(
+        q_target, rewards, next_obs, next_actions, terminated, truncated, gamma, expected, epsilon, q_online
+    )  # [T, B]
     q = q_online(obs.flatten(0, 1)).gather(1, actions.view(-1, 1)).view_as(actions)  # Q(s_t, a_t) [T, B]
     return (F.mse_loss if loss == "mse" else F.smooth_l1_loss)(q, targets), q.mean()
 
 
-def next_actions(greedy: Callable[[np.ndarray], np.ndarray], next_obs: np.ndarray, real_next_obs: np.ndarray,
-                 truncated: np.ndarray, epsilon: float, n_actions: int, rng: np.random.Generator
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def next_actions(
+    greedy: Policy,
+    next_obs: np.ndarray,
+    real_next_obs: np.ndarray,
+    truncated: np.ndarray,
+    epsilon: float,
+    n_actions: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
     """The behaviour policy's (actions to take next [B], bootstrap actions [B]): equal, except where the
     episode was truncated: `next_obs` is then the new episode's first observation, and the bootstrap action
     is sampled at the true final observation `real_next_obs` (never taken), in the same batched forward."""
@@ -196,32 +216,32 @@ def next_actions(greedy: Callable[[np.ndarray], np.ndarray], next_obs: np.ndarra
     if len(cut) == 0:  # the common case: no copy of the observations
         actions = select_actions(greedy, next_obs, epsilon, n_actions, rng)
         return actions, actions
-    both = select_actions(greedy, np.concatenate([next_obs, real_next_obs[cut]]), epsilon, n_actions, rng)  # [B + cut]
-    actions, bootstrap = both[: len(next_obs)], both[: len(next_obs)].copy()
+    both = select_actions(greedy, np.concatenate([next_obs, real_next_obs[cut]]), epsilon, n_actions, rng)
+    actions, bootstrap = both[: len(next_obs)], both[: len(next_obs)].copy()  # both: [B + len(cut)]
     bootstrap[cut] = both[len(next_obs) :]
     return actions, bootstrap
 
 
-def greedy_policy(q_net: QNetwork, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function: through `forward()`, or on
-    CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath; at a
-    batch of a few envs, torch's per-op dispatch costs more than the arithmetic). Build it again after
-    loading weights."""
+def greedy_policy(q_net: QNetwork, device: torch.device) -> Policy:
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B] as a numpy function: through `forward()`, or on CPU
+    through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath; at a few envs,
+    torch's per-op dispatch costs more than the arithmetic). Build it again after loading weights."""
+
     def q_forward(obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, device=device)
         with torch.no_grad():
             return q_net(x if x.dtype == torch.uint8 else x.float()).cpu().numpy()  # [B, A]
 
-    q_values = checked(numpy_mlp(list(getattr(q_net, "net", [])), device, q_net), q_forward, f"{ALGO} greedy policy")
+    fast = numpy_mlp(list(getattr(q_net, "net", [])), device, q_net)
+    q_values = checked(fast, q_forward, f"{ALGO} greedy policy")
     return lambda obs: q_values(obs).argmax(1)
 
 
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    # the run folder (rank 0's); torch threads, device; torchrun's workers joined, each seeded with its own seed
-    run = Run(ALGO, args, ["episodic_return", "episodic_length", "loss", "q_values", "grad_norm", "epsilon",
-                           "sps", "eval_return", "eval_return_std"], workers=True)
+    # the run folder (rank 0's), METRICS its columns; torch threads, device; torchrun's workers joined
+    run = Run(ALGO, args, METRICS, workers=True)  # each worker seeded with its own seed
     device, dist, world = run.device, run.workers, run.world
     rng = np.random.default_rng(run.seed)  # exploration
 
@@ -231,33 +251,39 @@ def train(args: Args) -> dict:
     atari = pixels.kind(args.env_id) == "atari"
 
     num_updates = math.ceil(args.total_timesteps / (T * B * world))  # each update: every worker's rollout
+    decay_steps = args.exploration_fraction * args.total_timesteps  # epsilon's linear decay, in env steps
     q_net = NetworkWrapper(
-        build_network(args, envs), lr=args.learning_rate, optimizer=args.optimizer,
-        eps=args.optimizer_eps, alpha=args.rmsprop_alpha, centered=args.rmsprop_centered,
+        build_network(args, envs),
+        lr=args.learning_rate,
+        optimizer=args.optimizer,
+        eps=args.optimizer_eps,
+        alpha=args.rmsprop_alpha,
+        centered=args.rmsprop_centered,
         lr_lambda=(lambda update: 1.0 - update / num_updates) if args.anneal_lr else None,
-        clip_grad_norm=args.clip_grad_norm, target=args.target_network, device=device, workers=dist,
+        clip_grad_norm=args.clip_grad_norm,
+        target=args.target_network,
+        device=device,
+        workers=dist,
     )
     # the rollout, time-major [T, B], rewritten in place; images stay uint8 (the network converts them)
     rollout_obs, rollout_next_obs = np.zeros((2, T, B, *shape), np.uint8 if is_image(shape) else np.float32)
     rollout_actions, rollout_next_actions = np.zeros((2, T, B), dtype=np.int64)  # next: at the true next obs
     rollout_rewards, rollout_epsilon = np.zeros((T, B), dtype=np.float32), np.zeros((T, 1), dtype=np.float32)
     rollout_terminated, rollout_truncated = np.zeros((2, T, B), dtype=bool)
-    eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs)
-    acting_net, sarsa_loss_fn = run.compile(q_net.online), run.compile(sarsa_loss)  # themselves unless --compile
-
     actions = np.zeros(B, dtype=np.int64)  # the actions the next step takes (restored in place on resume)
+    eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs)
+    acting_net, loss_fn = run.compile(q_net.online), run.compile(sarsa_loss)  # themselves unless --compile
 
-    def checkpoint() -> dict:  # at a rollout's end, what the next one needs: run.after_step saves it, run.begin restores it
+    def checkpoint() -> dict:  # what the next rollout needs: run.after_step saves it, run.begin restores it
         return {"q_net": q_net, "rng": rng, "actions": actions}
 
     obs, global_step = run.begin(envs, eval_envs, checkpoint())  # reset, or a resumed run's put back
     obs = obs.reshape(B, *shape)
     greedy = greedy_policy(acting_net, device)  # after any load: the fast path is checked on these weights
     if run.envs_reset:  # a new run, or envs restarted on resume: choose their first actions
-        epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, args.exploration_fraction * args.total_timesteps,
-                                 global_step)
+        epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, decay_steps, global_step)
         actions = select_actions(greedy, obs, epsilon, n_actions, rng)
-    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness/run.py)
+    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop there (harness/run.py)
         while global_step < args.total_timesteps:
             rollout_start = global_step
             for t in range(T):
@@ -266,16 +292,15 @@ def train(args: Args) -> dict:
                 next_obs, rewards, terminated, truncated, infos = envs.step(actions)
                 next_obs = next_obs.reshape(B, *shape)
                 real_next_obs = true_next_obs(next_obs, infos)
-                # choose the next actions now, epsilon-greedy on the online network, one batched forward; where
-                # an episode was truncated, the bootstrap action is drawn at its true final observation instead
-                epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon,
-                                         args.exploration_fraction * args.total_timesteps, global_step)
+                # choose the next and the bootstrap actions now, epsilon-greedy on the online network
+                epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, decay_steps, global_step)
                 rollout_epsilon[t] = epsilon  # the policy at the next observation, for Expected SARSA
-                following, bootstrap = next_actions(greedy, next_obs, real_next_obs, truncated, epsilon,
-                                                    n_actions, rng)
+                following, bootstrap = next_actions(
+                    greedy, next_obs, real_next_obs, truncated, epsilon, n_actions, rng
+                )
 
-                # store: row t is the transition out of obs; its next observation is the true one;
-                # Atari rewards are clipped to their sign for learning (the paper), not for logging
+                # store: row t is the transition out of obs; its next observation is the true one; Atari
+                # rewards are clipped to their sign for learning (the paper), not for logging (whole games)
                 rollout_obs[t] = obs
                 rollout_actions[t] = actions
                 rollout_rewards[t] = np.sign(rewards) if atari else rewards
@@ -284,26 +309,25 @@ def train(args: Args) -> dict:
                 rollout_next_obs[t] = real_next_obs
                 rollout_next_actions[t] = bootstrap
                 obs, actions = next_obs, following
-
-                run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))  # logs whole games
+                run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))
 
             # learn: one gradient step on the whole rollout [T, B] (as_tensor: no copy on CPU)
-            rollout = [torch.as_tensor(x, device=device) for x in (rollout_obs, rollout_actions,
-                       rollout_rewards, rollout_next_obs, rollout_next_actions, rollout_terminated,
-                       rollout_truncated, rollout_epsilon)]
-            loss, q_mean = sarsa_loss_fn(q_net.online, q_net.target, *rollout, args.gamma, args.expected, args.loss)
+            arrays = [rollout_obs, rollout_actions, rollout_rewards, rollout_next_obs, rollout_next_actions]
+            arrays += [rollout_terminated, rollout_truncated, rollout_epsilon]  # sarsa_loss's order
+            rollout = [torch.as_tensor(x, device=device) for x in arrays]
+            loss, q_mean = loss_fn(q_net.online, q_net.target, args.gamma, args.expected, args.loss, *rollout)
             loss, grad_norm = q_net.train_step(loss)
             if q_net.updates % 25 == 0:  # every 1,000 env steps at the defaults, as often as DQN
                 run.stop_if_nan(global_step, loss)
-                run.log(global_step, loss=loss.item(), q_values=q_mean.item(), grad_norm=grad_norm.item(),
-                        epsilon=epsilon)
+                run.log(global_step, loss=loss, q_values=q_mean, grad_norm=grad_norm, epsilon=epsilon)
             # sync: every `target_every` env steps crossed
             if args.target_network and global_step // args.target_every > rollout_start // args.target_every:
                 q_net.sync()
-
             # evaluate greedy (rank 0), save checkpoint() (then stop, on a stop signal), show progress
             run.after_step(rollout_start, global_step, obs, greedy, checkpoint)
-    return run.finish(global_step, greedy, model=q_net.online, world_size=world, device=str(device), updates=q_net.updates)
+    return run.finish(
+        global_step, greedy, model=q_net.online, world_size=world, device=str(device), updates=q_net.updates
+    )
 
 
 # main(args), or main() for the command line's; exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
@@ -314,15 +338,16 @@ main = functools.partial(run_main, ALGO, train, Args, __doc__)
 def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
     make_env(args.env_id, 1, scale_obs=args.scale_obs).close()  # an unknown id, the wrong action space
-    check(args, positive=("n_steps", "target_every", "learning_rate", "optimizer_eps", "clip_grad_norm"),
-          fractions=("start_epsilon", "end_epsilon", "gamma"), conditions=[  # and harness.run.SHARED_CHECKS
+    rmsprop_ok = args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered)
+    conditions = [  # and harness.run.SHARED_CHECKS
         (0.0 <= args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}"),
-        (args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered),
-         "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
-    ])
+        (rmsprop_ok, "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
+    ]
+    positive = "n_steps target_every learning_rate optimizer_eps clip_grad_norm"
+    check(args, positive=positive, fractions="start_epsilon end_epsilon gamma", conditions=conditions)
 
 
-def load_policy(args: Args, model_path: str, device: str = "cpu") -> Callable[[np.ndarray], np.ndarray]:
+def load_policy(args: Args, model_path: str, device: str = "cpu") -> Policy:
     """Greedy policy from a `--save-model` file (a state dict, loaded weights_only), for tools/evaluate.py."""
     envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
     q_net = build_network(args, envs)

@@ -18,21 +18,32 @@ import torch
 from torch import nn
 
 
-def numpy_mlp(layers: list[nn.Module], device: torch.device, net: nn.Module, *others: nn.Module | nn.Parameter | None
-              ) -> Callable[[np.ndarray], np.ndarray] | None:
+Act = Callable[[np.ndarray], np.ndarray]  # an acting function: observations [B, ...] -> outputs [B, ...]
+
+
+def numpy_mlp(
+    layers: list[nn.Module], device: torch.device, net: nn.Module, *others: nn.Module | nn.Parameter | None
+) -> Act | None:
     """obs [B, ...] -> `layers` applied in order [B, out], in numpy, on zero-copy views of their parameters
     (which the optimizer updates in place). None (act through `forward()`) unless on the CPU, `layers`
     are Linear, ReLU and Tanh modules, and every parameter of `net` is in `layers` or `others` (parts
     acting does not use, e.g. a value head): elsewhere it is a part the numpy path would leave out."""
     linear = [m for m in layers if isinstance(m, nn.Linear)]
-    if device.type != "cpu" or not linear or not all(isinstance(m, (nn.Linear, nn.ReLU, nn.Tanh)) for m in layers):
+    supported = all(isinstance(m, (nn.Linear, nn.ReLU, nn.Tanh)) for m in layers)
+    if device.type != "cpu" or not linear or not supported:
         return None
-    known = {id(p) for part in [*layers, *others] if part is not None
-             for p in ([part] if isinstance(part, nn.Parameter) else part.parameters())}
+    known = {id(p) for part in [*layers, *others] if isinstance(part, nn.Module) for p in part.parameters()}
+    known |= {id(part) for part in others if isinstance(part, nn.Parameter)}
     if any(id(p) not in known for p in net.parameters()):
         return None
-    steps = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) if isinstance(m, nn.Linear)  # [in, out], [out]
-             else np.tanh if isinstance(m, nn.Tanh) else (lambda x: np.maximum(x, 0, out=x)) for m in layers]
+
+    def numpy_step(m: nn.Module):
+        """A Linear as views of its weight [in, out] and bias [out]; an activation as a numpy function."""
+        if isinstance(m, nn.Linear):
+            return m.weight.detach().numpy().T, m.bias.detach().numpy()
+        return np.tanh if isinstance(m, nn.Tanh) else (lambda x: np.maximum(x, 0, out=x))
+
+    steps = [numpy_step(m) for m in layers]
 
     def forward(obs: np.ndarray) -> np.ndarray:
         x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
@@ -49,8 +60,7 @@ def probe_batch(shape: tuple[int, ...], n: int = 64) -> np.ndarray:
     return np.random.default_rng(0).standard_normal((n, *shape)).astype(np.float32)
 
 
-def checked(fast: Callable[[np.ndarray], np.ndarray] | None, plain: Callable[[np.ndarray], np.ndarray], what: str,
-            probe: np.ndarray | None = None) -> Callable[[np.ndarray], np.ndarray]:
+def checked(fast: Act | None, plain: Act, what: str, probe: np.ndarray | None = None) -> Act:
     """`fast` if it gives `plain`'s (`forward()`'s) outputs on `probe` (default: `fast.in_features`-vectors)
     up to float rounding, else `plain`; `fast` None: ruled out already. The check draws nothing from the
     run's generators (torch's CPU generator is forked around it), so it changes no result."""
@@ -65,6 +75,6 @@ def checked(fast: Callable[[np.ndarray], np.ndarray] | None, plain: Callable[[np
             got = None
     if got is not None and got.shape == expected.shape and np.allclose(got, expected, rtol=1e-4, atol=1e-5):
         return fast
-    warnings.warn(f"{what}: the numpy fast path disagrees with forward() (the network was changed); acting through forward()",
-                  stacklevel=2)
+    why = "the numpy fast path disagrees with forward() (the network was changed)"
+    warnings.warn(f"{what}: {why}; acting through forward()", stacklevel=2)
     return plain

@@ -1,35 +1,34 @@
 """Network wrapper and target sync (after the design of Coach's NetworkWrapper).
 
-One object holds the online network, an optional target copy (never in the optimizer, never
-given gradients), the optimizer, an optional learning-rate schedule and gradient clipping.
-`train_step(loss)` takes one gradient step and returns `(loss, grad_norm)`: the loss minimised and
-the global L2 norm of the gradient *before* clipping, as detached 0-d tensors (no host/device sync
-unless the caller asks for `.item()`).
+One object holds the online network, an optional target copy (never in the optimizer, never given
+gradients), the optimizer, an optional learning-rate schedule and gradient clipping. `train_step(loss)`
+takes one gradient step and returns `(loss, grad_norm)`: the loss minimised and the global L2 norm of the
+gradient *before* clipping, as detached 0-d tensors (no host/device sync unless the caller asks for
+`.item()`).
 
-The trainable parameters live in one flat tensor (the module keeps its Parameter objects; only
-the storage moves), so zeroing the gradient, its norm, the clipping and the optimizer's step are
-one kernel each instead of one per layer: per-op dispatch, not arithmetic, dominates small
-networks on a CPU.
+The trainable parameters live in one flat tensor (the module keeps its Parameter objects; only the storage
+moves), so zeroing the gradient, its norm, the clipping and the optimizer's step are one kernel each instead
+of one per layer: per-op dispatch, not arithmetic, dominates small networks on a CPU.
 
-Several torchrun workers (Coach's "global" network): pass `workers=harness.distributed`; every
-worker starts from rank 0's weights and the gradient is averaged over the workers (one
-all_reduce) before the norm. Without `workers` nothing extra happens.
+Several torchrun workers (Coach's "global" network): pass `workers=harness.distributed`; every worker starts
+from rank 0's weights and the gradient is averaged over the workers (one all_reduce) before the norm.
+Without `workers` nothing extra happens.
 """
 
 from __future__ import annotations
 
 import copy
-import typing
-from typing import Callable, Union
+from typing import Callable, Union, cast
 
 import torch
 from torch import nn
+from torch.optim import Adam, RMSprop
 from torch.optim.adam import adam as adam_update  # the functional form Adam.step() calls
 
 
 def soft_update(target: nn.Module, online: nn.Module, rate: float) -> None:
-    """target <- rate * online + (1 - rate) * target, for parameters and floating buffers: `rate` is the
-    weight on the *online* network (1.0: a hard copy, 0.005: DDPG's soft update). Integer buffers are copied."""
+    """target <- rate * online + (1 - rate) * target for parameters and floating buffers (integer buffers are
+    copied): `rate` is the weight on the *online* network (1.0: a hard copy, 0.005: DDPG's soft update)."""
     _lerp_tensors(_tensors(target), _tensors(online), rate)
 
 
@@ -122,7 +121,7 @@ class NetworkWrapper:
         self.params = [p for p in self.online.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the network has no trainable parameters")
-        self.flat_param, self.flat_grad = typing.cast("tuple[nn.Parameter, torch.Tensor]", _flatten(self.params))
+        self.flat_param, self.flat_grad = cast("tuple[nn.Parameter, torch.Tensor]", _flatten(self.params))
         if self.target is not None and len(self.params) == len(list(self.target.parameters())):
             # no frozen parameters: the target's are views of one flat tensor too, so a sync is one kernel
             self.target_flat = _flatten(list(self.target.parameters()), grad=False)[0].detach()
@@ -130,17 +129,19 @@ class NetworkWrapper:
         self.workers = workers
         self.world_size = 1 if workers is None else workers.world_size()
         if self.world_size > 1:
-            workers.start_from_rank_0(self.flat_param.data, list(self.online.buffers()))  # every worker starts alike
+            workers.start_from_rank_0(self.flat_param.data, list(self.online.buffers()))  # all start alike
             if self.target is not None:
                 soft_update(self.target, self.online, 1.0)
+        params = [self.flat_param]
         if callable(optimizer):
-            self.optimizer = optimizer([self.flat_param])
-        elif optimizer == "adam":  # fused: the whole update in one kernel, ~2.5x faster than foreach for small networks
-            self.optimizer = torch.optim.Adam([self.flat_param], lr=lr, betas=betas, eps=eps, weight_decay=l2, fused=True)
+            self.optimizer = optimizer(params)
+        elif optimizer == "adam":  # fused: one kernel per step, ~2.5x faster than foreach for small networks
+            self.optimizer = Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=l2, fused=True)
         elif optimizer == "rmsprop":
-            self.optimizer = torch.optim.RMSprop([self.flat_param], lr=lr, alpha=alpha, eps=eps, weight_decay=l2, centered=centered)
+            self.optimizer = RMSprop(params, lr=lr, alpha=alpha, eps=eps, weight_decay=l2, centered=centered)
         else:
-            raise ValueError(f"optimizer must be 'adam', 'rmsprop' or a function of the parameters, got {optimizer!r}")
+            choices = "'adam', 'rmsprop' or a function of the parameters"
+            raise ValueError(f"optimizer must be {choices}, got {optimizer!r}")
         self.scheduler = None
         if lr_lambda is not None:
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda)
@@ -182,15 +183,14 @@ class NetworkWrapper:
             self.optimizer.step()
             return
         kind = type(self.optimizer)
-        if (kind is torch.optim.Adam and group.get("fused") and not group.get("amsgrad")
-                and not group.get("decoupled_weight_decay", False)):
+        adam = kind is Adam and group.get("fused") and not group.get("amsgrad")
+        if adam and not group.get("decoupled_weight_decay", False):
             beta1, beta2 = group["betas"]
-            adam_update(
-                [self.flat_param], [self.flat_grad], [state["exp_avg"]], [state["exp_avg_sq"]], [], [state["step"]], fused=True,
-                amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
-                maximize=False,
-            )
-        elif kind is torch.optim.RMSprop and group["momentum"] == 0 and group["weight_decay"] == 0:
+            options = dict(fused=True, amsgrad=False, beta1=beta1, beta2=beta2, maximize=False)
+            options |= {name: group[name] for name in ("lr", "weight_decay", "eps")}
+            moments = [state["exp_avg"]], [state["exp_avg_sq"]]  # Adam's two; `[]`: no AMSGrad maximum
+            adam_update([self.flat_param], [self.flat_grad], *moments, [], [state["step"]], **options)
+        elif kind is RMSprop and group["momentum"] == 0 and group["weight_decay"] == 0:
             self._rmsprop_step(state, group)
         else:
             self.optimizer.step()
@@ -218,8 +218,9 @@ class NetworkWrapper:
             raise RuntimeError("this NetworkWrapper has no target network (target=False)")
         if self.target_flat is None:
             soft_update(self.target, self.online, rate)
-        else:  # both copies' parameters are one flat tensor each: one kernel for all of them, then the buffers
-            _lerp_tensors([self.target_flat, *self.target.buffers()], [self.flat_param, *self.online.buffers()], rate)
+        else:  # each copy's parameters are one flat tensor: one kernel for all of them, then the buffers
+            targets = [self.target_flat, *self.target.buffers()]
+            _lerp_tensors(targets, [self.flat_param, *self.online.buffers()], rate)
 
     def state_dict(self) -> dict:
         """Online and target weights, optimizer and schedule state, update count: all a resumed run needs."""
@@ -232,7 +233,7 @@ class NetworkWrapper:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Inverse of `state_dict`; weights are copied in place, so the flat parameter and any views stay valid."""
+        """Inverse of `state_dict`, weights copied in place: the flat parameter and its views stay valid."""
         self.online.load_state_dict(state["online"])
         if self.target is not None:
             self.target.load_state_dict(state["target"])

@@ -36,7 +36,7 @@ def _register() -> None:
 
 
 def kind(env_id: str) -> str | None:
-    """"atari", "minatar" or None (a vector env); ValueError for an unknown id."""
+    """The id's kind: "atari", "minatar" or None (a vector env); ValueError for an unknown id."""
     try:
         spec = gym.spec(env_id)
     except gym.error.Error:
@@ -44,7 +44,8 @@ def kind(env_id: str) -> str | None:
         try:
             spec = gym.spec(env_id)
         except gym.error.Error as e:
-            hint = " (pixel envs need `pip install -r requirements/requirements-pixels.txt`)" if env_id.startswith(("ALE/", "MinAtar/")) or "NoFrameskip" in env_id else ""
+            pixel = env_id.startswith(("ALE/", "MinAtar/")) or "NoFrameskip" in env_id
+            hint = " (pixel envs need `pip install -r requirements/requirements-pixels.txt`)" if pixel else ""
             raise ValueError(f"unknown environment id {env_id!r} ({e}){hint}") from None
     if spec.namespace == "MinAtar":
         return "minatar"
@@ -53,7 +54,13 @@ def kind(env_id: str) -> str | None:
     return None
 
 
-def make(env_id: str, training: bool = True, render_mode: str | None = None, scale_obs: bool = False, max_frames: int | None = None) -> gym.Env:
+def make(
+    env_id: str,
+    training: bool = True,
+    render_mode: str | None = None,
+    scale_obs: bool = False,
+    max_frames: int | None = None,
+) -> gym.Env:
     """One env, preprocessed as described above when `env_id` is a pixel env.
 
     `scale_obs` (vector envs only): each observation component with finite bounds in the
@@ -68,7 +75,7 @@ def make(env_id: str, training: bool = True, render_mode: str | None = None, sca
         raise ValueError(f"max_frames is for Atari ids; {env_id} is a {env_kind or 'vector'} env")
     if scale_obs and env_kind is not None:
         raise ValueError(f"--scale-obs is for vector observations; {env_id} is a {env_kind} env")
-    kwargs: dict = {} if render_mode is None else {"render_mode": render_mode}  # not every env takes the argument
+    kwargs: dict = {} if render_mode is None else {"render_mode": render_mode}  # not every env takes it
     if env_kind == "atari":
         from common.atari import make_atari
 
@@ -99,4 +106,3 @@ def game_over(terminated: np.ndarray, truncated: np.ndarray, infos: dict) -> np.
     done = np.logical_or(terminated, truncated)
     life_lost = infos.get("final_info", {}).get("life_lost")
     return done & ~np.asarray(life_lost, dtype=bool) if life_lost is not None else done
-

@@ -56,7 +56,8 @@ class ReplayMemory:
         kw: dict[str, Any] = dict(device=self.device)
         self.obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, **kw)
         self.next_obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, **kw)
-        self.actions = torch.zeros((capacity, *action_shape), dtype=torch.int64 if discrete else torch.float32, **kw)
+        action_dtype = torch.int64 if discrete else torch.float32
+        self.actions = torch.zeros((capacity, *action_shape), dtype=action_dtype, **kw)
         self.rewards = torch.zeros(capacity, dtype=torch.float32, **kw)
         self.terminated = torch.zeros(capacity, dtype=torch.float32, **kw)
         self.pos = 0  # next row to write
@@ -76,21 +77,20 @@ class ReplayMemory:
         resetting, which is not a transition. `done` is accepted for the same call as
         `FrameMemory.add` and unused: whole observations need no episode boundaries.
         """
+        batch = (obs, actions, rewards, next_obs, terminated)
         if valid is not None:
             valid = np.asarray(valid, dtype=bool)
             if not valid.all():
-                obs, actions, rewards, next_obs, terminated = (
-                    np.asarray(x)[valid] for x in (obs, actions, rewards, next_obs, terminated)
-                )
-        n = len(rewards)
+                batch = tuple(np.asarray(x)[valid] for x in batch)
+        n = len(batch[2])  # rows: the rewards' length
         if n == 0:
             return
         if n > self.capacity:  # only the newest `capacity` rows survive
-            obs, actions, rewards, next_obs, terminated = (x[-self.capacity :] for x in (obs, actions, rewards, next_obs, terminated))
+            batch = tuple(x[-self.capacity :] for x in batch)
             n = self.capacity
         first = min(n, self.capacity - self.pos)  # rows before the wraparound
         views: tuple[Any, ...] = self._host_views or self._stores
-        for store, view, x in zip(self._stores, views, (obs, actions, rewards, next_obs, terminated)):
+        for store, view, x in zip(self._stores, views, batch):
             if self._host_views is not None:
                 x = np.asarray(x).reshape(n, *store.shape[1:])
             else:
@@ -106,9 +106,7 @@ class ReplayMemory:
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay memory")
         idx = torch.from_numpy(self.rng.integers(0, self.size, size=batch_size)).to(self.device)
-        return Batch(
-            self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.terminated[idx]
-        )
+        return Batch(*(store[idx] for store in self._stores))  # obs, actions, rewards, next_obs, terminated
 
     def state_dict(self) -> dict:
         """The filled rows, the write position and the sampler's state (for a checkpoint)."""
@@ -117,18 +115,17 @@ class ReplayMemory:
         def rows(x: torch.Tensor) -> torch.Tensor:  # a view would save the whole preallocated storage
             return x[:n].clone().cpu() if n < self.capacity else x.cpu()
 
-        return {
-            "obs": rows(self.obs), "actions": rows(self.actions), "rewards": rows(self.rewards),
-            "next_obs": rows(self.next_obs), "terminated": rows(self.terminated),
-            "pos": self.pos, "size": self.size, "capacity": self.capacity, "rng": self.rng.bit_generator.state,
-        }
+        state: dict = {name: rows(store) for name, store in zip(Batch._fields, self._stores)}
+        state.update(pos=self.pos, size=self.size, capacity=self.capacity, rng=self.rng.bit_generator.state)
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of `state_dict`, into a memory of the same capacity and shapes (written in place)."""
-        if state["capacity"] != self.capacity:
-            raise ValueError(f"the checkpoint's replay memory holds {state['capacity']} rows, this one {self.capacity}")
+        held = state["capacity"]
+        if held != self.capacity:
+            raise ValueError(f"the checkpoint's replay memory holds {held} rows, this one {self.capacity}")
         n = state["size"]
-        for store, name in zip(self._stores, ("obs", "actions", "rewards", "next_obs", "terminated")):
+        for store, name in zip(self._stores, Batch._fields):
             store[:n] = state[name].to(self.device)
         self.pos, self.size = state["pos"], n
         self.rng.bit_generator.state = state["rng"]

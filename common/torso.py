@@ -30,20 +30,23 @@ class ToFloat(nn.Module):
         return x.float() / self.scale if self.scale != 1.0 else x.float()
 
 
-def torso(obs_shape: tuple[int, ...], hidden_sizes: tuple[int, ...], activation: type[nn.Module] = nn.ReLU
-          ) -> tuple[list[nn.Module], int]:
+def torso(
+    obs_shape: tuple[int, ...], hidden_sizes: tuple[int, ...], activation: type[nn.Module] = nn.ReLU
+) -> tuple[list[nn.Module], int]:
     """Layers [obs] -> [features] and the feature width; the caller appends its head(s). `activation`
     follows each hidden layer of the MLP (the image torsos keep their papers' ReLU)."""
     if len(obs_shape) == 3 and obs_shape[1] == obs_shape[2] == 84:
         c = obs_shape[0]
-        return [ToFloat(255.0), nn.Conv2d(c, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-                nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten(), nn.Linear(64 * 7 * 7, 512), nn.ReLU()], 512
+        layers = [ToFloat(255.0), nn.Conv2d(c, 32, 8, stride=4), nn.ReLU()]
+        layers += [nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(), nn.Conv2d(64, 64, 3, stride=1), nn.ReLU()]
+        return [*layers, nn.Flatten(), nn.Linear(64 * 7 * 7, 512), nn.ReLU()], 512
     if len(obs_shape) == 3 and max(obs_shape[1:]) <= 16 and min(obs_shape[1:]) >= 3:
         c, h, w = obs_shape
-        return [ToFloat(1.0), nn.Conv2d(c, 16, 3, stride=1), nn.ReLU(), nn.Flatten(),
-                nn.Linear(16 * (h - 2) * (w - 2), 128), nn.ReLU()], 128
+        layers = [ToFloat(1.0), nn.Conv2d(c, 16, 3, stride=1), nn.ReLU(), nn.Flatten()]
+        return [*layers, nn.Linear(16 * (h - 2) * (w - 2), 128), nn.ReLU()], 128
     if len(obs_shape) == 3:
-        raise ValueError(f"no torso for images of shape {obs_shape}: expected [C, 10, 10]-like grids (MinAtar) or [4, 84, 84] stacks (Atari)")
+        expected = "[C, 10, 10]-like grids (MinAtar) or [4, 84, 84] stacks (Atari)"
+        raise ValueError(f"no torso for images of shape {obs_shape}: expected {expected}")
     layers, width = [], math.prod(obs_shape)
     for h in hidden_sizes:
         layers += [nn.Linear(width, h), activation()]

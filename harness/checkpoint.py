@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
+
+from harness.run import CHECKPOINT_FORMAT
 
 
 def save(path: str | Path, state: dict) -> None:
@@ -150,3 +153,44 @@ def pack(obj):
     if isinstance(obj, (list, tuple)):
         return type(obj)(pack(v) for v in obj)
     return _encode(obj, "") if isinstance(obj, (np.ndarray, np.generic)) else obj
+
+
+def content(run, global_step: int, obs: np.ndarray, objects: dict) -> dict:
+    """A run's checkpoint: the state of `objects` (`state_of`) with the step, the envs and `obs`, the running
+    episodes and every generator (`write` adds metrics.csv's length and the clock)."""
+    state = {name: state_of(obj) for name, obj in objects.items()}
+    env, note = env_state(run.envs)
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "algo": run.algo,
+        "global_step": global_step,
+        "resumes": run.resumes,
+        "rng": rng_state(),
+        "envs": env,
+        "envs_note": note,
+        "obs": pack(obs),
+        "episodes": pack({"return": run.ep_return, "length": run.ep_length, "recent": run.recent_returns}),
+        "state": pack(state),
+    }
+
+
+def keep(run, global_step: int, obs: np.ndarray, objects: dict) -> None:
+    """Run.save_checkpoint: the checkpoint written now, or at the end of a run no signal stopped, held for
+    Run.final_evaluation to write after the evaluation (which a run extended from it keeps)."""
+    checkpoint = content(run, global_step, obs, objects)
+    if run.stop_reason is None and global_step >= run.args.total_timesteps:
+        run._final_checkpoint = checkpoint  # nothing it holds changes during the evaluation
+    else:
+        run._write_checkpoint(checkpoint)
+
+
+def write(run, checkpoint: dict) -> None:
+    """Run._write_checkpoint: `checkpoint` saved in the run folder, after metrics.csv (and TensorBoard's
+    events) up to it are flushed and synced, so they survive a kill; its time and size go to the summary."""
+    t0 = time.perf_counter()
+    run._flush()
+    os.fsync(run.file.fileno())
+    checkpoint = {**checkpoint, "metrics_bytes": run.file.tell(), "wall_seconds": run.elapsed()}
+    save(run.path / "checkpoint.pt", checkpoint)
+    run.checkpoint_seconds = round(time.perf_counter() - t0, 3)
+    run.checkpoint_bytes = (run.path / "checkpoint.pt").stat().st_size

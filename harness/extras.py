@@ -4,7 +4,8 @@ login check (`--track`). A copied script runs without this file until one of tho
 
 - `tensorboard_tag(algo, name)`, `write_tensorboard(folder, writer)`: the TensorBoard tags of the
   metrics (CleanRL's names) and metrics.csv's rows as scalars.
-- `record_first_episode(env, video_dir, index)`: an env that records its first episode.
+- `record_first_episode(env, video_dir, index)`: an env that records its first episode; `recorded_envs(make,
+  video_dir, num_envs)`: harness.run.vector_env's makers of such envs.
 - `open_wandb(args, config, folder)`: the run's wandb run; offline, with a warning, when wandb has
   no login (`wandb_mode()`).
 - `open_tensorboard(folder, resumed_step)`: the run's SummaryWriter.
@@ -84,6 +85,15 @@ def record_first_episode(env: gym.Env, video_dir: str, index: int) -> gym.Env:
             name_prefix=f"episode-{index}",
             disable_logger=True,
         )
+
+
+def _recorded_env(make, video_dir: str, index: int) -> gym.Env:
+    return record_first_episode(make("rgb_array"), video_dir, index)
+
+
+def recorded_envs(make, video_dir: str, num_envs: int) -> list:
+    """vector_env's makers with a `video_dir`: env i, `make("rgb_array")`, records its first episode."""
+    return [functools.partial(_recorded_env, make, video_dir, i) for i in range(num_envs)]
 
 
 # TensorBoard -----------------------------------------------------------------------------------

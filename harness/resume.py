@@ -70,7 +70,9 @@ def stored_config(folder: Path) -> dict:
 
 def check_folder(run, config: dict) -> None:
     """The run folder's config, checkpoint and metrics.csv checked against this run's (InputError, before
-    anything is written); `run` takes the checkpoint (`saved`, read by `restore`) and the steps it resumed at."""
+    anything is written); `run` takes the folder, the checkpoint (`saved`, read by `restore`) and the steps it
+    resumed at."""
+    run.path = Path(run.args.resume)
     stored = stored_config(run.path)
     if stored.get("algo") != run.algo:
         raise InputError(f"--resume {run.path}: that run is {stored.get('algo')!r}, not {run.algo}")
@@ -102,11 +104,14 @@ def check_folder(run, config: dict) -> None:
 
 
 def reopen(run):
-    """metrics.csv, open to append, cut back to the checkpoint (check_folder's); the run's clock set on."""
+    """metrics.csv, open to append, cut back to the checkpoint (check_folder's); the run's clock set on;
+    config.json rewritten with this run's (the new length or logging flags)."""
     metrics, saved = run.path / "metrics.csv", run.saved
     run.start = time.perf_counter() - saved["wall_seconds"]
     os.truncate(metrics, saved["metrics_bytes"])  # rows after the checkpoint are not part of this history
-    return open(metrics, "a", newline="")
+    file = open(metrics, "a", newline="")
+    (run.path / "config.json").write_text(json.dumps(run.config, indent=2))
+    return file
 
 
 def restore(run, envs: gym.vector.VectorEnv, checkpoint: dict) -> tuple[np.ndarray, int]:

@@ -94,7 +94,7 @@ def test_resume_keeps_the_compile_mode_and_reads_folders_written_before_it(tmp_p
     first = MODULES[algo].train(make_args(algo, tmp_path, checkpoint_every=200, **kw))
     run_dir = Path(first["run_dir"])
     with pytest.raises(InputError, match="--compile was False in that run, True now"):
-        Run(algo, make_args(algo, tmp_path, resume=str(run_dir), compile=True, **kw), ["loss"])
+        Run(algo, make_args(algo, tmp_path, resume=str(run_dir), compile=True, **kw), "loss")
     config = json.loads((run_dir / "config.json").read_text())
     for key in ("compile", "cudagraphs"):  # a folder from before the flags existed: their defaults
         del config[key]
@@ -139,7 +139,7 @@ class Edited(nn.Module):
 def test_compiled_network_runs_the_edited_forward_and_its_compile_time_is_counted(tmp_path, monkeypatch):
     torch.compiler.reset()
     args = dataclasses.replace(RunArgs(), compile=True, run_dir=str(tmp_path), progress=False)
-    run = Run("dqn", args, ["loss"])
+    run = Run("dqn", args, "loss")
     net = Edited()
     assert run.compile(net) is net  # on a CPU acting is not compiled (the numpy fast path serves it)
     monkeypatch.setattr(harness.run, "_device", lambda a: torch.device("cuda"))  # as if on a GPU

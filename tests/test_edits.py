@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -333,16 +334,18 @@ def test_a_metric_without_its_column_fails_at_once_naming_the_fix(monkeypatch, t
     )  # the 100th update logs the loss
 
 
-@pytest.mark.parametrize("algo", ["dqn", "a2c", "ddpg"])
+@pytest.mark.parametrize("algo", ["dqn", "n_step_q", "sarsa", "a2c", "ddpg", "naf"])
 def test_a_metric_added_to_a_log_call_without_its_column_fails_before_the_run_starts(
     algo, tmp_path, monkeypatch
 ):
     """The edit in the script's own text: Run reads the metrics train()'s run.log calls name when it is made."""
-    source = (ROOT / "algos" / f"{algo}.py").read_text()
-    assert source.count("run.log(global_step, ") == 1
-    (tmp_path / f"{algo}_edited.py").write_text(
-        source.replace("run.log(global_step, ", "run.log(global_step, td_max=1.0, ")
+    source, calls = re.subn(
+        r"run\.log\(\s*global_step,",
+        "run.log(global_step, td_max=1.0,",
+        (ROOT / "algos" / f"{algo}.py").read_text(),
     )
+    assert calls == 1
+    (tmp_path / f"{algo}_edited.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     edited = importlib.import_module(f"{algo}_edited")
     args = edited.Args(total_timesteps=50_000, run_dir=str(tmp_path / "runs"), progress=False)

@@ -496,10 +496,10 @@ def test_the_shared_loop_checks_say_what_is_wrong():
             cartpole, "ddpg", "CartPole-v1", discrete=False, continuous=True, bounded=True
         )
     with pytest.raises(harness.run.InputError, match=r"^--learning-starts must be >= 0, got -1$"):
-        harness.run.check(dqn.Args(learning_starts=-1), nonnegative=("learning_starts",))
-    harness.run.check(dqn.Args(learning_starts=0), nonnegative=("learning_starts",))
+        harness.run.check(dqn.Args(learning_starts=-1), nonnegative="learning_starts")
+    harness.run.check(dqn.Args(learning_starts=0), nonnegative="learning_starts")
 
-    run = harness.run.Run("dqn", dqn.Args(total_timesteps=1000, eval_every=250), ["loss"], write=False)
+    run = harness.run.Run("dqn", dqn.Args(total_timesteps=1000, eval_every=250), "loss", write=False)
     run.stop_if_nan(5, torch.tensor(1.0), actor=torch.tensor(2.0))  # finite: nothing happens
     with pytest.raises(
         FloatingPointError, match=r"^loss became 1.0 \(actor nan\) at step 5; lower the learning rate"
