@@ -86,6 +86,18 @@ _ONE_PROCESS = types.SimpleNamespace(
 )
 
 
+def optional(name: str) -> types.ModuleType:
+    """harness.<name> (extras, resume or checkpoint), imported only where a flag asks for it: a copy may lack the
+    file. Static imports, so that benchmarks/provenance.py counts the file among those that decide a run."""
+    if name == "extras":
+        import harness.extras  # noqa: F401
+    elif name == "resume":
+        import harness.resume  # noqa: F401
+    else:
+        import harness.checkpoint  # noqa: F401
+    return sys.modules[f"harness.{name}"]
+
+
 @dataclasses.dataclass
 class RunArgs:
     """The run flags every script's `Args` extends (giving a field another default where it needs one)."""
@@ -137,7 +149,7 @@ def check(args, conditions=(), positive="", fractions="", nonnegative="", single
     allowed), `fractions` (in [0, 1]), `nonnegative` (>= 0), SHARED_CHECKS, `conditions` ((ok, message)
     pairs); `single_process`: the script's name if it trains in one process only (torchrun refused)."""
     compiling = args.compile or args.cudagraphs  # harness/extras.py: imported with these flags only
-    compile_checks = import_module("harness.extras").compile_checks(args, _device(args)) if compiling else []
+    compile_checks = optional("extras").compile_checks(args, _device(args)) if compiling else []
     value = lambda name: getattr(args, name)  # noqa: E731
     must = lambda name, what: f"--{name.replace('_', '-')} must be {what}, got {value(name)}"  # noqa: E731
     device_ok = args.device != "cuda" or torch.cuda.is_available()
@@ -200,7 +212,7 @@ def vector_env(
     id, an env refusing its settings, spaces that do not fit `algo` (`check_spaces`): InputError."""
     makers = [functools.partial(make, None)] * num_envs
     if video_dir is not None:
-        makers = import_module("harness.extras").recorded_envs(make, video_dir, num_envs)
+        makers = optional("extras").recorded_envs(make, video_dir, num_envs)
     with bad_input(env_id):
         envs = gym.vector.SyncVectorEnv(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     check_spaces(envs, algo, env_id, discrete, continuous, bounded)
@@ -300,7 +312,7 @@ def parse_args(args_class, doc: str):
     if not getattr(args, "resume", None):
         return args
     try:
-        defaults = import_module("harness.resume").stored_arguments(args_class, Path(args.resume))
+        defaults = optional("resume").stored_arguments(args_class, Path(args.resume))
     except (ModuleNotFoundError, InputError) as e:
         print(f"{Path(sys.argv[0]).stem}: error: {missing_file(e)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
@@ -392,19 +404,19 @@ class Run:
             if launched():
                 why = "--checkpoint-every and --resume work in one process; under torchrun leave them out"
                 raise InputError(why)
-            import_module("harness.checkpoint")  # a copy without it stops here, before writing anything
+            optional("checkpoint")  # a copy without it stops here, before writing anything
         if args.tensorboard or args.track or args.capture_video:  # a missing package: bad input, found now
-            import_module("harness.extras").check_packages(args)
+            optional("extras").check_packages(args)
         self.config = {"algo": algo, **json.loads(json.dumps(dataclasses.asdict(args)))}
         if args.resume and self.write:  # the folder and checkpoint checked now, before anything is written
-            import_module("harness.resume").check_folder(self, self.config)
+            optional("resume").check_folder(self, self.config)
 
     def _open(self) -> None:
         """The run folder (or the one --resume reopens), its files and first line, for begin()."""
         args, algo, config = self.args, self.algo, self.config
         self.start = time.perf_counter()
         if args.resume:  # metrics.csv cut back; config.json rewritten, with the new length or logging flags
-            self.file = import_module("harness.resume").reopen(self)
+            self.file = optional("resume").reopen(self)
         else:  # <run_dir>/<env>__<algo>__<seed>__<time>; ALE/Breakout-v5 as ALE-Breakout-v5 (one folder)
             stamp, env = time.strftime("%Y%m%d-%H%M%S"), args.env_id.replace("/", "-")
             base = path = Path(args.run_dir) / f"{env}__{algo}__{args.seed}__{stamp}"
@@ -423,7 +435,7 @@ class Run:
         self.csv = csv.DictWriter(self.file, self.fields)
         if args.tensorboard or args.track:
             resumed_step = self.saved["global_step"] if args.resume else None
-            self.extras = import_module("harness.extras").Sinks(algo, args, config, self.path, resumed_step)
+            self.extras = optional("extras").Sinks(algo, args, config, self.path, resumed_step)
         self.total, self.show, self.tty = args.total_timesteps, args.progress, sys.stdout.isatty()
         self.last_print = self.last_flush = time.perf_counter()
         self.next_mark, self.printed_step = 0.1, -1
@@ -446,7 +458,7 @@ class Run:
         """`fn` under torch.compile with --compile or --cudagraphs (harness.extras.compiled), else `fn`."""
         if not (self.args.compile or self.args.cudagraphs):
             return fn
-        return import_module("harness.extras").compiled(self, fn, cuda=_device(self.args).type == "cuda")
+        return optional("extras").compiled(self, fn, cuda=_device(self.args).type == "cuda")
 
     def _check_metrics(self, names) -> None:
         unknown = names - self.columns
@@ -576,12 +588,12 @@ class Run:
     def save_checkpoint(self, global_step: int, obs: np.ndarray, objects: dict) -> None:
         """Checkpoint `objects` with the step, envs, `obs`, episodes, generators; then Stopped on a signal."""
         if self.write and find_spec("harness.checkpoint"):  # a copy without it writes none, even on a signal
-            import_module("harness.checkpoint").keep(self, global_step, obs, objects)
+            optional("checkpoint").keep(self, global_step, obs, objects)
         if self.stop_reason is not None:
             raise Stopped(self.stop_reason)
 
     def _write_checkpoint(self, content: dict) -> None:
-        import_module("harness.checkpoint").write(self, content)
+        optional("checkpoint").write(self, content)
 
     def begin(self, envs: gym.vector.VectorEnv, eval_envs, checkpoint: dict) -> tuple[np.ndarray, int]:
         """(obs, global_step) of the training `envs` (action spaces seeded): a new run's reset with `seed` at
@@ -595,7 +607,7 @@ class Run:
         envs.single_action_space.seed(self.seed)
         if self.saved is None:
             return envs.reset(seed=self.seed)[0], 0
-        return import_module("harness.resume").restore(self, envs, checkpoint)
+        return optional("resume").restore(self, envs, checkpoint)
 
     def after_step(self, prev_step: int, global_step: int, obs: np.ndarray, act, checkpoint) -> None:
         """A step's tail: evaluate `act`; save checkpoint() with `obs` (Stopped on a signal); progress."""

@@ -168,6 +168,14 @@ def test_deciding_files_are_the_script_and_what_it_imports(repo):
     ]
 
 
+@pytest.mark.parametrize("algo", ["dqn", "a2c", "ddpg"])
+def test_the_optional_files_that_can_move_a_run_decide_it_in_this_repository(algo):
+    """The files a run loads only with a flag (--compile's harness/extras.py, --resume's harness/resume.py and
+    the checkpoint writer) still decide its numbers: harness/run.py imports them so that provenance sees it."""
+    checker = provenance.Checker(ROOT, equivalence_file=None)
+    assert {"harness/extras.py", "harness/resume.py", "harness/checkpoint.py"} <= set(checker.today(algo))
+
+
 def test_a_run_from_another_commit_turns_a_passing_cell_stale(repo, tmp_path):
     a = first(repo)
     runs = tmp_path / "runs"
