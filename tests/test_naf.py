@@ -302,6 +302,19 @@ def test_twin_q_trains_both_networks_on_the_clipped_targets(tmp_path, monkeypatc
 
 
 # ---- training runs -------------------------------------------------------------------------------
+def test_evaluation_scores_short_episodes_over_100_and_long_ones_over_10(tmp_path):
+    # a short episode's return depends much on its start state: 10 episodes would score one policy tens of
+    # points apart, so the default (eval_episodes=0) takes 100 where the time limit is at most 200 steps
+    assert naf.eval_episodes_for("Pendulum-v1") == 100  # 200 steps
+    assert naf.eval_episodes_for("MountainCarContinuous-v0") == 10  # 999 steps
+    assert naf.eval_episodes_for("NoSuchEnv-v0") == 10  # validate() names the unknown id
+    summary = train(small_args(tmp_path, eval_episodes=0))
+    assert summary["eval_episodes"] == 100
+    (config,) = tmp_path.glob("*/config.json")
+    assert json.loads(config.read_text())["eval_episodes"] == 100  # what tools/evaluate.py repeats
+    assert train(small_args(tmp_path, eval_episodes=3, seed=2))["eval_episodes"] == 3  # a given count stays
+
+
 def test_smoke_run_takes_gradient_steps_and_writes_the_run_folder(tmp_path):
     summary = train(small_args(tmp_path, eval_every=150, gradient_steps=2))
     assert summary["completed"] and summary["error"] is None
