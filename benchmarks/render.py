@@ -245,6 +245,16 @@ def machine_section(all_runs: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def least_margin(evals: list[float], threshold: float | None) -> str:
+    """The worst seed against the threshold, in points and as a share of the threshold's scale (|threshold|):
+    how far the weakest seed is from failing the promise."""
+    if not evals or threshold is None:
+        return "-"
+    margin = min(evals) - threshold
+    share = f" ({margin / abs(threshold):+.1%})" if threshold else ""
+    return f"{margin:+.1f}{share}"
+
+
 def ref_label(r: dict, detail: str = "") -> str:
     """A reference's result: mean ± std (convention, `detail`, by default its steps)."""
     std = f" ± {r['std']:g}" if "std" in r else ""
@@ -282,6 +292,7 @@ def report_text(
         "",
     ]
 
+    every_seed = any(j.cell.pass_rule == "all" for j in judged)  # a suite whose cells must solve every seed
     table = [
         md_row(
             [
@@ -294,11 +305,12 @@ def report_text(
                 "steps/s",
                 "wall/run",
                 "threshold",
+                *["least margin"] * every_seed,
                 "references",
                 "verdict",
             ]
         ),
-        "|---" * 11 + "|",
+        "|---" * (11 + every_seed) + "|",
     ]
     ref_ids, details, all_runs, drawn = [], [], [], []
     counts = {k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")}
@@ -354,6 +366,7 @@ def report_text(
                     fmt_ms([s["sps"] for s in summaries], lambda x: f"{x:.0f}").split(" ±")[0],
                     fmt_seconds(statistics.fmean(s["wall_seconds"] for s in summaries)) if summaries else "-",
                     "-" if cell.threshold is None else f"{cell.threshold:g} ({cell.pass_rule})",
+                    *[least_margin(evals, cell.threshold)] * every_seed,
                     "<br>".join(cell_refs) or "-",
                     verdict_txt,
                 ]

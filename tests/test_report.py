@@ -450,3 +450,12 @@ def test_train_last_is_the_mean_of_the_last_n_training_episodes(tmp_path):
     assert report.train_last(tmp_path / "run", 100) == pytest.approx(sum(range(50, 150)) / 100)
     assert report.train_last(tmp_path / "run", 1000) == pytest.approx(sum(range(150)) / 150)
     assert report.train_last(tmp_path / "empty", 100) is None
+
+
+def test_least_margin_is_the_worst_seed_against_the_threshold_with_its_share_of_the_scale():
+    import render
+
+    assert render.least_margin([500.0, 481.0, 490.0], 475.0) == "+6.0 (+1.3%)"
+    assert render.least_margin([-150.0, -198.0, -160.0], -200.0) == "+2.0 (+1.0%)"
+    assert render.least_margin([-150.0, -210.0], -200.0) == "-10.0 (-5.0%)"
+    assert render.least_margin([], 475.0) == "-" and render.least_margin([1.0], None) == "-"
