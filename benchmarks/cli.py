@@ -4,10 +4,23 @@ cell's settings as a script's flags (speed.py, the report), step counts and mark
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
 NO_SUBMITIT = "--backend slurm needs submitit ({}): pip install -r benchmarks/requirements-cluster.txt"
+
+
+def no_slurm(submitit_cluster: str) -> str | None:
+    """Why `--backend slurm` cannot submit here (submitit's SLURM executor needs `srun` and `sbatch` on the PATH),
+    or None: checked before submitit is asked, whose own answer is a traceback."""
+    missing = [tool for tool in ("srun", "sbatch") if shutil.which(tool) is None]
+    if submitit_cluster != "slurm" or not missing:
+        return None
+    return (
+        f"--backend slurm: no SLURM on this machine ({' and '.join(missing)} not found); run it where SLURM "
+        "is (a cluster's login node), or use --backend local"
+    )
 
 
 class BadInput(ValueError):

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli import NO_SUBMITIT, OneLineParser, add_slurm_flags, fail, flags_error  # noqa: E402
+from cli import NO_SUBMITIT, OneLineParser, add_slurm_flags, fail, flags_error, no_slurm  # noqa: E402
 from job import Job, end_processes, fmt_time, print_end, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
 from suite import RESULTS_DIR, ROOT, SUITES_FILE, load_suite, read_result, script_path  # noqa: E402
@@ -162,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             import cluster  # submitit: only this backend needs it
         except ImportError as e:
             return fail("run", NO_SUBMITIT.format(e))
+        if problem := no_slurm(a.submitit_cluster):
+            return fail("run", problem)
     start = time.time()
     with stop_on_signals():  # SIGTERM too: the runs are stopped (with a checkpoint), not left going
         ran = cluster.run_jobs(suite.name, todo, a) if a.backend == "slurm" else run_local(todo, a, start)

@@ -28,7 +28,17 @@ from pathlib import Path
 import tomllib
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli import NO_SUBMITIT, BadInput, OneLineParser, add_slurm_flags, fail, flags_error, fmt_steps, md_row  # noqa: E402
+from cli import (  # noqa: E402
+    NO_SUBMITIT,
+    BadInput,
+    OneLineParser,
+    add_slurm_flags,
+    fail,
+    flags_error,
+    fmt_steps,
+    md_row,
+    no_slurm,
+)
 from job import Job, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
 from suite import BENCH, ROOT, SUITES_FILE, Cell, load_suite, metrics_file  # noqa: E402
@@ -610,6 +620,8 @@ def run_workers(a: argparse.Namespace, config: dict, todo: int) -> int | None:
             import cluster
         except ImportError as e:
             return fail("tune", NO_SUBMITIT.format(e))
+        if problem := no_slurm(a.submitit_cluster):
+            return fail("tune", problem)
         executor = cluster.make_executor(
             a,
             Path(a.submitit_dir or Path(config["study_dir"]) / "submitit"),

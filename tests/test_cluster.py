@@ -281,6 +281,15 @@ def test_bad_slurm_flags_are_one_line_and_exit_2(suites, tmp_path, capsys):
         assert err.startswith("run: error: ") and message in err and err.count("\n") == 1
 
 
+def test_slurm_backend_without_slurm_is_one_line_and_exit_2(suites, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no srun, no sbatch: submitit's own answer is a traceback
+    assert run.main(args(suites, tmp_path, "--backend", "slurm")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("run: error: --backend slurm: no SLURM on this machine") and err.count("\n") == 1, (
+        err
+    )
+
+
 def _commands(script: str) -> list[list[str]]:
     """Every `python benchmarks/<script>` command in the README, docs/*.md and benchmarks/README.md (continued lines joined)."""
     import shlex

@@ -590,6 +590,15 @@ def test_bad_input_is_one_line_and_exit_2(files, tmp_path, capsys, extra, messag
     assert not (tmp_path / "study" / "journal.log").exists(), "nothing written"
 
 
+def test_slurm_backend_without_slurm_is_one_line_and_exit_2(files, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no srun, no sbatch
+    assert tune.main(argv(files, tmp_path / "study", "--trials", "1", "--backend", "slurm")) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("tune: error: --backend slurm: no SLURM on this machine") and err.count("\n") == 1
+    ), err
+
+
 def test_search_space_names_must_be_flags_of_the_script(files, tmp_path, capsys):
     bad = tmp_path / "bad.toml"
     bad.write_text("not_a_flag = { choices = [1, 2] }\n")
