@@ -212,8 +212,15 @@ def run_local(todo: list[Job], a: argparse.Namespace, start: float) -> list[tupl
                     continue
                 running.remove(job)
                 result = job.finish()
-                if timed_out:
-                    result.update(status="failed", error=f"timed out after {a.timeout:.0f} s (--timeout)")
+                if (
+                    timed_out
+                ):  # stopped by SIGTERM: with a checkpoint written, it goes on from there next time
+                    resumable = result["status"] == "preempted" and job.checkpointed() is not None
+                    error = f"timed out after {a.timeout:.0f} s (--timeout)"
+                    result.update(
+                        status="preempted" if resumable else "failed",
+                        error=error + ("; it resumes from its checkpoint next time" if resumable else ""),
+                    )
                     (job.dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
                 finished.append((job, result))
                 print_end(job, result)

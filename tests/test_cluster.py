@@ -225,6 +225,40 @@ def test_run_killed_mid_run_resumes_from_its_checkpoint_next_time(suites, straig
     assert r["summary"]["eval_return_mean"] == result(straight)["summary"]["eval_return_mean"]
 
 
+LONG = """
+[suites.long]
+description = "one run far longer than its --timeout"
+seeds = [1]
+eval_points = 0
+
+[[suites.long.cells]]
+algo = "dqn"
+env = "CartPole-v1"
+steps = 2_000_000
+settings = { learning_starts = 100, buffer_size = 1_000, batch_size = 16, hidden_sizes = [16] }
+"""
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_timeout_resumes_from_its_checkpoint_next_time(tmp_path, capsys):
+    """--timeout sends SIGTERM: the script writes a checkpoint and stops; the run is not recorded as failed
+    (which the same command would skip) but resumes from that checkpoint when the command runs again."""
+    suites = tmp_path / "suites.toml"
+    suites.write_text(LONG)
+    argv = ["--suite", "long", "--suites-file", str(suites), "--results-dir", str(tmp_path / "results")]
+    argv += ["--checkpoint-every", "500", "--timeout", "20", "--status-every", "1000"]
+    assert run.main(argv) == 1, "stopped before its budget: not ok"
+    (run_dir,) = (tmp_path / "results" / "long" / "runs").iterdir()
+    first = result(run_dir)
+    assert first["status"] == "preempted", first.get("error")
+    assert "timed out after 20 s (--timeout); it resumes from its checkpoint next time" in first["error"]
+    capsys.readouterr()
+    run.main(argv)
+    assert "1 to run" in capsys.readouterr().out
+    (resumed_at,) = result(run_dir)["summary"]["resumed_at"]
+    assert resumed_at > 0, "from the checkpoint the timeout left, not from the start"
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the run's process in /proc")
 def test_local_sweep_stopped_by_sigterm_stops_its_run_with_a_checkpoint_and_resumes_it(
