@@ -9,14 +9,17 @@ rollout on an n-step return, the last on a one-step return, all bootstrapped fro
 max_a Q_target(s, a) at the state where the rollout (or a truncated episode) ends, and not at all
 past a termination. One gradient step per rollout, on all num_envs * n_steps transitions; the
 target network is a hard copy of the online network, refreshed every `target_every` env steps.
+Each env decays its epsilon to its own final value, drawn as the paper's threads draw theirs (0.1, 0.01
+or 0.5 with probabilities 0.4, 0.3, 0.3): the envs that keep exploring keep states off the greedy path in
+every rollout. With one final epsilon of 0.01 for every env (`--no-paper-epsilons`), a solved CartPole
+policy can forget how to correct a slow drift of the cart, which no 500-step episode punishes until the
+cart leaves the track, and fall from 500 to ~280 late in a run (benchmarks/results/margins.md).
 
 Deviations from the paper:
 - One process steps a vector env synchronously (A2C-style) instead of asynchronous actor-learner threads
   (Hogwild); workers under torchrun average their gradients at every update (harness.distributed).
 - Adam (learning rate decayed linearly to 0, as the paper decays its RMSprop learning rate)
   instead of shared RMSprop; MSE loss; an MLP for vector observations.
-- Epsilon decays linearly from `start_epsilon` to `end_epsilon` for every env by default; the paper's
-  per-thread final epsilons {0.1, 0.01, 0.5} with probabilities {0.4, 0.3, 0.3} are `--paper-epsilons`.
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
 
 Pixels: the torso follows the observation (common.torso). Atari rewards are clipped to their sign for
@@ -24,7 +27,7 @@ learning only, a lost life ends the training episode, and the logged returns are
 
 Run:
     python algos/n_step_q.py --env CartPole-v1 --seed 1
-    python algos/n_step_q.py --env Acrobot-v1 --seed 1 --n-steps 10 --paper-epsilons   # benchmarks/results/n_step_sarsa.md
+    python algos/n_step_q.py --env Acrobot-v1 --seed 1 --n-steps 10   # benchmarks/results/n_step_sarsa.md
     torchrun --nproc-per-node 2 algos/n_step_q.py --env CartPole-v1 --seed 1   # 2 workers, one network
     python algos/n_step_q.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
 Uses from common: network, returns, autoreset, pixels, torso, fastpath; from harness: run.
@@ -90,9 +93,9 @@ class Args(RunArgs):
     start_epsilon: float = 1.0
     """exploration epsilon at the start"""
     end_epsilon: float = 0.01
-    """exploration epsilon at the end of the schedule (every env)"""
-    paper_epsilons: bool = False
-    """give each env its own final epsilon, 0.1, 0.01 or 0.5 with probability 0.4, 0.3, 0.3 (the paper's)"""
+    """exploration epsilon at the end of the schedule, for every env (with --no-paper-epsilons)"""
+    paper_epsilons: bool = True
+    """give each env its own final epsilon, 0.1, 0.01 or 0.5 with probability 0.4, 0.3, 0.3 (the paper's); off: end_epsilon"""
     exploration_fraction: float = 0.2
     """fraction of total_timesteps over which epsilon decays linearly"""
     loss: Literal["mse", "huber"] = "mse"

@@ -80,21 +80,18 @@ def test_the_listed_files_are_what_the_script_imports_and_the_count_is_right(alg
     assert lines == total
 
 
-# the budgets of a script that reads as its algorithm (STYLE.md, "Anatomy"): its lines and the lines a copy
-# carries with it; it reads in order: after train() only plumbing helpers, no algorithm code
-LINES = {"dqn": 340, "n_step_q": 330, "sarsa": 370, "a2c": 480, "ddpg": 360, "naf": 400}
-COPY_LINES, AFTER_TRAIN = 1800, {"validate", "load_policy"}
+# a script reads in order (STYLE.md, "Anatomy"): after train() only plumbing helpers, no algorithm code;
+# its length is a consequence of what it says, never a budget
+AFTER_TRAIN = {"validate", "load_policy"}
 
 
 @pytest.mark.parametrize("algo", SCRIPTS)
-def test_each_script_and_its_copy_keep_within_their_budgets_and_read_in_order(algo):
+def test_each_script_reads_in_order(algo):
     source = (ROOT / "algos" / f"{algo}.py").read_text()
-    assert len(source.splitlines()) <= LINES[algo], len(source.splitlines())
     names = [
         node.name for node in ast.parse(source).body if isinstance(node, (ast.FunctionDef, ast.ClassDef))
     ]
     assert set(names[names.index("train") + 1 :]) <= AFTER_TRAIN, names[names.index("train") + 1 :]
-    assert readme_table()[algo][1] <= COPY_LINES
 
 
 def copy_of(algo: str, tmp_path: Path) -> tuple[Path, dict]:

@@ -133,7 +133,9 @@ def test_paper_epsilons():
     assert np.allclose(
         [(eps == 0.1).mean(), (eps == 0.01).mean(), (eps == 0.5).mean()], [0.4, 0.3, 0.3], atol=0.02
     )
-    assert (n_step_q.final_epsilons(n_step_q.Args(num_envs=3), np.random.default_rng(0)) == 0.01).all()
+    assert n_step_q.Args().paper_epsilons, "the paper's per-env final epsilons are the default"
+    one = n_step_q.Args(num_envs=3, paper_epsilons=False)
+    assert (n_step_q.final_epsilons(one, np.random.default_rng(0)) == 0.01).all()
     # per-env epsilons decay from the same start to each env's own end
     assert np.allclose(n_step_q.linear_epsilon(1.0, np.array([0.1, 0.5]), 100, 50), [0.55, 0.75])
 
