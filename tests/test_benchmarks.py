@@ -636,10 +636,12 @@ def _git_history() -> str | None:
 
 
 RESULTS = ROOT / "benchmarks" / "results"
-# the suites' own results, and the runs of some suites' cells again under a second kernel set (docs/results.md)
+# the suites' own results, and the runs of some suites' cells again under a second kernel set and on the
+# other CPU vendor (docs/results.md, "Across CPUs")
 REPORTS = sorted(
     p.parent.relative_to(RESULTS).as_posix()
-    for p in [*RESULTS.glob("*/REPORT.md"), *RESULTS.glob("compatible_kernels/*/REPORT.md")]
+    for folder in ("*", "compatible_kernels/*", "amd_epyc/*")
+    for p in RESULTS.glob(f"{folder}/REPORT.md")
 )
 
 
