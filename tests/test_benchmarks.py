@@ -151,9 +151,9 @@ def test_report_has_table_verdicts_and_plot(tiny, current):
     )
     text = (tiny["results"] / "tiny" / "REPORT.md").read_text()
     assert (
-        "| algo | env | steps | seeds ok | eval: mean [95% CI] | train (last 10) | steps/s | wall/run | threshold | references | verdict |"
-        in text
-    )
+        "| algo | env | steps | seeds ok | eval: mean [95% CI] | train (last 10) | steps/s | wall/run | threshold "
+        "| least margin | references | verdict |" in text
+    ), "a suite with a rule-all cell shows each cell's least margin"
     row = next(x for x in text.splitlines() if x.startswith("| dqn | CartPole-v1 |"))
     assert "| 2/2 |" in row and "488.69 ± 16.11" in row
     assert "**partial**: 2 seeds; a verdict needs 5 finished seeds" in row or "below threshold" in row, row
@@ -161,6 +161,7 @@ def test_report_has_table_verdicts_and_plot(tiny, current):
         "eval: mean [CI], the std, and how many seeds reach the threshold"
     )
     assert "every seed must reach it, as in a published result" in text, "an 'all' cell names its source"
+    assert re.search(r"\| 10 \(all\) \| [+-]\d+\.\d \([+-]\d+\.\d%\) \|", row), "its worst seed against 10"
     bad = next(x for x in text.splitlines() if x.startswith("| dqn | Acrobot-v1 |"))
     assert "**FAIL**" in bad and "crashed" in bad and "batch-size must be positive" in bad
     assert "Why: the batch size is zero on purpose" in bad, "a cell's note is shown beside its FAIL"
