@@ -109,6 +109,8 @@ def test_value_scripts_act_and_evaluate_through_a_changed_forward(module, monkey
     )
     if module is dqn:
         kwargs.update(learning_starts=100, batch_size=32, train_every=4)
+    if module is n_step_q:
+        kwargs.update(paper_epsilons=False)  # one end epsilon, 0 here, for every env: no exploration
     with pytest.warns(UserWarning, match="disagrees with forward"):
         summary = module.train(module.Args(**kwargs))
     assert summary["completed"] and summary["updates"] > 0
