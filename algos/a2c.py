@@ -1,14 +1,16 @@
 """A2C: synchronous advantage actor-critic, for discrete and continuous actions.
 
 Paper: Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning", ICML,
-https://arxiv.org/abs/1602.01783 (A3C), run synchronously as in OpenAI Baselines' A2C (Wu et al.
-2017, https://openai.com/index/openai-baselines-acktr-a2c/). GAE: Schulman et al. 2016, arXiv:1506.02438.
+https://arxiv.org/abs/1602.01783 (A3C), run synchronously as in OpenAI Baselines' A2C
+(Wu et al. 2017, https://openai.com/index/openai-baselines-acktr-a2c/). GAE: Schulman et
+al. 2016, arXiv:1506.02438.
 
 `num_envs` envs are stepped together for `n_steps` steps with the current policy; the rollout then
-gives one gradient step on -A_t log pi(a_t|s_t) + value_coef (G_t - V(s_t))^2 - entropy_coef H(pi(.|s_t)),
-where G_t is the n-step return (to the end of the rollout by default, from common.n_step_returns) or
-the GAE(lambda) return, and A_t = G_t - V(s_t). The policy is categorical for Discrete actions and a
-diagonal Gaussian with a state-independent log-std for Box actions (sampled unclipped, clipped at the env).
+gives one gradient step on -A_t log pi(a_t|s_t) + value_coef (G_t - V(s_t))^2 - entropy_coef
+H(pi(.|s_t)), where G_t is the n-step return (to the end of the rollout by default, from
+common.n_step_returns) or the GAE(lambda) return, and A_t = G_t - V(s_t). The policy is categorical
+for Discrete actions and a diagonal Gaussian with a state-independent log-std for Box actions
+(sampled unclipped, clipped at the env).
 
 Deviations from the paper:
 - Synchronous: parallel envs in one process, or several processes under torchrun that average
@@ -17,23 +19,26 @@ Deviations from the paper:
   A2C); `--shared-torso` gives the paper's shared torso with two heads.
 - torch's RMSprop (eps outside the square root) with its own statistics, not shared between threads.
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
-- The step size decays linearly to 0 by default (OpenAI Baselines'; `--no-anneal-lr`: constant, as SB3's):
-  with a constant one late updates can undo what a seed learned (benchmarks/results/a2c.md, step-size decay).
+- The step size decays linearly to 0 by default (OpenAI Baselines'; `--no-anneal-lr`: constant, as
+  SB3's): with a constant one late updates can undo what a seed learned
+  (benchmarks/results/a2c.md, step-size decay).
 - Optional running observation and reward normalisation (OpenAI Baselines' VecNormalize). The
   observation statistics are network buffers (a saved model carries them), refreshed after each
   update so a rollout acts and learns with one policy; under torchrun both pool all workers' data.
 - Optional tanh-bounded Gaussian mean (`--bounded-mean`): an unbounded mean can drift far past
   the action bounds, where every sample clips to the same action and exploration stops.
 
-Pixels (discrete actions): the torso follows the observation (MLP for vectors, MinAtar's conv for MinAtar
-grids, the DQN paper's conv net for Atari's 84x84 frame stacks, preprocessed by common.pixels as that paper
-did). Images stay uint8 until the network, so `--normalize-obs` is for vectors. Atari rewards are clipped
-to their sign for learning only, a lost life ends the training episode, and logged returns are whole games.
+Pixels (discrete actions): the torso follows the observation (MLP for vectors, MinAtar's conv for
+MinAtar grids, the DQN paper's conv net for Atari's 84x84 frame stacks, preprocessed by
+common.pixels as that paper did). Images stay uint8 until the network, so `--normalize-obs` is for
+vectors. Atari rewards are clipped to their sign for learning only, a lost life ends the training
+episode, and logged returns are whole games.
 
 Run:
     python algos/a2c.py --env CartPole-v1 --seed 1
     torchrun --nproc-per-node 2 algos/a2c.py --env CartPole-v1 --seed 1   # 2 workers, one network
-    python algos/a2c.py --env MinAtar/Breakout-v1 --shared-torso --total-timesteps 1000000   (pixels extra)
+    python algos/a2c.py --env MinAtar/Breakout-v1 --shared-torso \
+        --total-timesteps 1000000   (pixels extra)
 Uses from common: network, returns, autoreset, pixels, torso, fastpath; from harness: run.
 """
 
@@ -54,7 +59,8 @@ import torch.nn.functional as F
 import tyro
 from torch import Tensor, nn
 
-_HERE = Path(__file__).resolve().parent  # common/, harness/: beside a copied script, a folder up in this repo
+# common/, harness/: beside a copied script, a folder up in this repo
+_HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
 from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
@@ -72,14 +78,16 @@ Policy = Callable[[np.ndarray], np.ndarray]  # obs [B, *obs_shape] -> actions [B
 @dataclass
 class Args(RunArgs):
     env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
-    """gymnasium environment id (discrete or continuous actions; MinAtar/* or Atari ids: discrete)"""
+    """gymnasium environment id (discrete or continuous
+    actions; MinAtar/* or Atari ids: discrete)"""
     num_envs: int = 8
     """parallel envs stepped together (per worker under torchrun)"""
 
     learning_rate: float = 7e-4
     """optimizer step size"""
     anneal_lr: bool = True
-    """decay the step size linearly to 0 over the run (--no-anneal-lr: constant, Stable-Baselines3's)"""
+    """decay the step size linearly to 0 over the run
+    (--no-anneal-lr: constant, Stable-Baselines3's)"""
     optimizer: Literal["rmsprop", "adam"] = "rmsprop"
     """optimizer of the actor-critic network"""
     rmsprop_alpha: float = 0.99
@@ -101,11 +109,13 @@ class Args(RunArgs):
     clip_grad_norm: Optional[float] = 0.5
     """clip the global gradient norm to this value (None: no clipping)"""
     hidden_sizes: tuple[int, ...] = (64, 64)
-    """widths of the actor's and critic's hidden layers (vector observations; image torsos: the papers')"""
+    """widths of the actor's and critic's hidden layers
+    (vector observations; image torsos: the papers')"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden-layer activation of vector torsos (image torsos use ReLU)"""
     shared_torso: bool = False
-    """one torso with a policy head and a value head (the paper) instead of separate actor and critic"""
+    """one torso with a policy head and a value head
+    (the paper) instead of separate actor and critic"""
     log_std_init: float = 0.0
     """initial log standard deviation of the Gaussian policy (Box actions)"""
     bounded_mean: bool = False
@@ -120,16 +130,17 @@ class Args(RunArgs):
 def make_env(
     env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True
 ) -> gym.vector.VectorEnv:
-    """Vector env with SAME_STEP autoreset (the true final observation in infos["final_obs"]); pixel ids
-    preprocessed by common.pixels, `training=False` playing whole Atari games (evaluation); Discrete or 1-D
-    Box actions (images: Discrete only), or InputError (harness.run.vector_env)."""
+    """Vector env with SAME_STEP autoreset (the true final observation in infos["final_obs"]); pixel
+    ids preprocessed by common.pixels, `training=False` playing whole Atari games (evaluation);
+    Discrete or 1-D Box actions (images: Discrete only), or InputError (harness.run.vector_env)."""
     make = functools.partial(pixels.make, env_id, training)  # make(render_mode) -> one env
     return vector_env(make, num_envs, ALGO, env_id, video_dir, continuous=True)
 
 
 # 4. Networks ------------------------------------------------------------------------------------
 class ActorCritic(nn.Module):
-    """Policy head (logits [N, A] or Gaussian mean [N, A]) and value head [N], from an observation."""
+    """Policy head (logits [N, A] or Gaussian mean [N, A])
+    and value head [N], from an observation."""
 
     def __init__(
         self,
@@ -148,20 +159,31 @@ class ActorCritic(nn.Module):
         self.discrete, self.obs_shape = discrete, tuple(obs_shape)
         if normalize_obs and is_image(obs_shape):
             raise InputError(
-                f"--normalize-obs is for vector observations; these are images of shape {tuple(obs_shape)}"
+                "--normalize-obs is for vector observations; these are images of shape "
+                f"{tuple(obs_shape)}"
             )
         if normalize_obs:  # common/normalize.py, imported with the flag only
             from common.normalize import ObsNormalizer
         self.obs_norm = ObsNormalizer(obs_shape[0]) if normalize_obs else None
-        layers, width = torso(obs_shape, hidden_sizes, act)  # images: the papers' conv torsos, with ReLU
+        # images: the papers' conv torsos, with ReLU
+        layers, width = torso(obs_shape, hidden_sizes, act)
         self.actor_torso = nn.Sequential(*layers)
-        self.critic_torso = None if shared_torso else nn.Sequential(*torso(obs_shape, hidden_sizes, act)[0])
+        self.critic_torso = (
+            None if shared_torso else nn.Sequential(*torso(obs_shape, hidden_sizes, act)[0])
+        )
         self.policy_head, self.value_head = nn.Linear(width, action_dim), nn.Linear(width, 1)
-        self.log_std = None if discrete else nn.Parameter(torch.full((action_dim,), float(log_std_init)))
-        low, high = (None, None) if mean_bounds is None else (torch.as_tensor(b).float() for b in mean_bounds)
+        self.log_std = (
+            None if discrete else nn.Parameter(torch.full((action_dim,), float(log_std_init)))
+        )
+        low, high = (
+            (None, None)
+            if mean_bounds is None
+            else (torch.as_tensor(b).float() for b in mean_bounds)
+        )
         self.register_buffer("mean_center", None if low is None else (high + low) / 2)
         self.register_buffer("mean_half_range", None if low is None else (high - low) / 2)
-        # orthogonal init (Baselines, SB3); a small policy head starts the policy near uniform / zero-mean
+        # orthogonal init (Baselines, SB3);
+        # a small policy head starts the policy near uniform / zero-mean
         for m in self.modules():
             if isinstance(m, (nn.Linear, nn.Conv2d)):
                 nn.init.orthogonal_(m.weight, math.sqrt(2))
@@ -187,24 +209,29 @@ class ActorCritic(nn.Module):
 def build_network(args: Args, envs: gym.vector.VectorEnv) -> ActorCritic:
     space = envs.single_action_space
     discrete = isinstance(space, gym.spaces.Discrete)
-    bounds = (space.low, space.high) if args.bounded_mean and not discrete else None  # --bounded-mean
+    # --bounded-mean
+    bounds = (space.low, space.high) if args.bounded_mean and not discrete else None
     if bounds is not None and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
         raise InputError(f"--bounded-mean needs finite action bounds; {args.env_id} has {space}")
     shape, sizes = obs_shape(envs.single_observation_space), tuple(args.hidden_sizes)
     action_dim = int(space.n) if discrete else int(space.shape[0])
-    options = (args.shared_torso, args.activation, args.normalize_obs, args.log_std_init)  # __init__'s order
+    # __init__'s order
+    options = (args.shared_torso, args.activation, args.normalize_obs, args.log_std_init)
     return ActorCritic(shape, action_dim, discrete, sizes, *options, bounds)
 
 
 # 5. Algorithm -----------------------------------------------------------------------------------
-def a2c_targets(rewards, values, next_values, terminated, truncated, gamma, n=None, gae_lambda=None):
+def a2c_targets(
+    rewards, values, next_values, terminated, truncated, gamma, n=None, gae_lambda=None
+):
     """(advantages, returns), both [T, B], from a rollout's [T, B] tensors; no gradient.
 
-    `values[t] = V(s_t)`, `next_values[t] = V(s_{t+1})` at the true next observation. n-step (`gae_lambda`
-    None): n_step_returns with lookahead `n` (None: to the rollout's end), advantages = returns - values.
-    GAE(lambda): A_t = delta_t + gamma lambda (1 - done_t) A_{t+1}, A_T = 0, delta_t = r_t + gamma
-    (1 - terminated_t) next_values_t - values_t, returns = A + values (lambda = 1: the n-step return to the
-    rollout's end). Under SAME_STEP autoreset the row after an episode's end is already the new episode."""
+    `values[t] = V(s_t)`, `next_values[t] = V(s_{t+1})` at the true next observation. n-step
+    (`gae_lambda` None): n_step_returns with lookahead `n` (None: to the rollout's end),
+    advantages = returns - values. GAE(lambda): A_t = delta_t + gamma lambda (1 - done_t) A_{t+1},
+    A_T = 0, delta_t = r_t + gamma (1 - terminated_t) next_values_t - values_t, returns = A + values
+    (lambda = 1: the n-step return to the rollout's end). Under SAME_STEP autoreset the row after an
+    episode's end is already the new episode."""
     with torch.no_grad():
         values = values.to(rewards.dtype)
         if gae_lambda is None:
@@ -221,9 +248,11 @@ def a2c_targets(rewards, values, next_values, terminated, truncated, gamma, n=No
         return advantages, advantages + values
 
 
-def log_prob_entropy(head: Tensor, log_std: Tensor | None, actions: Tensor) -> tuple[Tensor, Tensor]:
-    """log pi(a|s) [N] and entropy [N]: categorical over logits `head` [N, A] (log_std None),
-    else diagonal Gaussian with mean `head` [N, A] and log-std [A], of the unclipped actions [N, A]."""
+def log_prob_entropy(
+    head: Tensor, log_std: Tensor | None, actions: Tensor
+) -> tuple[Tensor, Tensor]:
+    """log pi(a|s) [N] and entropy [N]: categorical over logits `head` [N, A] (log_std None), else
+    diagonal Gaussian with mean `head` [N, A] and log-std [A], of the unclipped actions [N, A]."""
     if log_std is None:
         logp_all = F.log_softmax(head, dim=-1)  # [N, A]
         entropy = -(logp_all.exp() * logp_all).sum(-1)
@@ -234,8 +263,11 @@ def log_prob_entropy(head: Tensor, log_std: Tensor | None, actions: Tensor) -> t
     return logp, entropy
 
 
-def a2c_loss(logp, entropy, values, advantages, returns, value_coef, entropy_coef) -> tuple[Tensor, ...]:
-    """(loss, policy_loss, value_loss, mean entropy); tensors [N], advantages and returns without gradient."""
+def a2c_loss(
+    logp, entropy, values, advantages, returns, value_coef, entropy_coef
+) -> tuple[Tensor, ...]:
+    """(loss, policy_loss, value_loss, mean entropy);
+    tensors [N], advantages and returns without gradient."""
     policy_loss = -(advantages * logp).mean()
     value_loss = F.mse_loss(values, returns)
     entropy_mean = entropy.mean()
@@ -243,21 +275,36 @@ def a2c_loss(logp, entropy, values, advantages, returns, value_coef, entropy_coe
     return loss, policy_loss, value_loss, entropy_mean
 
 
-def a2c_rollout_loss(ac, rollout, gamma, n, gae_lambda, value_coef, entropy_coef) -> tuple[Tensor, ...]:
-    """a2c_loss's (loss, policy_loss, value_loss, mean entropy) of a rollout: obs [T, B, *obs_shape], actions
-    [T, B] or [T, B, A], rewards, next_values (V(true s_{t+1}), no gradient), terminated, truncated [T, B]."""
+def a2c_rollout_loss(
+    ac, rollout, gamma, n, gae_lambda, value_coef, entropy_coef
+) -> tuple[Tensor, ...]:
+    """a2c_loss's (loss, policy_loss, value_loss, mean entropy) of a rollout: obs
+    [T, B, *obs_shape], actions [T, B] or [T, B, A], rewards, next_values (V(true s_{t+1}), no
+    gradient), terminated, truncated [T, B]."""
     obs, actions, rewards, next_values, terminated, truncated = rollout
     head, values = ac(obs.flatten(0, 1))  # [T * B, A], [T * B]
     advantages, returns = a2c_targets(
-        rewards, values.detach().reshape_as(rewards), next_values, terminated, truncated, gamma, n, gae_lambda
+        rewards,
+        values.detach().reshape_as(rewards),
+        next_values,
+        terminated,
+        truncated,
+        gamma,
+        n,
+        gae_lambda,
     )
     logp, entropy = log_prob_entropy(head, ac.log_std, actions.flatten(0, 1))
-    return a2c_loss(logp, entropy, values, advantages.flatten(), returns.flatten(), value_coef, entropy_coef)
+    return a2c_loss(
+        logp, entropy, values, advantages.flatten(), returns.flatten(), value_coef, entropy_coef
+    )
 
 
-def sample_actions(head: np.ndarray, std: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
-    """Actions from the policy head [B, A]: categorical over logits (std None) -> [B] int64, else
-    Gaussian mean + std * noise -> [B, A] float32, unclipped (the env clips, the loss sees this sample)."""
+def sample_actions(
+    head: np.ndarray, std: np.ndarray | None, rng: np.random.Generator
+) -> np.ndarray:
+    """Actions from the policy head [B, A]: categorical over logits (std None) -> [B]
+    int64, else Gaussian mean + std * noise -> [B, A] float32, unclipped (the env clips,
+    the loss sees this sample)."""
     if std is None:
         p = np.exp(head - head.max(1, keepdims=True))  # [B, A]
         cdf = np.cumsum(p, 1)
@@ -267,10 +314,11 @@ def sample_actions(head: np.ndarray, std: np.ndarray | None, rng: np.random.Gene
 
 
 def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, *obs_shape] -> policy head [B, A] without gradient, as a numpy function: forward()'s, or
-    on CPU a numpy copy of a plain MLP actor (common.fastpath.numpy_mlp: at a few envs torch's per-op
-    dispatch costs more than the arithmetic) on zero-copy views of the parameters and normaliser
-    buffers, checked against forward() on a probe batch. Build it again after loading weights."""
+    """obs [B, *obs_shape] -> policy head [B, A] without gradient, as a numpy function:
+    forward()'s, or on CPU a numpy copy of a plain MLP actor (common.fastpath.numpy_mlp: at a few
+    envs torch's per-op dispatch costs more than the arithmetic) on zero-copy views of the
+    parameters and normaliser buffers, checked against forward() on a probe batch. Build it again
+    after loading weights."""
 
     def head_forward(obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, device=device).reshape(len(obs), *net.obs_shape)
@@ -283,7 +331,9 @@ def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray],
         return head_forward
     norm = net.obs_norm
     stats = None if norm is None else (norm.mean.numpy(), norm.var.numpy())
-    bounds = None if net.mean_center is None else (net.mean_center.numpy(), net.mean_half_range.numpy())
+    bounds = (
+        None if net.mean_center is None else (net.mean_center.numpy(), net.mean_half_range.numpy())
+    )
 
     def head_numpy(obs: np.ndarray) -> np.ndarray:  # forward(): normalise, the MLP, bound the mean
         x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
@@ -297,7 +347,8 @@ def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray],
 
 
 def greedy_policy(net: ActorCritic, device: torch.device, action_space: gym.Space) -> Policy:
-    """obs [B, *obs_shape] -> argmax of the logits [B], or the Gaussian mean clipped to the bounds [B, A]."""
+    """obs [B, *obs_shape] -> argmax of the logits [B],
+    or the Gaussian mean clipped to the bounds [B, A]."""
     head = numpy_head(net, device)
     if isinstance(action_space, gym.spaces.Discrete):
         return lambda obs: head(obs).argmax(1)
@@ -312,16 +363,19 @@ def train(args: Args) -> dict:
         "episodic_return episodic_length loss policy_loss value_loss entropy grad_norm sps "
         "eval_return eval_return_std"
     )
-    # the run folder (rank 0's); torch threads, device; torchrun's workers joined, each with its own seed
+    # the run folder (rank 0's); torch threads, device;
+    # torchrun's workers joined, each with its own seed
     run = Run(ALGO, args, columns, workers=True)
     device, dist, world = run.device, run.workers, run.world
     rng = np.random.default_rng(run.seed)  # action sampling
 
     envs = make_env(args.env_id, args.num_envs)
-    space, shape = envs.single_action_space, obs_shape(envs.single_observation_space)  # vectors flattened
+    # vectors flattened
+    space, shape = envs.single_action_space, obs_shape(envs.single_observation_space)
     atari, discrete = pixels.kind(args.env_id) == "atari", isinstance(space, gym.spaces.Discrete)
     B, T = args.num_envs, args.n_steps
-    num_updates = math.ceil(args.total_timesteps / (B * T * world))  # each update: every worker's rollout
+    # each update: every worker's rollout
+    num_updates = math.ceil(args.total_timesteps / (B * T * world))
 
     net = NetworkWrapper(
         build_network(args, envs),
@@ -338,26 +392,35 @@ def train(args: Args) -> dict:
     if args.normalize_reward:  # common/normalize.py, imported with the flag only
         from common.normalize import RewardScaler
     reward_scaler = RewardScaler(B, args.gamma, dist.gather) if args.normalize_reward else None
-    # the rollout, preallocated, time-major [T, B] (torch.as_tensor shares it on CPU); images stay uint8
-    rollout_obs, rollout_next_obs = np.zeros((2, T, B, *shape), np.uint8 if is_image(shape) else np.float32)
+    # the rollout, preallocated, time-major [T, B] (torch.as_tensor shares it on CPU);
+    # images stay uint8
+    rollout_obs, rollout_next_obs = np.zeros(
+        (2, T, B, *shape), np.uint8 if is_image(shape) else np.float32
+    )
     rollout_actions = np.zeros((T, B, *space.shape), dtype=np.int64 if discrete else np.float32)
     rollout_rewards, rollout_terminated, rollout_truncated = np.zeros((3, T, B), dtype=np.float32)
     rollout = (rollout_obs, rollout_actions, rollout_rewards, rollout_terminated, rollout_truncated)
     eval_envs = functools.partial(make_env, args.env_id, training=False)
-    acting_net, rollout_loss = run.compile(ac), run.compile(a2c_rollout_loss)  # themselves unless --compile
+    # themselves unless --compile
+    acting_net, rollout_loss = run.compile(ac), run.compile(a2c_rollout_loss)
 
-    def checkpoint() -> dict:  # what the next rollout needs: run.after_step saves it, run.begin restores it
+    # what the next rollout needs: run.after_step saves it, run.begin restores it
+    def checkpoint() -> dict:
         return {"net": net, "rng": rng, "reward_scaler": reward_scaler}
 
-    obs, global_step = run.begin(envs, eval_envs, checkpoint())  # reset, or a resumed run's put back
+    # reset, or a resumed run's put back
+    obs, global_step = run.begin(envs, eval_envs, checkpoint())
     obs = obs.reshape(B, *shape)
     # numpy_head checks its fast path against forward() on these weights
     policy_head, greedy = numpy_head(acting_net, device), greedy_policy(acting_net, device, space)
-    std = None if discrete else ac.log_std.detach().exp().cpu().numpy()  # [A], refreshed after every update
-    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop there (harness/run.py)
+    # [A], refreshed after every update
+    std = None if discrete else ac.log_std.detach().exp().cpu().numpy()
+    # Ctrl-C, a stop signal or a NaN loss ends the loop there (harness/run.py)
+    with run.stoppable():
         while global_step < args.total_timesteps:
             prev_step = global_step
-            # rollout: T steps of all envs with the current policy (one numpy actor forward per step)
+            # rollout: T steps of all envs with the current policy
+            # (one numpy actor forward per step)
             for t in range(T):
                 global_step += B * world  # all workers step in lockstep
                 actions = sample_actions(policy_head(obs), std, rng)
@@ -365,7 +428,8 @@ def train(args: Args) -> dict:
                 next_obs, rewards, terminated, truncated, infos = envs.step(env_actions)
                 next_obs = next_obs.reshape(B, *shape)
                 rollout_obs[t], rollout_actions[t] = obs, actions
-                rollout_next_obs[t] = true_next_obs(next_obs, infos)  # truncation bootstraps from its value
+                # truncation bootstraps from its value
+                rollout_next_obs[t] = true_next_obs(next_obs, infos)
                 # Atari: rewards clipped to their sign for learning (the paper), not for logging
                 learn_rewards = np.sign(rewards) if atari else rewards
                 if reward_scaler is not None:
@@ -380,17 +444,26 @@ def train(args: Args) -> dict:
                 torch.as_tensor(x, device=device) for x in rollout
             )
             with torch.no_grad():  # V(true s_{t+1}) [T * B]
-                next_values = ac.value(torch.as_tensor(rollout_next_obs, device=device).flatten(0, 1))
+                next_values = ac.value(
+                    torch.as_tensor(rollout_next_obs, device=device).flatten(0, 1)
+                )
             batch = (obs_t, actions_t, rewards_t, next_values.view(T, B), terminated_t, truncated_t)
             loss, policy_loss, value_loss, entropy_mean = rollout_loss(
-                ac, batch, args.gamma, args.n_step_return, args.gae_lambda, args.value_coef, args.entropy_coef
+                ac,
+                batch,
+                args.gamma,
+                args.n_step_return,
+                args.gae_lambda,
+                args.value_coef,
+                args.entropy_coef,
             )
             loss, grad_norm = net.train_step(loss)
-            # a NaN policy would feed NaN actions to the envs; grad_norm is shared by all workers, so
-            # a NaN on any one of them stops every worker at this same update
+            # a NaN policy would feed NaN actions to the envs; grad_norm is shared by all workers,
+            # so a NaN on any one of them stops every worker at this same update
             run.stop_if_nan(global_step, loss, gradient_norm=grad_norm)
             std = None if discrete else ac.log_std.detach().exp().cpu().numpy()
-            if ac.obs_norm is not None:  # after the update, so the rollout acted and learned with one policy
+            # after the update, so the rollout acted and learned with one policy
+            if ac.obs_norm is not None:
                 ac.obs_norm.update(dist.gather(obs_t))  # all workers' observations
             if net.updates % 100 == 0:
                 run.log(
@@ -402,35 +475,60 @@ def train(args: Args) -> dict:
                     grad_norm=grad_norm,
                 )
 
-            # evaluate greedy (rank 0), save checkpoint() (then stop, on a stop signal), show progress
+            # evaluate greedy (rank 0), save checkpoint()
+            # (then stop, on a stop signal), show progress
             run.after_step(prev_step, global_step, obs, greedy, checkpoint)
     return run.finish(
         global_step, greedy, model=ac, world_size=world, device=str(device), updates=net.updates
     )
 
 
-# main(args), or main() for the command line's; exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
+# main(args), or main() for the command line's;
+# exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
 main = functools.partial(run_main, ALGO, train, Args, __doc__)
 
 
 # Input checks and saved policies -----------------------------------------------------------------
 def validate(args: Args) -> None:
-    """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
+    """Raise InputError (one line, exit 2) naming the first bad value:
+    the env first, then the numbers."""
     make_env(args.env_id, 1).close()  # an unknown id, the wrong action space
     gae_lambda, n_step = args.gae_lambda, args.n_step_return
     conditions = [  # checked after harness.run.SHARED_CHECKS
-        (gae_lambda is None or 0.0 <= gae_lambda <= 1.0, f"--gae-lambda must be in [0, 1], got {gae_lambda}"),
-        (gae_lambda is None or n_step is None, "--gae-lambda and --n-step-return cannot be used together"),
-        (0.0 < args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in (0, 1), got {args.rmsprop_alpha}"),
-        (math.isfinite(args.log_std_init), f"--log-std-init must be finite, got {args.log_std_init}"),
-        (min(args.hidden_sizes, default=0) > 0, f"--hidden-sizes must be positive, got {args.hidden_sizes}"),
+        (
+            gae_lambda is None or 0.0 <= gae_lambda <= 1.0,
+            f"--gae-lambda must be in [0, 1], got {gae_lambda}",
+        ),
+        (
+            gae_lambda is None or n_step is None,
+            "--gae-lambda and --n-step-return cannot be used together",
+        ),
+        (
+            0.0 < args.rmsprop_alpha < 1.0,
+            f"--rmsprop-alpha must be in (0, 1), got {args.rmsprop_alpha}",
+        ),
+        (
+            math.isfinite(args.log_std_init),
+            f"--log-std-init must be finite, got {args.log_std_init}",
+        ),
+        (
+            min(args.hidden_sizes, default=0) > 0,
+            f"--hidden-sizes must be positive, got {args.hidden_sizes}",
+        ),
     ]
     positive = "n_steps n_step_return optimizer_eps learning_rate clip_grad_norm"
-    check(args, conditions, positive=positive, fractions="gamma", nonnegative="value_coef entropy_coef")
+    check(
+        args,
+        conditions,
+        positive=positive,
+        fractions="gamma",
+        nonnegative="value_coef entropy_coef",
+    )
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Policy:
-    """Greedy policy from a `--save-model` file (observation statistics included), for tools/evaluate.py."""
+    """Greedy policy from a `--save-model` file (observation statistics included),
+    for tools/evaluate.py."""
     envs = make_env(args.env_id, 1)
     net, space = build_network(args, envs), envs.single_action_space
     envs.close()

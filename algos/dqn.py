@@ -3,21 +3,24 @@
 Paper: Mnih et al. 2015, "Human-level control through deep reinforcement learning", Nature 518,
 https://doi.org/10.1038/nature14236. Double DQN: van Hasselt et al. 2016, arXiv:1509.06461.
 
-The agent acts epsilon-greedily on Q(s, .), stores every transition in a replay memory and every `train_every`
-env steps regresses Q(s, a) on the one-step target r + gamma * (1 - terminated) * max_a' Q_target(s', a') for
-a random minibatch. The target network moves towards the online one by `target_rate` (1: a hard copy) every
-`target_every` env steps. Until `learning_starts` (heatup) the agent acts uniformly at random, not learning.
+The agent acts epsilon-greedily on Q(s, .), stores every transition in a replay memory and every
+`train_every` env steps regresses Q(s, a) on the one-step target r + gamma * (1 - terminated) *
+max_a' Q_target(s', a') for a random minibatch. The target network moves towards the online one by
+`target_rate` (1: a hard copy) every `target_every` env steps. Until `learning_starts` (heatup) the
+agent acts uniformly at random, not learning.
 
 Deviations from the paper:
-- Defaults are CleanRL's classic-control settings (MSE loss, Adam, 10k memory, [120, 84] MLP), not the Atari
-  ones (Huber loss, RMSprop, 1M memory; the pixel suites pass them), except that the step size decays linearly
-  to 0 over the learning phase (`--no-anneal-lr`: CleanRL's constant one): the final network is a snapshot of
-  an oscillating one, and with the decay the late updates are small (benchmarks/results/dqn.md has the runs).
+- Defaults are CleanRL's classic-control settings (MSE loss, Adam, 10k memory, [120, 84] MLP), not
+  the Atari ones (Huber loss, RMSprop, 1M memory; the pixel suites pass them), except that the step
+  size decays linearly to 0 over the learning phase (`--no-anneal-lr`: CleanRL's constant one): the
+  final network is a snapshot of an oscillating one, and with the decay the late updates are small
+  (benchmarks/results/dqn.md has the runs).
 - Truncated episodes bootstrap from the true final observation (the paper predates truncation).
 
-Pixels: the torso follows the observation (common.torso). Atari (common.atari): rewards clipped to
-their sign for learning only, a lost life ends the training episode, logged returns are whole games,
-a FrameMemory stores each frame once. Protocols as flags (MinAtar's, the Nature paper's): docs/pixels.md.
+Pixels: the torso follows the observation (common.torso). Atari (common.atari): rewards clipped
+to their sign for learning only, a lost life ends the training episode, logged returns are
+whole games, a FrameMemory stores each frame once. Protocols as flags (MinAtar's, the Nature
+paper's): docs/pixels.md.
 
 Run:
     python algos/dqn.py --env CartPole-v1 --seed 1
@@ -41,7 +44,8 @@ import torch.nn.functional as F
 import tyro
 from torch import Tensor, nn
 
-_HERE = Path(__file__).resolve().parent  # common/ and harness/: beside a copied script, one folder up here
+# common/ and harness/: beside a copied script, one folder up here
+_HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
 from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
@@ -59,26 +63,33 @@ Policy = Callable[[np.ndarray], np.ndarray]  # observations [B, *obs_shape] -> a
 @dataclass
 class Args(RunArgs):
     env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
-    """gymnasium environment id (discrete actions; vectors, MinAtar/* or Atari ids such as ALE/Breakout-v5)"""
+    """gymnasium environment id (discrete actions;
+    vectors, MinAtar/* or Atari ids such as ALE/Breakout-v5)"""
     eval_epsilon: float = 0.0
-    """probability of a random action in evaluation (0: greedy; the Nature paper's 0.05, CleanRL's 0.01)"""
+    """probability of a random action in evaluation (0:
+    greedy; the Nature paper's 0.05, CleanRL's 0.01)"""
     eval_max_frames: Optional[int] = None
-    """Atari only: emulator frames per evaluation game (None: ALE's 108,000; the Nature paper's 18,000)"""
+    """Atari only: emulator frames per evaluation game
+    (None: ALE's 108,000; the Nature paper's 18,000)"""
     checkpoint_memory: bool = True
-    """put the replay memory in checkpoints (without: a resumed run refills it first; not an exact resume)"""
+    """put the replay memory in checkpoints (without: a
+    resumed run refills it first; not an exact resume)"""
 
     learning_rate: float = 2.5e-4
     """the optimizer's step size"""
     anneal_lr: bool = True
-    """decay the step size linearly to 0 from learning_starts to total_timesteps (--no-anneal-lr: constant)"""
+    """decay the step size linearly to 0 from
+    learning_starts to total_timesteps (--no-anneal-lr: constant)"""
     optimizer: Literal["adam", "rmsprop"] = "adam"
     """optimizer of the Q-network (rmsprop with --rmsprop-centered: the DQN and MinAtar papers')"""
     optimizer_eps: float = 1e-8
-    """the optimizer's epsilon (Adam's, or RMSprop's added to the root of the squared-gradient average)"""
+    """the optimizer's epsilon (Adam's, or RMSprop's
+    added to the root of the squared-gradient average)"""
     rmsprop_alpha: float = 0.99
     """RMSprop's smoothing constant of the squared-gradient average"""
     rmsprop_centered: bool = False
-    """RMSprop's centered variant: divide by the gradient's estimated std, not its root mean square"""
+    """RMSprop's centered variant: divide by the
+    gradient's estimated std, not its root mean square"""
     buffer_size: int = 10_000
     """replay memory capacity, transitions"""
     gamma: float = 0.99
@@ -112,7 +123,8 @@ class Args(RunArgs):
     hidden_sizes: tuple[int, ...] = (120, 84)
     """widths of the Q-network's hidden layers (vectors; image torsos are the papers')"""
     scale_obs: bool = False
-    """map each bounded observation component from [low, high] to [-1, 1] (vectors; common/pixels.py)"""
+    """map each bounded observation component from [low,
+    high] to [-1, 1] (vectors; common/pixels.py)"""
 
 
 # 3. Environment ---------------------------------------------------------------------------------
@@ -124,15 +136,19 @@ def make_env(
     scale_obs: bool = False,
     max_frames: int | None = None,
 ) -> gym.vector.VectorEnv:
-    """common.pixels.make envs (`training`: a lost life ends an Atari episode), SAME_STEP autoreset (the true
-    final observation in infos["final_obs"]); Discrete actions, Box observations, or InputError (vector_env)."""
-    make = functools.partial(pixels.make, env_id, training, scale_obs=scale_obs, max_frames=max_frames)
+    """common.pixels.make envs (`training`: a lost life ends an Atari episode), SAME_STEP autoreset
+    (the true final observation in infos["final_obs"]); Discrete actions, Box observations, or
+    InputError (vector_env)."""
+    make = functools.partial(
+        pixels.make, env_id, training, scale_obs=scale_obs, max_frames=max_frames
+    )
     return vector_env(make, num_envs, ALGO, env_id, video_dir)
 
 
 # 4. Networks ------------------------------------------------------------------------------------
 class QNetwork(nn.Module):
-    """Torso chosen from the observation (MLP, MinAtar conv, Nature conv) and one Q-value per action."""
+    """Torso chosen from the observation (MLP, MinAtar conv, Nature conv)
+    and one Q-value per action."""
 
     def __init__(self, obs_shape: tuple[int, ...], n_actions: int, hidden_sizes: tuple[int, ...]):
         super().__init__()
@@ -169,12 +185,19 @@ def select_actions(
 
 
 def dqn_targets(
-    q_target: nn.Module, q_online: nn.Module, rewards, next_obs, terminated, gamma: float, double_dqn: bool
+    q_target: nn.Module,
+    q_online: nn.Module,
+    rewards,
+    next_obs,
+    terminated,
+    gamma: float,
+    double_dqn: bool,
 ) -> Tensor:
-    """One-step targets [B], r + gamma * (1 - terminated) * Q_target(s', a*), from the tensors `rewards`,
-    `terminated` [B], `next_obs` [B, *obs_shape]. a* = argmax Q_target(s', .) for DQN, argmax Q_online(s', .)
-    for Double DQN (which removes the max operator's overestimation). `next_obs` is the true next observation,
-    so truncated transitions bootstrap and terminated ones do not."""
+    """One-step targets [B], r + gamma * (1 - terminated) * Q_target(s', a*), from the tensors
+    `rewards`, `terminated` [B], `next_obs` [B, *obs_shape]. a* = argmax Q_target(s', .) for
+    DQN, argmax Q_online(s', .) for Double DQN (which removes the max operator's
+    overestimation). `next_obs` is the true next observation, so truncated transitions bootstrap
+    and terminated ones do not."""
     with torch.no_grad():
         next_q = q_target(next_obs)  # [B, A]
         if double_dqn:
@@ -188,15 +211,19 @@ def dqn_targets(
 def dqn_loss(
     q_online: nn.Module, q_target: nn.Module, batch: Batch, gamma: float, double: bool, loss: str
 ) -> tuple[Tensor, Tensor]:
-    """Q(s, a) regressed on the targets (MSE or Huber; Double DQN's if `double`), and the mean Q (logged)."""
-    targets = dqn_targets(q_target, q_online, batch.rewards, batch.next_obs, batch.terminated, gamma, double)
+    """Q(s, a) regressed on the targets (MSE or Huber; Double DQN's if `double`),
+    and the mean Q (logged)."""
+    targets = dqn_targets(
+        q_target, q_online, batch.rewards, batch.next_obs, batch.terminated, gamma, double
+    )
     q = q_online(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)  # [B]
     return (F.mse_loss if loss == "mse" else F.smooth_l1_loss)(q, targets), q.mean()
 
 
 def greedy_policy(q_net: QNetwork, device: torch.device) -> Policy:
-    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B] in numpy: through `forward()`, or on CPU a numpy MLP
-    while it gives forward()'s Q-values (common.fastpath). Build it again after loading weights."""
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B] in numpy: through `forward()`, or on
+    CPU a numpy MLP while it gives forward()'s Q-values (common.fastpath). Build it again
+    after loading weights."""
 
     def q_forward(obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, device=device)
@@ -208,8 +235,11 @@ def greedy_policy(q_net: QNetwork, device: torch.device) -> Policy:
     return lambda obs: q_values(obs).argmax(1)
 
 
-def evaluation_policy(greedy: Policy, epsilon: float, n_actions: int, seed: int, step: int) -> Policy:
-    """`greedy`, or epsilon-greedy on a generator of its own, seeded from the run's seed and the step."""
+def evaluation_policy(
+    greedy: Policy, epsilon: float, n_actions: int, seed: int, step: int
+) -> Policy:
+    """`greedy`, or epsilon-greedy on a generator of its own,
+    seeded from the run's seed and the step."""
     if epsilon == 0.0:
         return greedy
     rng = np.random.default_rng([seed, step])
@@ -219,9 +249,13 @@ def evaluation_policy(greedy: Policy, epsilon: float, n_actions: int, seed: int,
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    fields = "episodic_return episodic_length loss q_values grad_norm epsilon sps eval_return eval_return_std"
+    fields = (
+        "episodic_return episodic_length loss q_values grad_norm epsilon sps "
+        "eval_return eval_return_std"
+    )
     run = Run(ALGO, args, fields)  # the run folder; torch threads, seeds, device
-    explore_seed, replay_seed = np.random.SeedSequence(args.seed).spawn(2)  # streams apart from env 0's seed
+    # streams apart from env 0's seed
+    explore_seed, replay_seed = np.random.SeedSequence(args.seed).spawn(2)
     rng = np.random.default_rng(explore_seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs, scale_obs=args.scale_obs)
@@ -229,7 +263,9 @@ def train(args: Args) -> dict:
     n_actions, B = int(envs.single_action_space.n), args.num_envs
     atari = pixels.kind(args.env_id) == "atari"
 
-    learning_rounds = args.total_timesteps // args.train_every - args.learning_starts // args.train_every
+    learning_rounds = (
+        args.total_timesteps // args.train_every - args.learning_starts // args.train_every
+    )
     num_updates = max(1, learning_rounds * args.gradient_steps)
     q_net = NetworkWrapper(
         build_network(args, envs),
@@ -246,30 +282,55 @@ def train(args: Args) -> dict:
     if atari:  # frame stacks: each frame stored once
         from common.atari import FrameMemory
 
-        memory = FrameMemory(args.buffer_size, shape[1:], shape[0], B, device=run.device, seed=replay_seed)
+        memory = FrameMemory(
+            args.buffer_size, shape[1:], shape[0], B, device=run.device, seed=replay_seed
+        )
     else:  # discrete actions (the default); images stay uint8 (the network converts them)
         dtype = torch.uint8 if is_image(shape) else torch.float32
-        memory = ReplayMemory(args.buffer_size, shape, device=run.device, seed=replay_seed, obs_dtype=dtype)
-    min_memory = min(args.learning_starts, args.buffer_size)  # transitions stored before learning starts
+        memory = ReplayMemory(
+            args.buffer_size, shape, device=run.device, seed=replay_seed, obs_dtype=dtype
+        )
+    # transitions stored before learning starts
+    min_memory = min(args.learning_starts, args.buffer_size)
     eval_envs = functools.partial(
-        make_env, args.env_id, training=False, scale_obs=args.scale_obs, max_frames=args.eval_max_frames
+        make_env,
+        args.env_id,
+        training=False,
+        scale_obs=args.scale_obs,
+        max_frames=args.eval_max_frames,
     )
-    acting_net, loss_fn = run.compile(q_net.online), run.compile(dqn_loss)  # themselves unless --compile
+    # themselves unless --compile
+    acting_net, loss_fn = run.compile(q_net.online), run.compile(dqn_loss)
     loss_fn = functools.partial(loss_fn, gamma=args.gamma, double=args.double_dqn, loss=args.loss)
 
     # what the next step depends on: run.after_step saves checkpoint(), run.begin restores it
-    checkpoint = lambda: {"q_net": q_net, "memory": memory if args.checkpoint_memory else None, "rng": rng}
-    obs, global_step = run.begin(envs, eval_envs, checkpoint())  # reset, or a resumed run's put back
+    checkpoint = lambda: {
+        "q_net": q_net,
+        "memory": memory if args.checkpoint_memory else None,
+        "rng": rng,
+    }
+    # reset, or a resumed run's put back
+    obs, global_step = run.begin(envs, eval_envs, checkpoint())
     if run.envs_reset and atari:
-        memory.new_episodes()  # after a resume, the new observations must not be stacked onto the old frames
-    obs, greedy = obs.reshape(B, *shape), greedy_policy(acting_net, run.device)  # fast path checked post-load
-    policy_at = functools.partial(evaluation_policy, greedy, args.eval_epsilon, n_actions, args.seed)
-    decay_steps = args.exploration_fraction * args.total_timesteps  # epsilon's, from step 0 or heatup's end
-    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness.run)
+        # after a resume, the new observations must not be stacked onto the old frames
+        memory.new_episodes()
+    # fast path checked post-load
+    obs, greedy = obs.reshape(B, *shape), greedy_policy(acting_net, run.device)
+    policy_at = functools.partial(
+        evaluation_policy, greedy, args.eval_epsilon, n_actions, args.seed
+    )
+    # epsilon's, from step 0 or heatup's end
+    decay_steps = args.exploration_fraction * args.total_timesteps
+    # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness.run)
+    with run.stoppable():
         while global_step < args.total_timesteps:
             prev_step, global_step = global_step, global_step + B
             # act: uniform during heatup, then epsilon-greedy on the online network
-            elapsed = max(0, global_step - args.learning_starts) if args.decay_after_heatup else global_step
+            elapsed = (
+                max(0, global_step - args.learning_starts)
+                if args.decay_after_heatup
+                else global_step
+            )
             epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, decay_steps, elapsed)
             if global_step <= args.learning_starts:
                 actions = rng.integers(n_actions, size=B)
@@ -278,55 +339,83 @@ def train(args: Args) -> dict:
             next_obs, rewards, terminated, truncated, infos = envs.step(actions)
             next_obs = next_obs.reshape(B, *shape)
 
-            # store: with the true final observation where an episode ended, not the new episode's first
+            # store: with the true final observation where an episode ended,
+            # not the new episode's first
             real_next_obs = true_next_obs(next_obs, infos)
-            learn_rewards = np.sign(rewards) if atari else rewards  # Atari: sign-clipped, for learning only
-            memory.add(obs, actions, learn_rewards, real_next_obs, terminated, done=terminated | truncated)
+            # Atari: sign-clipped, for learning only
+            learn_rewards = np.sign(rewards) if atari else rewards
+            memory.add(
+                obs, actions, learn_rewards, real_next_obs, terminated, done=terminated | truncated
+            )
             obs = next_obs
-            run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))  # whole games
+            # whole games
+            run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))
 
-            # learn: gradient_steps per `train_every` steps crossed, once the memory holds learning_starts
+            # learn: gradient_steps per `train_every` steps crossed,
+            # once the memory holds learning_starts
             if global_step > args.learning_starts and len(memory) >= min_memory:
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
-                    loss, q_mean = loss_fn(q_net.online, q_net.target, memory.sample(args.batch_size))
+                    loss, q_mean = loss_fn(
+                        q_net.online, q_net.target, memory.sample(args.batch_size)
+                    )
                     loss, grad_norm = q_net.train_step(loss)
                     if q_net.updates % 100 == 0:
                         run.stop_if_nan(global_step, loss)
-                        run.log(global_step, loss=loss, q_values=q_mean, grad_norm=grad_norm, epsilon=epsilon)
+                        run.log(
+                            global_step,
+                            loss=loss,
+                            q_values=q_mean,
+                            grad_norm=grad_norm,
+                            epsilon=epsilon,
+                        )
                 # sync: every `target_every` env steps crossed
                 if global_step // args.target_every > prev_step // args.target_every:
                     q_net.sync(args.target_rate)
 
-            # evaluate policy_at(global_step), save checkpoint() (then stop, on a stop signal), show progress
+            # evaluate policy_at(global_step), save checkpoint()
+            # (then stop, on a stop signal), show progress
             run.after_step(prev_step, global_step, obs, policy_at(global_step), checkpoint)
     policy = policy_at(global_step)
-    return run.finish(global_step, policy, model=q_net.online, device=str(run.device), updates=q_net.updates)
+    return run.finish(
+        global_step, policy, model=q_net.online, device=str(run.device), updates=q_net.updates
+    )
 
 
-# main(args), or main() for the command line's; exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
+# main(args), or main() for the command line's;
+# exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
 main = functools.partial(run_main, ALGO, train, Args, __doc__)
 
 
 # Input checks and saved policies -----------------------------------------------------------------
 def validate(args: Args) -> None:
-    """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
-    make_env(args.env_id, 1, scale_obs=args.scale_obs).close()  # an unknown id, the wrong action space
-    rmsprop_ok = args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered)
+    """Raise InputError (one line, exit 2) naming the first bad value:
+    the env first, then the numbers."""
+    # an unknown id, the wrong action space
+    make_env(args.env_id, 1, scale_obs=args.scale_obs).close()
+    rmsprop_ok = args.optimizer == "rmsprop" or (
+        args.rmsprop_alpha == 0.99 and not args.rmsprop_centered
+    )
     max_frames_ok = args.eval_max_frames is None or pixels.kind(args.env_id) == "atari"
     conditions = [  # checked after harness.run.SHARED_CHECKS (batch <= buffer, target rate, ...)
-        (0.0 <= args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}"),
+        (
+            0.0 <= args.rmsprop_alpha < 1.0,
+            f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}",
+        ),
         (rmsprop_ok, "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
         (max_frames_ok, f"--eval-max-frames is for Atari ids; {args.env_id} is not one"),
     ]
-    positive = "batch_size buffer_size target_every train_every gradient_steps learning_rate optimizer_eps"
+    positive = (
+        "batch_size buffer_size target_every train_every gradient_steps learning_rate optimizer_eps"
+    )
     positive += " eval_max_frames clip_grad_norm"
     fractions = "start_epsilon end_epsilon gamma eval_epsilon"
     check(args, conditions, positive, fractions, nonnegative="learning_starts", single_process=ALGO)
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Policy:
-    """Greedy policy from a `--save-model` file (a state dict, loaded weights_only), for tools/evaluate.py."""
+    """Greedy policy from a `--save-model` file (a state dict, loaded weights_only),
+    for tools/evaluate.py."""
     envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
     q_net = build_network(args, envs)
     envs.close()

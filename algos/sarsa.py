@@ -4,26 +4,32 @@ Papers: Rummery & Niranjan 1994 (SARSA); the n-step, parallel-env form of Mnih e
 "Asynchronous methods for deep reinforcement learning", https://arxiv.org/abs/1602.01783
 (one-step SARSA, section 4); van Seijen et al. 2009 (Expected SARSA); AgentNet's sarsa objective.
 
-`num_envs` envs act epsilon-greedily on the online network for `n_steps` steps each; one gradient step then
-regresses each step on its forward-view n-step return, bootstrapped from Q(s_{t+n}, a_{t+n}), a_{t+n} the
-behaviour policy's action there (the next rollout's first action; at a truncation, one drawn at the true final
-observation). `--expected` uses Q's expectation under that policy instead; `--n-steps 1` is one-step SARSA.
+`num_envs` envs act epsilon-greedily on the online network for `n_steps` steps each; one gradient
+step then regresses each step on its forward-view n-step return, bootstrapped from
+Q(s_{t+n}, a_{t+n}), a_{t+n} the behaviour policy's action there (the next rollout's first action;
+at a truncation, one drawn at the true final observation). `--expected` uses Q's expectation under
+that policy instead; `--n-steps 1` is one-step SARSA.
 
 Deviations from the papers:
 - One process steps a vector env synchronously instead of asynchronous actor-learner threads, and
   workers under torchrun average their gradients at every update (harness.distributed).
-- Adam (learning rate decayed linearly to 0) instead of shared RMSprop; MSE loss; an MLP for vectors.
+- Adam (learning rate decayed linearly to 0) instead of shared RMSprop;
+  MSE loss; an MLP for vectors.
 - Truncated episodes bootstrap from the true final observation (the papers predate truncation).
-- A target network (hard copies every `target_every` env steps): bootstrapping from the online network as
-  the papers do (`--no-target-network`) made some seeds collapse (benchmarks/results/n_step_sarsa.md).
+- The bootstrap is the target network's (hard copies every `target_every` env steps), as in Mnih et
+  al.'s one-step SARSA; `--no-target-network` bootstraps from the online network, as Rummery &
+  Niranjan's SARSA does, and made some seeds collapse (benchmarks/results/n_step_sarsa.md).
 
-Pixels: the torso follows the observation (common.torso). Atari rewards are clipped to their sign for
-learning only, a lost life ends the training episode, and the logged returns are whole-game scores.
+Pixels: the torso follows the observation (common.torso). Atari rewards are clipped to
+their sign for learning only, a lost life ends the training episode, and the logged
+returns are whole-game scores.
 
 Run:
     python algos/sarsa.py --env CartPole-v1 --seed 1
-    python algos/sarsa.py --env Acrobot-v1 --seed 1 --n-steps 10 --target-every 1000   # benchmarks/results/n_step_sarsa.md
-    torchrun --nproc-per-node 2 algos/sarsa.py --env CartPole-v1 --seed 1   # 2 workers, one network
+    # benchmarks/results/n_step_sarsa.md
+    python algos/sarsa.py --env Acrobot-v1 --seed 1 --n-steps 10 --target-every 1000
+    # 2 workers, one network
+    torchrun --nproc-per-node 2 algos/sarsa.py --env CartPole-v1 --seed 1
     python algos/sarsa.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
 Uses from common: network, returns, autoreset, pixels, torso, fastpath; from harness: run.
 """
@@ -45,7 +51,8 @@ import torch.nn.functional as F
 import tyro
 from torch import Tensor, nn
 
-_HERE = Path(__file__).resolve().parent  # common/ and harness/: beside a copied script, one folder up here
+# common/ and harness/: beside a copied script, one folder up here
+_HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
 from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
@@ -56,7 +63,10 @@ from common.torso import is_image, obs_shape, torso  # noqa: E402
 from harness.run import Run, RunArgs, check, vector_env, main as run_main  # noqa: E402
 
 ALGO = "sarsa"
-METRICS = "episodic_return episodic_length loss q_values grad_norm epsilon sps eval_return eval_return_std"
+METRICS = (
+    "episodic_return episodic_length loss q_values grad_norm epsilon sps "
+    "eval_return eval_return_std"
+)
 Policy = Callable[[np.ndarray], np.ndarray]  # obs [B, *obs_shape] -> actions [B]
 
 
@@ -64,22 +74,26 @@ Policy = Callable[[np.ndarray], np.ndarray]  # obs [B, *obs_shape] -> actions [B
 @dataclass
 class Args(RunArgs):
     env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
-    """gymnasium environment id (discrete actions; vectors, MinAtar/* or Atari ids such as ALE/Breakout-v5)"""
+    """gymnasium environment id (discrete actions;
+    vectors, MinAtar/* or Atari ids such as ALE/Breakout-v5)"""
     num_envs: int = 8
     """parallel envs stepped together (per worker under torchrun)"""
 
     n_steps: int = 5
-    """env steps per env in a rollout; the first step's return looks n_steps ahead (1: one-step SARSA)"""
+    """env steps per env in a rollout; the first step's
+    return looks n_steps ahead (1: one-step SARSA)"""
     learning_rate: float = 1e-3
     """the optimizer's step size at the start"""
     optimizer: Literal["adam", "rmsprop"] = "adam"
     """optimizer of the Q-network (rmsprop with --rmsprop-centered: the DQN and MinAtar papers')"""
     optimizer_eps: float = 1e-8
-    """the optimizer's epsilon (Adam's, or RMSprop's, added to the root of the squared-gradient average)"""
+    """the optimizer's epsilon (Adam's, or RMSprop's,
+    added to the root of the squared-gradient average)"""
     rmsprop_alpha: float = 0.99
     """RMSprop's smoothing constant of the squared-gradient average"""
     rmsprop_centered: bool = False
-    """RMSprop's centered variant: divide by an estimate of the gradient's std, not its root mean square"""
+    """RMSprop's centered variant: divide by an estimate
+    of the gradient's std, not its root mean square"""
     anneal_lr: bool = True
     """decay the learning rate linearly to 0 over training"""
     gamma: float = 0.99
@@ -101,24 +115,33 @@ class Args(RunArgs):
     clip_grad_norm: Optional[float] = 10.0
     """clip the global gradient norm to this value (None: no clipping)"""
     hidden_sizes: tuple[int, ...] = (120, 84)
-    """widths of the Q-network's hidden layers (vector observations; image torsos are the papers')"""
+    """widths of the Q-network's hidden layers
+    (vector observations; image torsos are the papers')"""
     scale_obs: bool = False
-    """map each bounded observation component from [low, high] to [-1, 1] (vector envs; common/pixels.py)"""
+    """map each bounded observation component from [low,
+    high] to [-1, 1] (vector envs; common/pixels.py)"""
 
 
 # 3. Environment ---------------------------------------------------------------------------------
 def make_env(
-    env_id: str, num_envs: int, video_dir: str | None = None, training: bool = True, scale_obs: bool = False
+    env_id: str,
+    num_envs: int,
+    video_dir: str | None = None,
+    training: bool = True,
+    scale_obs: bool = False,
 ) -> gym.vector.VectorEnv:
-    """common.pixels.make envs, SAME_STEP autoreset (the true final observation in infos["final_obs"]);
-    Discrete actions and Box observations, or InputError (harness.run.vector_env)."""
-    make = functools.partial(pixels.make, env_id, training, scale_obs=scale_obs)  # make(render_mode)
+    """common.pixels.make envs, SAME_STEP autoreset (the true final observation in
+    infos["final_obs"]); Discrete actions and Box observations, or InputError
+    (harness.run.vector_env)."""
+    # make(render_mode)
+    make = functools.partial(pixels.make, env_id, training, scale_obs=scale_obs)
     return vector_env(make, num_envs, ALGO, env_id, video_dir)
 
 
 # 4. Networks ------------------------------------------------------------------------------------
 class QNetwork(nn.Module):
-    """Torso chosen from the observation (MLP, MinAtar conv, Nature conv) and one Q-value per action."""
+    """Torso chosen from the observation (MLP, MinAtar conv, Nature conv)
+    and one Q-value per action."""
 
     def __init__(self, obs_shape: tuple[int, ...], n_actions: int, hidden_sizes: tuple[int, ...]):
         super().__init__()
@@ -166,19 +189,23 @@ def sarsa_targets(
     epsilon: Tensor | None = None,
     q_policy: nn.Module | None = None,
 ) -> Tensor:
-    """Forward-view n-step SARSA references [T, B]: next_values[t] is Q(s_{t+1}, a_{t+1}) at the true next
-    observation `next_obs[t]` [T, B, *obs_shape] and the behaviour policy's action there `next_actions[t]`
-    [T, B]; Expected SARSA replaces it by sum_a pi(a | s_{t+1}) Q(s_{t+1}, a), pi epsilon-greedy (`epsilon`
-    [T, 1] or [T, B], the value used when acting) on `q_policy` (default `q_values`). n_step_returns sums
-    rewards to the rollout's end (n = None), stops at a termination and bootstraps at a truncation."""
+    """Forward-view n-step SARSA references [T, B]: next_values[t] is Q(s_{t+1}, a_{t+1}) at the
+    true next observation `next_obs[t]` [T, B, *obs_shape] and the behaviour policy's action there
+    `next_actions[t]` [T, B]; Expected SARSA replaces it by sum_a pi(a | s_{t+1}) Q(s_{t+1}, a), pi
+    epsilon-greedy (`epsilon` [T, 1] or [T, B], the value used when acting) on `q_policy`
+    (default `q_values`). n_step_returns sums rewards to the rollout's end (n = None), stops at a
+    termination and bootstraps at a truncation."""
     with torch.no_grad():
-        flat_next_obs, lead = next_obs.flatten(0, 1), next_obs.shape[:2]  # convolutions take [N, C, H, W]
+        # convolutions take [N, C, H, W]
+        flat_next_obs, lead = next_obs.flatten(0, 1), next_obs.shape[:2]
         next_q = q_values(flat_next_obs).unflatten(0, lead)  # [T, B, A]
         if expected:
-            own = q_policy is None or q_policy is q_values  # the greedy action: q_values' own, or q_policy's
+            # the greedy action: q_values' own, or q_policy's
+            own = q_policy is None or q_policy is q_values
             policy_q = next_q if own else q_policy(flat_next_obs).unflatten(0, lead)  # [T, B, A]
             greedy = policy_q.argmax(-1, keepdim=True)  # [T, B, 1]
-            probs = (epsilon / next_q.shape[-1]).unsqueeze(-1).expand_as(next_q).clone()  # [T, B, A]
+            # [T, B, A]
+            probs = (epsilon / next_q.shape[-1]).unsqueeze(-1).expand_as(next_q).clone()
             probs.scatter_add_(-1, greedy, (1.0 - epsilon).unsqueeze(-1).expand_as(greedy))
             next_values = (probs * next_q).sum(-1)  # [T, B]
         else:
@@ -187,16 +214,33 @@ def sarsa_targets(
 
 
 def sarsa_loss(
-    q_online: nn.Module, q_target: nn.Module | None, gamma: float, expected: bool, loss: str, *rollout: Tensor
+    q_online: nn.Module,
+    q_target: nn.Module | None,
+    gamma: float,
+    expected: bool,
+    loss: str,
+    *rollout: Tensor,
 ) -> tuple[Tensor, Tensor]:
-    """The regression of Q(s_t, a_t) on the references over a rollout (MSE or Huber), and mean Q (logged);
-    the references bootstrap from `q_target`, or from the online network where there is none."""
-    obs, actions, rewards, next_obs, next_actions, terminated, truncated, epsilon = rollout  # [T, B, ...]
+    """The regression of Q(s_t, a_t) on the references over a rollout (MSE or Huber),
+    and mean Q (logged); the references bootstrap from `q_target`, or from the online
+    network where there is none."""
+    # [T, B, ...]
+    obs, actions, rewards, next_obs, next_actions, terminated, truncated, epsilon = rollout
     q_target = q_online if q_target is None else q_target
     targets = sarsa_targets(
-        q_target, rewards, next_obs, next_actions, terminated, truncated, gamma, expected, epsilon, q_online
+        q_target,
+        rewards,
+        next_obs,
+        next_actions,
+        terminated,
+        truncated,
+        gamma,
+        expected,
+        epsilon,
+        q_online,
     )  # [T, B]
-    q = q_online(obs.flatten(0, 1)).gather(1, actions.view(-1, 1)).view_as(actions)  # Q(s_t, a_t) [T, B]
+    # Q(s_t, a_t) [T, B]
+    q = q_online(obs.flatten(0, 1)).gather(1, actions.view(-1, 1)).view_as(actions)
     return (F.mse_loss if loss == "mse" else F.smooth_l1_loss)(q, targets), q.mean()
 
 
@@ -209,23 +253,27 @@ def next_actions(
     n_actions: int,
     rng: np.random.Generator,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The behaviour policy's (actions to take next [B], bootstrap actions [B]): equal, except where the
-    episode was truncated: `next_obs` is then the new episode's first observation, and the bootstrap action
-    is sampled at the true final observation `real_next_obs` (never taken), in the same batched forward."""
+    """The behaviour policy's (actions to take next [B], bootstrap actions [B]): equal, except
+    where the episode was truncated: `next_obs` is then the new episode's first observation, and
+    the bootstrap action is sampled at the true final observation `real_next_obs` (never taken), in
+    the same batched forward."""
     cut = np.flatnonzero(truncated)
     if len(cut) == 0:  # the common case: no copy of the observations
         actions = select_actions(greedy, next_obs, epsilon, n_actions, rng)
         return actions, actions
-    both = select_actions(greedy, np.concatenate([next_obs, real_next_obs[cut]]), epsilon, n_actions, rng)
+    both = select_actions(
+        greedy, np.concatenate([next_obs, real_next_obs[cut]]), epsilon, n_actions, rng
+    )
     actions, bootstrap = both[: len(next_obs)], both[: len(next_obs)].copy()  # both: [B + len(cut)]
     bootstrap[cut] = both[len(next_obs) :]
     return actions, bootstrap
 
 
 def greedy_policy(q_net: QNetwork, device: torch.device) -> Policy:
-    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B] as a numpy function: through `forward()`, or on CPU
-    through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath; at a few envs,
-    torch's per-op dispatch costs more than the arithmetic). Build it again after loading weights."""
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B] as a numpy function: through `forward()`, or
+    on CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values
+    (common.fastpath; at a few envs, torch's per-op dispatch costs more than the arithmetic). Build
+    it again after loading weights."""
 
     def q_forward(obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, device=device)
@@ -240,7 +288,8 @@ def greedy_policy(q_net: QNetwork, device: torch.device) -> Policy:
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    # the run folder (rank 0's), METRICS its columns; torch threads, device; torchrun's workers joined
+    # the run folder (rank 0's), METRICS its columns; torch threads, device;
+    # torchrun's workers joined
     run = Run(ALGO, args, METRICS, workers=True)  # each worker seeded with its own seed
     device, dist, world = run.device, run.workers, run.world
     rng = np.random.default_rng(run.seed)  # exploration
@@ -250,8 +299,10 @@ def train(args: Args) -> dict:
     n_actions, B, T = int(envs.single_action_space.n), args.num_envs, args.n_steps
     atari = pixels.kind(args.env_id) == "atari"
 
-    num_updates = math.ceil(args.total_timesteps / (T * B * world))  # each update: every worker's rollout
-    decay_steps = args.exploration_fraction * args.total_timesteps  # epsilon's linear decay, in env steps
+    # each update: every worker's rollout
+    num_updates = math.ceil(args.total_timesteps / (T * B * world))
+    # epsilon's linear decay, in env steps
+    decay_steps = args.exploration_fraction * args.total_timesteps
     q_net = NetworkWrapper(
         build_network(args, envs),
         lr=args.learning_rate,
@@ -265,42 +316,61 @@ def train(args: Args) -> dict:
         device=device,
         workers=dist,
     )
-    # the rollout, time-major [T, B], rewritten in place; images stay uint8 (the network converts them)
-    rollout_obs, rollout_next_obs = np.zeros((2, T, B, *shape), np.uint8 if is_image(shape) else np.float32)
-    rollout_actions, rollout_next_actions = np.zeros((2, T, B), dtype=np.int64)  # next: at the true next obs
-    rollout_rewards, rollout_epsilon = np.zeros((T, B), dtype=np.float32), np.zeros((T, 1), dtype=np.float32)
+    # the rollout, time-major [T, B], rewritten in place;
+    # images stay uint8 (the network converts them)
+    rollout_obs, rollout_next_obs = np.zeros(
+        (2, T, B, *shape), np.uint8 if is_image(shape) else np.float32
+    )
+    # next: at the true next obs
+    rollout_actions, rollout_next_actions = np.zeros((2, T, B), dtype=np.int64)
+    rollout_rewards, rollout_epsilon = (
+        np.zeros((T, B), dtype=np.float32),
+        np.zeros((T, 1), dtype=np.float32),
+    )
     rollout_terminated, rollout_truncated = np.zeros((2, T, B), dtype=bool)
-    actions = np.zeros(B, dtype=np.int64)  # the actions the next step takes (restored in place on resume)
+    # the actions the next step takes (restored in place on resume)
+    actions = np.zeros(B, dtype=np.int64)
     eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs)
-    acting_net, loss_fn = run.compile(q_net.online), run.compile(sarsa_loss)  # themselves unless --compile
+    # themselves unless --compile
+    acting_net, loss_fn = run.compile(q_net.online), run.compile(sarsa_loss)
 
-    def checkpoint() -> dict:  # what the next rollout needs: run.after_step saves it, run.begin restores it
+    # what the next rollout needs: run.after_step saves it, run.begin restores it
+    def checkpoint() -> dict:
         return {"q_net": q_net, "rng": rng, "actions": actions}
 
-    obs, global_step = run.begin(envs, eval_envs, checkpoint())  # reset, or a resumed run's put back
+    # reset, or a resumed run's put back
+    obs, global_step = run.begin(envs, eval_envs, checkpoint())
     obs = obs.reshape(B, *shape)
-    greedy = greedy_policy(acting_net, device)  # after any load: the fast path is checked on these weights
+    # after any load: the fast path is checked on these weights
+    greedy = greedy_policy(acting_net, device)
     if run.envs_reset:  # a new run, or envs restarted on resume: choose their first actions
         epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, decay_steps, global_step)
         actions = select_actions(greedy, obs, epsilon, n_actions, rng)
-    with run.stoppable():  # Ctrl-C, a stop signal or a NaN loss ends the loop there (harness/run.py)
+    # Ctrl-C, a stop signal or a NaN loss ends the loop there (harness/run.py)
+    with run.stoppable():
         while global_step < args.total_timesteps:
             rollout_start = global_step
             for t in range(T):
                 global_step += B * world  # all workers step in lockstep
-                # act: the action chosen at the previous step (on-policy: it is what row t-1 bootstraps from)
+                # act: the action chosen at the previous step
+                # (on-policy: it is what row t-1 bootstraps from)
                 next_obs, rewards, terminated, truncated, infos = envs.step(actions)
                 next_obs = next_obs.reshape(B, *shape)
                 real_next_obs = true_next_obs(next_obs, infos)
-                # choose the next and the bootstrap actions now, epsilon-greedy on the online network
-                epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, decay_steps, global_step)
-                rollout_epsilon[t] = epsilon  # the policy at the next observation, for Expected SARSA
+                # choose the next and the bootstrap actions now,
+                # epsilon-greedy on the online network
+                epsilon = linear_epsilon(
+                    args.start_epsilon, args.end_epsilon, decay_steps, global_step
+                )
+                # the policy at the next observation, for Expected SARSA
+                rollout_epsilon[t] = epsilon
                 following, bootstrap = next_actions(
                     greedy, next_obs, real_next_obs, truncated, epsilon, n_actions, rng
                 )
 
-                # store: row t is the transition out of obs; its next observation is the true one; Atari
-                # rewards are clipped to their sign for learning (the paper), not for logging (whole games)
+                # store: row t is the transition out of obs; its next observation is the true
+                # one; Atari rewards are clipped to their sign for learning (the paper), not
+                # for logging (whole games)
                 rollout_obs[t] = obs
                 rollout_actions[t] = actions
                 rollout_rewards[t] = np.sign(rewards) if atari else rewards
@@ -312,43 +382,73 @@ def train(args: Args) -> dict:
                 run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))
 
             # learn: one gradient step on the whole rollout [T, B] (as_tensor: no copy on CPU)
-            arrays = [rollout_obs, rollout_actions, rollout_rewards, rollout_next_obs, rollout_next_actions]
+            arrays = [
+                rollout_obs,
+                rollout_actions,
+                rollout_rewards,
+                rollout_next_obs,
+                rollout_next_actions,
+            ]
             arrays += [rollout_terminated, rollout_truncated, rollout_epsilon]  # sarsa_loss's order
             rollout = [torch.as_tensor(x, device=device) for x in arrays]
-            loss, q_mean = loss_fn(q_net.online, q_net.target, args.gamma, args.expected, args.loss, *rollout)
+            loss, q_mean = loss_fn(
+                q_net.online, q_net.target, args.gamma, args.expected, args.loss, *rollout
+            )
             loss, grad_norm = q_net.train_step(loss)
             if q_net.updates % 25 == 0:  # every 1,000 env steps at the defaults, as often as DQN
                 run.stop_if_nan(global_step, loss)
-                run.log(global_step, loss=loss, q_values=q_mean, grad_norm=grad_norm, epsilon=epsilon)
+                run.log(
+                    global_step, loss=loss, q_values=q_mean, grad_norm=grad_norm, epsilon=epsilon
+                )
             # sync: every `target_every` env steps crossed
-            if args.target_network and global_step // args.target_every > rollout_start // args.target_every:
+            if (
+                args.target_network
+                and global_step // args.target_every > rollout_start // args.target_every
+            ):
                 q_net.sync()
-            # evaluate greedy (rank 0), save checkpoint() (then stop, on a stop signal), show progress
+            # evaluate greedy (rank 0), save checkpoint()
+            # (then stop, on a stop signal), show progress
             run.after_step(rollout_start, global_step, obs, greedy, checkpoint)
     return run.finish(
-        global_step, greedy, model=q_net.online, world_size=world, device=str(device), updates=q_net.updates
+        global_step,
+        greedy,
+        model=q_net.online,
+        world_size=world,
+        device=str(device),
+        updates=q_net.updates,
     )
 
 
-# main(args), or main() for the command line's; exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
+# main(args), or main() for the command line's;
+# exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
 main = functools.partial(run_main, ALGO, train, Args, __doc__)
 
 
 # Input checks and saved policies -----------------------------------------------------------------
 def validate(args: Args) -> None:
-    """Raise InputError (one line, exit 2) naming the first bad value: the env first, then the numbers."""
-    make_env(args.env_id, 1, scale_obs=args.scale_obs).close()  # an unknown id, the wrong action space
-    rmsprop_ok = args.optimizer == "rmsprop" or (args.rmsprop_alpha == 0.99 and not args.rmsprop_centered)
+    """Raise InputError (one line, exit 2) naming the first bad value:
+    the env first, then the numbers."""
+    # an unknown id, the wrong action space
+    make_env(args.env_id, 1, scale_obs=args.scale_obs).close()
+    rmsprop_ok = args.optimizer == "rmsprop" or (
+        args.rmsprop_alpha == 0.99 and not args.rmsprop_centered
+    )
     conditions = [  # and harness.run.SHARED_CHECKS
-        (0.0 <= args.rmsprop_alpha < 1.0, f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}"),
+        (
+            0.0 <= args.rmsprop_alpha < 1.0,
+            f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}",
+        ),
         (rmsprop_ok, "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
     ]
     positive = "n_steps target_every learning_rate optimizer_eps clip_grad_norm"
-    check(args, positive=positive, fractions="start_epsilon end_epsilon gamma", conditions=conditions)
+    check(
+        args, positive=positive, fractions="start_epsilon end_epsilon gamma", conditions=conditions
+    )
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Policy:
-    """Greedy policy from a `--save-model` file (a state dict, loaded weights_only), for tools/evaluate.py."""
+    """Greedy policy from a `--save-model` file (a state dict, loaded weights_only),
+    for tools/evaluate.py."""
     envs = make_env(args.env_id, 1, scale_obs=args.scale_obs)
     q_net = build_network(args, envs)
     envs.close()

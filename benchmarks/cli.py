@@ -8,7 +8,9 @@ import shutil
 import sys
 from pathlib import Path
 
-NO_SUBMITIT = "--backend slurm needs submitit ({}): pip install -r benchmarks/requirements-cluster.txt"
+NO_SUBMITIT = (
+    "--backend slurm needs submitit ({}): pip install -r benchmarks/requirements-cluster.txt"
+)
 
 
 def no_slurm(submitit_cluster: str) -> str | None:
@@ -50,7 +52,10 @@ def add_slurm_flags(p: argparse.ArgumentParser) -> None:
     )
     slurm.add_argument("--partition", help="SLURM partition (default: the cluster's)")
     slurm.add_argument(
-        "--cpus-per-task", type=int, default=1, help="CPUs per array task (default 1; a run uses one)"
+        "--cpus-per-task",
+        type=int,
+        default=1,
+        help="CPUs per array task (default 1; a run uses one)",
     )
     slurm.add_argument(
         "--slurm-option",

@@ -23,7 +23,9 @@ from suite import BENCH, Cell, read_result
 def make_executor(a, folder: Path, name: str, parallel: int) -> submitit.AutoExecutor:
     """submitit's executor for the --submitit-cluster, with the time limit, partition, CPUs and the array's parallelism."""
     # the tasks unpickle CellTask and StudyTask (and the function a StudyTask runs) by module name, from benchmarks/
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(BENCH), *filter(None, [os.environ.get("PYTHONPATH")])])
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(BENCH), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
     executor = submitit.AutoExecutor(folder=folder, cluster=a.submitit_cluster)
     params = dict(name=name, timeout_min=a.time_limit, cpus_per_task=a.cpus_per_task)
     if a.submitit_cluster == "slurm":
@@ -37,7 +39,9 @@ def make_executor(a, folder: Path, name: str, parallel: int) -> submitit.AutoExe
 class CellTask(submitit.helpers.Checkpointable):
     """One run (cell, seed) as a SLURM task: skipped when already ok, resumed from its checkpoint, requeued when stopped."""
 
-    def __init__(self, suite: str, cell: Cell, seed: int, results: str, checkpoint_every: int, fresh: bool):
+    def __init__(
+        self, suite: str, cell: Cell, seed: int, results: str, checkpoint_every: int, fresh: bool
+    ):
         self.suite, self.cell, self.seed, self.results = suite, cell, seed, results
         self.checkpoint_every, self.fresh = checkpoint_every, fresh
         self._job: Job | None = None
@@ -69,7 +73,9 @@ class CellTask(submitit.helpers.Checkpointable):
             flush=True,
         )
         return submitit.helpers.DelayedSubmission(
-            CellTask(self.suite, self.cell, self.seed, self.results, self.checkpoint_every, fresh=False)
+            CellTask(
+                self.suite, self.cell, self.seed, self.results, self.checkpoint_every, fresh=False
+            )
         )
 
 
@@ -78,7 +84,12 @@ class StudyTask(submitit.helpers.Checkpointable):
     (tune.py's worker loop, handed in by tune.py); requeued when stopped, its trial tried again."""
 
     def __init__(self, work, config: dict, worker: int, interrupted_trial: int | None = None):
-        self.work, self.config, self.worker, self.interrupted_trial = work, config, worker, interrupted_trial
+        self.work, self.config, self.worker, self.interrupted_trial = (
+            work,
+            config,
+            worker,
+            interrupted_trial,
+        )
         self._state: dict = {}  # the worker keeps the running trial ("trial") and its run's process ("proc") here
 
     def __call__(self) -> int:
@@ -101,7 +112,11 @@ def _failure(sj) -> str:
         e = sj.exception()
     except Exception as err:  # noqa: BLE001 - anything submitit raises here is the answer
         e = err
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300] if e else f"submitit state {sj.state}"
+    return (
+        (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        if e
+        else f"submitit state {sj.state}"
+    )
 
 
 def cancel(jobs: list) -> None:
@@ -111,7 +126,8 @@ def cancel(jobs: list) -> None:
             sj.cancel(check=False)
         except Exception:  # noqa: BLE001 - cancel what can be cancelled, say what could not
             print(
-                f"  could not cancel {sj.job_id}: {traceback.format_exc().splitlines()[-1]}", file=sys.stderr
+                f"  could not cancel {sj.job_id}: {traceback.format_exc().splitlines()[-1]}",
+                file=sys.stderr,
             )
 
 
@@ -134,7 +150,9 @@ def run_jobs(suite: str, todo: list[Job], a) -> list[tuple[Job, dict]] | None:
         return []
     folder = Path(a.submitit_dir or Path(a.results_dir) / suite / "submitit")
     executor = make_executor(a, folder, f"bench-{suite}", a.workers)
-    tasks = [CellTask(j.suite, j.cell, j.seed, a.results_dir, a.checkpoint_every, j.fresh) for j in todo]
+    tasks = [
+        CellTask(j.suite, j.cell, j.seed, a.results_dir, a.checkpoint_every, j.fresh) for j in todo
+    ]
     submitted: dict[int, object] = {}
     pending = list(range(len(todo)))
     if a.submitit_cluster == "slurm":  # one array, `--workers` tasks at a time
@@ -153,7 +171,10 @@ def run_jobs(suite: str, todo: list[Job], a) -> list[tuple[Job, dict]] | None:
             ):  # submitit's local executor would start every job at once
                 i = pending.pop(0)
                 submitted[i] = executor.submit(tasks[i])
-                print(f"[{time.strftime('%H:%M:%S')}] submit {todo[i].label} -> {todo[i].dir}", flush=True)
+                print(
+                    f"[{time.strftime('%H:%M:%S')}] submit {todo[i].label} -> {todo[i].dir}",
+                    flush=True,
+                )
             for i, sj in list(submitted.items()):
                 if i in done or not sj.done():
                     continue
@@ -172,7 +193,9 @@ def run_jobs(suite: str, todo: list[Job], a) -> list[tuple[Job, dict]] | None:
                 print_end(job, result)
             if time.time() - last_status > a.status_every and len(done) < len(todo):
                 running = [
-                    f"{todo[i].label} {100 * todo[i].progress():.0f}%" for i in submitted if i not in done
+                    f"{todo[i].label} {100 * todo[i].progress():.0f}%"
+                    for i in submitted
+                    if i not in done
                 ]
                 print(
                     f"[{time.strftime('%H:%M:%S')}] {len(done)}/{len(todo)} finished, {len(pending)} not submitted yet; "

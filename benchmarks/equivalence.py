@@ -106,7 +106,8 @@ def check(
 ) -> int:
     try:
         cell = next(
-            (c for c in load_suite(suite, suites_file).cells if c.algo == algo and c.env == env), None
+            (c for c in load_suite(suite, suites_file).cells if c.algo == algo and c.env == env),
+            None,
         )
     except SystemExit as e:
         raise BadInput(str(e)) from None
@@ -114,7 +115,9 @@ def check(
         raise BadInput(f"suite {suite} has no cell {algo} {env}")
     steps = steps or min(cell.steps // 2, DEFAULT_STEPS)
     if not 1 <= steps < cell.steps:
-        raise BadInput(f"--steps must be between 1 and the cell's budget ({cell.steps:,}), got {steps:,}")
+        raise BadInput(
+            f"--steps must be between 1 and the cell's budget ({cell.steps:,}), got {steps:,}"
+        )
     checker = Checker(root, equivalence_file=None)
     if checker.head is None:
         raise BadInput(checker.error)
@@ -127,24 +130,37 @@ def check(
             "(docstrings, comments and layout aside): its runs count already, nothing to check"
         )
         return 0
-    changed = sorted(p for p in set(old_files) | set(new_files) if old_files.get(p) != new_files.get(p))
+    changed = sorted(
+        p for p in set(old_files) | set(new_files) if old_files.get(p) != new_files.get(p)
+    )
     dirty = [p for p in (code_state(root).get("dirty_files") or []) if p in new_files]
     print(
         f"{algo} {env} seed {cell.seeds[0]}, {steps:,} steps: {old_commit[:7]} against HEAD {checker.head[:7]} "
         f"(changed: {', '.join(changed)})"
-        + (f"; HEAD's files are checked, not the uncommitted changes to {', '.join(dirty)}" if dirty else ""),
+        + (
+            f"; HEAD's files are checked, not the uncommitted changes to {', '.join(dirty)}"
+            if dirty
+            else ""
+        ),
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="equivalence-") as tmp:
         base = Path(keep) if keep else Path(tmp)
         sides = {}
-        for name, commit, files in (("old", old_commit, old_files), ("new", checker.head, new_files)):
+        for name, commit, files in (
+            ("old", old_commit, old_files),
+            ("new", checker.head, new_files),
+        ):
             (base / name / "code").mkdir(parents=True)  # the side's files, out of git
-            tar = git(["archive", "--format=tar", commit, "--", *sorted(files)], root, text=False).stdout
+            tar = git(
+                ["archive", "--format=tar", commit, "--", *sorted(files)], root, text=False
+            ).stdout
             tarfile.open(fileobj=io.BytesIO(tar)).extractall(base / name / "code", filter="data")
             t0 = time.time()
             try:
-                sides[name] = run_side(base / name / "code", cell, cell.seeds[0], steps, base / name / "run")
+                sides[name] = run_side(
+                    base / name / "code", cell, cell.seeds[0], steps, base / name / "run"
+                )
             except RuntimeError as e:
                 print(f"{name} side ({commit[:7]}): {e}")
                 return 1
@@ -179,7 +195,9 @@ def check(
     }
     records = [*load_records(record_file), record]
     Path(record_file).write_text(json.dumps({"records": records}, indent=1) + "\n")
-    print(f"IDENTICAL: {len(new_rows)} metrics rows and the final evaluation; recorded in {record_file}")
+    print(
+        f"IDENTICAL: {len(new_rows)} metrics rows and the final evaluation; recorded in {record_file}"
+    )
     return 0
 
 
@@ -199,12 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--record-file", default=str(EQUIVALENCE_FILE), help=argparse.SUPPRESS)
     p.add_argument("--suites-file", default=str(SUITES_FILE), help=argparse.SUPPRESS)
-    p.add_argument("--keep", help="keep both sides' code and runs in this folder (new), to look at them")
+    p.add_argument(
+        "--keep", help="keep both sides' code and runs in this folder (new), to look at them"
+    )
     a = p.parse_args(argv)
     try:
         if a.keep and Path(a.keep).exists():
             raise BadInput(f"--keep {a.keep}: exists already")
-        return check(a.suite, a.algo, a.env, a.old, a.steps, Path(a.record_file), a.suites_file, keep=a.keep)
+        return check(
+            a.suite, a.algo, a.env, a.old, a.steps, Path(a.record_file), a.suites_file, keep=a.keep
+        )
     except (BadInput, GitError) as e:
         return fail("equivalence", e)
 

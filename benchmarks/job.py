@@ -25,7 +25,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from suite import ROOT, Cell, metrics_file, read_result  # noqa: E402
 
-CODE = ("commit", "dirty", "dirty_files")  # what a run records of the code it ran (provenance.code_state())
+CODE = (
+    "commit",
+    "dirty",
+    "dirty_files",
+)  # what a run records of the code it ran (provenance.code_state())
 
 
 def machine_info() -> dict:
@@ -89,7 +93,11 @@ def child(spec_path: str) -> int:
     # until train() takes over SIGTERM and SIGUSR1 (checkpoint, then stop), they stop the run here;
     # SIGUSR2 is submitit's signal to the task that started this process (SLURM may send it to every
     # process of the job): that task answers it by sending SIGUSR1 here
-    for sig, handler in ((signal.SIGTERM, stop), (signal.SIGUSR1, stop), (signal.SIGUSR2, signal.SIG_IGN)):
+    for sig, handler in (
+        (signal.SIGTERM, stop),
+        (signal.SIGUSR1, stop),
+        (signal.SIGUSR2, signal.SIG_IGN),
+    ):
         signal.signal(sig, handler)
     try:
         sys.path[:0] = [str(ROOT), str(ROOT / "algos")]
@@ -114,7 +122,10 @@ def child(spec_path: str) -> int:
         result["error"] = f"{type(e).__name__}: {e}"
         result["traceback"] = traceback.format_exc()
         traceback.print_exc()
-    for sig in (signal.SIGTERM, signal.SIGUSR1):  # train() is over: the result is written whatever comes now
+    for sig in (
+        signal.SIGTERM,
+        signal.SIGUSR1,
+    ):  # train() is over: the result is written whatever comes now
         signal.signal(sig, signal.SIG_IGN)
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     result["process_seconds"] = round(time.perf_counter() - start, 2)
@@ -139,7 +150,9 @@ class Job:
         self.started = 0.0
         self.log = None
         self.resumed_from: Path | None = None
-        self.fresh = False  # start from scratch even where a checkpoint is (--force, --retry-failed)
+        self.fresh = (
+            False  # start from scratch even where a checkpoint is (--force, --retry-failed)
+        )
         self._since: tuple[float, float] | None = (
             None  # (fraction done, time) where this attempt's speed is measured from
         )
@@ -158,9 +171,7 @@ class Job:
         when there is one (and not `fresh`), else from scratch."""
         self.resumed_from = None if fresh else self.checkpointed()
         if self.resumed_from is None:
-            if (
-                self.dir.exists()
-            ):  # a previous attempt (failed, interrupted without a checkpoint, killed early): start clean
+            if self.dir.exists():  # a previous attempt (failed, interrupted without a checkpoint, killed early): start clean
                 shutil.rmtree(self.dir)
             self.dir.mkdir(parents=True)
         earlier = []  # a resumed run ran its first part on the code its earlier attempts recorded
@@ -183,7 +194,9 @@ class Job:
             "resume": str(self.resumed_from) if self.resumed_from else None,
         }
         (self.dir / "spec.json").write_text(json.dumps(spec, indent=2))
-        (self.dir / "result.json").unlink(missing_ok=True)  # a stopped attempt's result is not this attempt's
+        (self.dir / "result.json").unlink(
+            missing_ok=True
+        )  # a stopped attempt's result is not this attempt's
         self.log = open(self.dir / "log.txt", "a" if self.resumed_from else "w")
         if self.resumed_from:
             print(
@@ -191,7 +204,11 @@ class Job:
                 file=self.log,
                 flush=True,
             )
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": os.environ.get("WANDB_MODE", "disabled")}
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "WANDB_MODE": os.environ.get("WANDB_MODE", "disabled"),
+        }
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), str(self.dir / "spec.json")],
             stdout=self.log,
@@ -215,8 +232,12 @@ class Job:
                 lines = f.read().decode(errors="ignore").splitlines()
         except OSError:
             return 0.0
-        heads = [line.split(",", 1)[0] for line in lines[1:]]  # the first line may be cut, or the header
-        return next((min(1.0, int(h) / self.cell.steps) for h in reversed(heads) if h.isdigit()), 0.0)
+        heads = [
+            line.split(",", 1)[0] for line in lines[1:]
+        ]  # the first line may be cut, or the header
+        return next(
+            (min(1.0, int(h) / self.cell.steps) for h in reversed(heads) if h.isdigit()), 0.0
+        )
 
     def eta(self, frac: float) -> float | None:
         """Seconds left at `frac` done, at this attempt's speed so far; None until it has done 2% more. A resumed
@@ -258,13 +279,17 @@ class Job:
 def stop_on_signals():
     """While a driver (run.py, tune.py, its workers) waits on its runs, SIGTERM stops it as Ctrl-C does (a
     KeyboardInterrupt); after the first signal both are ignored until the block ends."""
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+    if (
+        threading.current_thread() is not threading.main_thread()
+    ):  # only the main thread may set handlers
         yield
         return
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def stop(signum, frame):
-        for sig in previous:  # a Python no-op, not SIG_IGN: a signal already on its way would print a warning
+        for sig in (
+            previous
+        ):  # a Python no-op, not SIG_IGN: a signal already on its way would print a warning
             signal.signal(sig, lambda signum, frame: None)
         raise KeyboardInterrupt(f"signal {signum}")
 
@@ -307,7 +332,10 @@ def print_end(job: Job, result: dict) -> None:
         if result["status"] == "ok"
         else f"{result['error']} (log: {job.dir / 'log.txt'})"
     )
-    print(f"[{time.strftime('%H:%M:%S')}] {result['status'].upper():6} {job.label}: {what}", flush=True)
+    print(
+        f"[{time.strftime('%H:%M:%S')}] {result['status'].upper():6} {job.label}: {what}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -44,7 +44,16 @@ def code_state(root: Path = ROOT) -> dict:
             ["rev-parse", "HEAD"], root
         ).stdout.strip()  # renames as a deletion and an addition: both paths
         status = git(
-            ["status", "--porcelain", "-z", "--no-renames", "--untracked-files=all", "--", *CODE_DIRS], root
+            [
+                "status",
+                "--porcelain",
+                "-z",
+                "--no-renames",
+                "--untracked-files=all",
+                "--",
+                *CODE_DIRS,
+            ],
+            root,
         ).stdout
     except GitError:
         return {"commit": None, "dirty": None, "dirty_files": None}
@@ -77,10 +86,14 @@ def imported_modules(source: str, package: str | None) -> list[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level and package is None:
                 continue
-            parts = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            parts = (
+                package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            )
             base = ".".join(parts + ([node.module] if node.module else []))
             names += [base, *(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")]
-    prefixes = (p for name in names for p in itertools.accumulate(name.split("."), lambda a, b: f"{a}.{b}"))
+    prefixes = (
+        p for name in names for p in itertools.accumulate(name.split("."), lambda a, b: f"{a}.{b}")
+    )
     return list(dict.fromkeys(p for p in prefixes if p))
 
 
@@ -96,7 +109,9 @@ def code_digest(source: str) -> str:
         for field in ("body", "orelse", "finalbody"):
             body = getattr(node, field, None)
             if isinstance(body, list) and any(is_string_statement(x) for x in body):
-                setattr(node, field, [x for x in body if not is_string_statement(x)] or [ast.Pass()])
+                setattr(
+                    node, field, [x for x in body if not is_string_statement(x)] or [ast.Pass()]
+                )
     return hashlib.sha1(ast.dump(tree).encode()).hexdigest()
 
 
@@ -120,10 +135,14 @@ def deciding_paths(script: str, files: dict[str, str], read) -> list[str]:
         if path in found or path not in files:
             continue
         found.append(path)
-        package = path.rpartition("/")[0].replace("/", ".") or None  # what a relative import is relative to
+        package = (
+            path.rpartition("/")[0].replace("/", ".") or None
+        )  # what a relative import is relative to
         for module in imported_modules(read(files[path]), package):
             stem = module.replace(".", "/")
-            todo += [c for r in roots for c in (f"{r}{stem}.py", f"{r}{stem}/__init__.py") if c in files]
+            todo += [
+                c for r in roots for c in (f"{r}{stem}.py", f"{r}{stem}/__init__.py") if c in files
+            ]
     return sorted(found)
 
 
@@ -136,26 +155,43 @@ class Checker:
     """Whether a run with a recorded code state is current for its cell; caches every git lookup."""
 
     def __init__(
-        self, root: Path = ROOT, equivalence_file: Path | None = EQUIVALENCE_FILE, head: str = "HEAD"
+        self,
+        root: Path = ROOT,
+        equivalence_file: Path | None = EQUIVALENCE_FILE,
+        head: str = "HEAD",
     ):
         self.root = Path(root)
-        for name in ("resolve", "tree", "read", "deciding", "code"):  # each git lookup once per checker
+        for name in (
+            "resolve",
+            "tree",
+            "read",
+            "deciding",
+            "code",
+        ):  # each git lookup once per checker
             setattr(self, name, functools.cache(getattr(self, name)))
         try:
-            self.head = git(["rev-parse", "--verify", f"{head}^{{commit}}"], self.root).stdout.strip()
-            shallow = git(["rev-parse", "--is-shallow-repository"], self.root).stdout.strip() == "true"
+            self.head = git(
+                ["rev-parse", "--verify", f"{head}^{{commit}}"], self.root
+            ).stdout.strip()
+            shallow = (
+                git(["rev-parse", "--is-shallow-repository"], self.root).stdout.strip() == "true"
+            )
             self.error = "a shallow clone: older commits are missing" if shallow else None
         except GitError as e:
             self.head, self.error = None, f"no git history ({e})"
         self.records = load_records(equivalence_file) if equivalence_file else []
 
     def resolve(self, commit: str) -> str | None:
-        r = git(["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], self.root, check=False)
+        r = git(
+            ["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], self.root, check=False
+        )
         return r.stdout.strip() if r.returncode == 0 else None
 
     def tree(self, commit: str) -> dict[str, str]:
         entries = [
-            e.split("\t", 1) for e in git(["ls-tree", "-r", "-z", commit], self.root).stdout.split("\0") if e
+            e.split("\t", 1)
+            for e in git(["ls-tree", "-r", "-z", commit], self.root).stdout.split("\0")
+            if e
         ]
         return {path: meta.split()[2] for meta, path in entries if meta.split()[1] == "blob"}
 
@@ -195,7 +231,8 @@ class Checker:
         if (full := self.resolve(commit)) is None:
             return Freshness(
                 False,
-                f"commit {short} is not in this repository" + (f" ({self.error})" if self.error else ""),
+                f"commit {short} is not in this repository"
+                + (f" ({self.error})" if self.error else ""),
             )
         old, new = self.deciding(full, algo), self.today(algo)
         if state.get("dirty"):

@@ -13,8 +13,12 @@ import numpy as np
 from provenance import Checker, recorded_state
 from suite import Cell, Suite, read_result, script_path
 
-MANY_SEEDS = 5  # from this many finished seeds: the IQM is shown, and a verdict no longer says "few seeds"
-VERDICT_SEEDS = 5  # a cell's verdict (PASS, or FAIL by its mean) needs this many finished current seeds
+MANY_SEEDS = (
+    5  # from this many finished seeds: the IQM is shown, and a verdict no longer says "few seeds"
+)
+VERDICT_SEEDS = (
+    5  # a cell's verdict (PASS, or FAIL by its mean) needs this many finished current seeds
+)
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
 
@@ -30,7 +34,11 @@ def mean(x) -> float | np.ndarray:
     """Mean along the last axis: of one sample [n] in exact rational arithmetic, of each resample [R, n] by
     ordered_sum; either way the same on every CPU."""
     x = np.asarray(x, dtype=float)
-    return float(sum(map(Fraction, x), Fraction(0)) / len(x)) if x.ndim == 1 else ordered_sum(x) / x.shape[-1]
+    return (
+        float(sum(map(Fraction, x), Fraction(0)) / len(x))
+        if x.ndim == 1
+        else ordered_sum(x) / x.shape[-1]
+    )
 
 
 def iqm(x) -> float | np.ndarray:
@@ -50,7 +58,11 @@ def iqm(x) -> float | np.ndarray:
 
 
 def bootstrap_ci(
-    x, statistic=mean, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+    x,
+    statistic=mean,
+    level: float = 0.95,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of `statistic` over the values x (one per seed): draw n of
     them with replacement `resamples` times and keep the central `level` of the statistic's values."""
@@ -87,7 +99,10 @@ def cell_runs(cell: Cell, runs_dir: Path) -> tuple[dict[int, dict], int, int]:
             smoke.append(spec.get("comparable", True) is False)
             continue
         if r is None:
-            r = {"status": "incomplete", "error": "no result.json: the run is still going, or was killed"}
+            r = {
+                "status": "incomplete",
+                "error": "no result.json: the run is still going, or was killed",
+            }
         elif r["status"] == "ok" and (r.get("summary") or {}).get("eval_return_mean") is None:
             r = {
                 **r,
@@ -141,7 +156,9 @@ def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
     if t is not None and evals:
         if cell.pass_rule == "all":
             if below := [f"seed {s}: {v:.1f} < {t:g}" for s, v in sorted(evals.items()) if v < t]:
-                failures.append("below threshold: " + "; ".join(below))  # more seeds cannot change it
+                failures.append(
+                    "below threshold: " + "; ".join(below)
+                )  # more seeds cannot change it
         else:
             m = statistics.fmean(evals.values())
             if m < t and not missing and enough:
@@ -161,10 +178,14 @@ def verdict(cell: Cell, runs: dict[int, dict]) -> tuple[str, str]:
     unfinished = [
         f"seed {s} {runs[s]['status']}" for s in missing if s in runs
     ]  # running, interrupted or killed
-    partial += f" (not run: seed{'s' if len(not_run) > 1 else ''} {', '.join(not_run)})" if not_run else ""
+    partial += (
+        f" (not run: seed{'s' if len(not_run) > 1 else ''} {', '.join(not_run)})" if not_run else ""
+    )
     partial += f" (unfinished: {', '.join(unfinished)})" if unfinished else ""
     if failures:
-        return "FAIL", "; ".join(failures + ([partial] if missing else []) + ([stale_note] if stale else []))
+        return "FAIL", "; ".join(
+            failures + ([partial] if missing else []) + ([stale_note] if stale else [])
+        )
     if stale:
         return "stale", stale_note + (f"; {partial}" if not_run or unfinished else "")
     if missing:
@@ -208,7 +229,9 @@ def judge_suite(
     """The cells to list (those with runs, or selected with `algos` / `envs`) judged; and those left out."""
     listed, left_out = [], []
     for cell in suite.cells:
-        if not ((not algos or cell.algo in algos) and (not envs or cell.env in envs)):  # not selected
+        if not (
+            (not algos or cell.algo in algos) and (not envs or cell.env in envs)
+        ):  # not selected
             continue
         runs, older, smoke = cell_runs(cell, runs_dir)
         if not (algos or envs) and not runs and not older:

@@ -87,16 +87,22 @@ def load_suites(path: Path | str = SUITES_FILE) -> dict[str, dict]:
 
 
 def load_suite(name: str, path: Path | str = SUITES_FILE, raw: dict | None = None) -> Suite:
-    raw = load_suites(path) if raw is None else raw  # `raw`: the file's suites, when one includes another
+    raw = (
+        load_suites(path) if raw is None else raw
+    )  # `raw`: the file's suites, when one includes another
     if name not in raw:
         raise SystemExit(f"unknown suite {name!r}; {path} defines: {', '.join(raw)}")
     s = raw[name]
     cells = []
-    if include := s.get("include"):  # another suite's cells, unchanged (same settings: the same run hashes)
+    if include := s.get(
+        "include"
+    ):  # another suite's cells, unchanged (same settings: the same run hashes)
         other = load_suite(include["suite"], path, raw)
         envs, algos = include.get("envs"), include.get("algos")
         cells += [
-            c for c in other.cells if (envs is None or c.env in envs) and (algos is None or c.algo in algos)
+            c
+            for c in other.cells
+            if (envs is None or c.env in envs) and (algos is None or c.algo in algos)
         ]
     for c in s.get("cells", []):
         if unknown := set(c) - {
@@ -117,7 +123,9 @@ def load_suite(name: str, path: Path | str = SUITES_FILE, raw: dict | None = Non
                 f"suite {name}: cell {c.get('algo')}/{c.get('env')} has unknown keys {sorted(unknown)}"
             )
         if c.get("pass_rule", "mean") not in ("mean", "all"):
-            raise SystemExit(f"suite {name}: cell {c['algo']}/{c['env']}: pass_rule must be 'mean' or 'all'")
+            raise SystemExit(
+                f"suite {name}: cell {c['algo']}/{c['env']}: pass_rule must be 'mean' or 'all'"
+            )
         if c.get("pass_rule") == "all" and not c.get("pass_rule_source"):
             raise SystemExit(
                 f"suite {name}: cell {c['algo']}/{c['env']}: pass_rule 'all' needs a pass_rule_source, the "
@@ -137,7 +145,11 @@ def load_suite(name: str, path: Path | str = SUITES_FILE, raw: dict | None = Non
             )
         )
     return Suite(
-        name, s.get("description", ""), cells, s.get("runnable", True), s.get("not_runnable_reason", "")
+        name,
+        s.get("description", ""),
+        cells,
+        s.get("runnable", True),
+        s.get("not_runnable_reason", ""),
     )
 
 

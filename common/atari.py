@@ -23,18 +23,23 @@ from common.replay import Batch
 FRAME_STACK = 4
 
 
-def make_atari(env_id: str, training: bool = True, max_frames: int | None = None, **kwargs) -> gym.Env:
+def make_atari(
+    env_id: str, training: bool = True, max_frames: int | None = None, **kwargs
+) -> gym.Env:
     """One Atari env with the paper's preprocessing; `max_frames` truncates a game after that many
     emulator frames (ALE's `max_num_frames_per_episode`; None keeps ALE's 108,000)."""
     if max_frames is not None:
         kwargs["max_num_frames_per_episode"] = max_frames
     env = gym.make(env_id, frameskip=1, **kwargs)  # AtariPreprocessing skips the frames
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True
+    )
     if "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]  # ALE's
         env = FireReset(env)
     if training:
         env = EpisodicLife(env)
-    return gym.wrappers.FrameStackObservation(env, FRAME_STACK)  # pads a new episode with its first frame
+    # pads a new episode with its first frame
+    return gym.wrappers.FrameStackObservation(env, FRAME_STACK)
 
 
 class FireReset(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -94,7 +99,9 @@ class EpisodicLife(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def reset(self, **kwargs):
         if self.game_over or kwargs.get("seed") is not None:
             obs, info = self.env.reset(**kwargs)
-        else:  # the game goes on from its last frame: where the life was lost (or the reset, without a step)
+        else:
+            # the game goes on from its last frame:
+            # where the life was lost (or the reset, without a step)
             obs, info = self.last
             info = {k: v for k, v in info.items() if k != "life_lost"}
         self.lives, self.game_over, self.last = self.env.unwrapped.ale.lives(), False, (obs, info)
@@ -146,7 +153,8 @@ class FrameMemory:
     ):
         if capacity <= 0 or stack <= 0 or num_envs <= 0:
             raise ValueError(
-                f"capacity, stack and num_envs must be positive, got {capacity}, {stack}, {num_envs}"
+                "capacity, stack and num_envs must be positive, "
+                f"got {capacity}, {stack}, {num_envs}"
             )
         self.capacity, self.stack, self.num_envs = capacity, stack, num_envs
         self.ring = max(-(-capacity // num_envs), stack + 1)  # entries per env
@@ -159,7 +167,8 @@ class FrameMemory:
         self.has_transition = np.zeros(shape, dtype=bool)  # entry e has a transition e -> e + 1
         self.first = np.zeros(shape, dtype=bool)  # entry e is an episode's first frame
         self.written = np.zeros(num_envs, dtype=np.int64)  # entries ever written per env
-        self.starts_episode = np.ones(num_envs, dtype=bool)  # the next `add`'s obs begins an episode
+        # the next `add`'s obs begins an episode
+        self.starts_episode = np.ones(num_envs, dtype=bool)
         self.size = 0  # transitions held
         self.rng = np.random.default_rng(seed)
 
@@ -241,7 +250,8 @@ class FrameMemory:
             raise RuntimeError("cannot sample from an empty replay memory")
         ranges = np.array([self._range(i) for i in range(self.num_envs)])  # [B, 2]
         counts = np.maximum(ranges[:, 1] - ranges[:, 0] + 1, 0)
-        ends = np.cumsum(counts)  # env i's entries are flat indices ends[i] - counts[i] .. ends[i] - 1
+        # env i's entries are flat indices ends[i] - counts[i] .. ends[i] - 1
+        ends = np.cumsum(counts)
         env = np.empty(batch_size, dtype=np.int64)
         entry = np.empty(batch_size, dtype=np.int64)
         todo = np.arange(batch_size)
@@ -266,7 +276,8 @@ class FrameMemory:
         """Inverse of `state_dict`, into a memory of the same capacity, shapes and env count."""
         if state["ring"] != self.ring or tuple(state["frames"].shape) != self.frames.shape:
             raise ValueError(
-                f"the checkpoint's frame memory has shape {tuple(state['frames'].shape)}, this one {self.frames.shape}"
+                f"the checkpoint's frame memory has shape {tuple(state['frames'].shape)}, "
+                f"this one {self.frames.shape}"
             )
         for k in self._ARRAYS:
             getattr(self, k)[...] = state[k].numpy()

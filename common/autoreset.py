@@ -13,7 +13,8 @@ import numpy as np
 
 
 def true_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
-    """The observation each env's step really led to [B, ...]; `next_obs` itself when no episode ended."""
+    """The observation each env's step really led to [B, ...];
+    `next_obs` itself when no episode ended."""
     if "_final_obs" not in infos:
         return next_obs
     real = next_obs.copy()

@@ -1,7 +1,7 @@
 """MinAtar (`MinAtar/<Game>-v0|v1`, Young & Tian 2019, arXiv:1903.03176) for the scripts' networks:
-observations turned from [10, 10, C] booleans into [C, 10, 10] uint8, the layout of torch's convolutions,
-and a time limit of MINATAR_MAX_STEPS steps, since most games have none and a good agent would never end an
-episode. common.pixels imports this file for MinAtar ids only.
+observations turned from [10, 10, C] booleans into [C, 10, 10] uint8, the layout of torch's
+convolutions, and a time limit of MINATAR_MAX_STEPS steps, since most games have none and a good
+agent would never end an episode. common.pixels imports this file for MinAtar ids only.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ MINATAR_MAX_STEPS = 10_000  # our choice: MinAtar registers no time limit
 
 
 def make_minatar(env_id: str, **kwargs) -> gym.Env:
-    """gym.make of a MinAtar id (its keyword arguments, e.g. render_mode), channels first, time-limited."""
+    """gym.make of a MinAtar id (its keyword arguments, e.g. render_mode),
+    channels first, time-limited."""
     return ChannelsFirst(gym.make(env_id, max_episode_steps=MINATAR_MAX_STEPS, **kwargs))
 
 

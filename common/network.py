@@ -1,18 +1,19 @@
 """Network wrapper and target sync (after the design of Coach's NetworkWrapper).
 
 One object holds the online network, an optional target copy (never in the optimizer, never given
-gradients), the optimizer, an optional learning-rate schedule and gradient clipping. `train_step(loss)`
-takes one gradient step and returns `(loss, grad_norm)`: the loss minimised and the global L2 norm of the
-gradient *before* clipping, as detached 0-d tensors (no host/device sync unless the caller asks for
-`.item()`).
+gradients), the optimizer, an optional learning-rate schedule and gradient clipping.
+`train_step(loss)` takes one gradient step and returns `(loss, grad_norm)`: the loss minimised and
+the global L2 norm of the gradient *before* clipping, as detached 0-d tensors (no host/device sync
+unless the caller asks for `.item()`).
 
-The trainable parameters live in one flat tensor (the module keeps its Parameter objects; only the storage
-moves), so zeroing the gradient, its norm, the clipping and the optimizer's step are one kernel each instead
-of one per layer: per-op dispatch, not arithmetic, dominates small networks on a CPU.
+The trainable parameters live in one flat tensor (the module keeps its Parameter objects;
+only the storage moves), so zeroing the gradient, its norm, the clipping and the optimizer's
+step are one kernel each instead of one per layer: per-op dispatch, not arithmetic,
+dominates small networks on a CPU.
 
-Several torchrun workers (Coach's "global" network): pass `workers=harness.distributed`; every worker starts
-from rank 0's weights and the gradient is averaged over the workers (one all_reduce) before the norm.
-Without `workers` nothing extra happens.
+Several torchrun workers (Coach's "global" network): pass `workers=harness.distributed`; every
+worker starts from rank 0's weights and the gradient is averaged over the workers (one all_reduce)
+before the norm. Without `workers` nothing extra happens.
 """
 
 from __future__ import annotations
@@ -27,14 +28,16 @@ from torch.optim.adam import adam as adam_update  # the functional form Adam.ste
 
 
 def soft_update(target: nn.Module, online: nn.Module, rate: float) -> None:
-    """target <- rate * online + (1 - rate) * target for parameters and floating buffers (integer buffers are
-    copied): `rate` is the weight on the *online* network (1.0: a hard copy, 0.005: DDPG's soft update)."""
+    """target <- rate * online + (1 - rate) * target for parameters and floating buffers
+    (integer buffers are copied): `rate` is the weight on the *online* network (1.0: a hard
+    copy, 0.005: DDPG's soft update)."""
     _lerp_tensors(_tensors(target), _tensors(online), rate)
 
 
 @torch.no_grad()
 def _lerp_tensors(targets: list[torch.Tensor], onlines: list[torch.Tensor], rate: float) -> None:
-    """soft_update's work on matching lists of tensors (NetworkWrapper.sync passes its flat copies)."""
+    """soft_update's work on matching lists of tensors
+    (NetworkWrapper.sync passes its flat copies)."""
     if not 0.0 <= rate <= 1.0:
         raise ValueError(f"rate must be in [0, 1], got {rate}")
     for t, o in zip(targets, onlines):
@@ -46,11 +49,13 @@ def _lerp_tensors(targets: list[torch.Tensor], onlines: list[torch.Tensor], rate
             t.lerp_(o, rate)  # t + rate * (o - t) == rate * o + (1 - rate) * t
 
 
-def _flatten(params: list[nn.Parameter], grad: bool = True) -> tuple[nn.Parameter, torch.Tensor | None]:
+def _flatten(
+    params: list[nn.Parameter], grad: bool = True
+) -> tuple[nn.Parameter, torch.Tensor | None]:
     """Re-home `params` (and their gradients, unless `grad=False`) as views into one flat parameter
     (and one flat grad): the optimizer's in-place updates of it are updates of the module's weights,
-    and autograd accumulates each layer's gradient into its slice. Never `.to()` the module afterwards
-    (that would silently break the sharing)."""
+    and autograd accumulates each layer's gradient into its slice. Never `.to()` the module
+    afterwards (that would silently break the sharing)."""
     if len({(p.dtype, p.device) for p in params}) > 1:
         raise ValueError("all trainable parameters must share one dtype and device")
     flat = torch.cat([p.detach().reshape(-1) for p in params])
@@ -121,24 +126,31 @@ class NetworkWrapper:
         self.params = [p for p in self.online.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the network has no trainable parameters")
-        self.flat_param, self.flat_grad = cast("tuple[nn.Parameter, torch.Tensor]", _flatten(self.params))
+        self.flat_param, self.flat_grad = cast(
+            "tuple[nn.Parameter, torch.Tensor]", _flatten(self.params)
+        )
         if self.target is not None and len(self.params) == len(list(self.target.parameters())):
-            # no frozen parameters: the target's are views of one flat tensor too, so a sync is one kernel
+            # no frozen parameters: the target's are views of one flat tensor
+            # too, so a sync is one kernel
             self.target_flat = _flatten(list(self.target.parameters()), grad=False)[0].detach()
         self.grad_views = [p.grad for p in self.params]
         self.workers = workers
         self.world_size = 1 if workers is None else workers.world_size()
         if self.world_size > 1:
-            workers.start_from_rank_0(self.flat_param.data, list(self.online.buffers()))  # all start alike
+            # all start alike
+            workers.start_from_rank_0(self.flat_param.data, list(self.online.buffers()))
             if self.target is not None:
                 soft_update(self.target, self.online, 1.0)
         params = [self.flat_param]
         if callable(optimizer):
             self.optimizer = optimizer(params)
-        elif optimizer == "adam":  # fused: one kernel per step, ~2.5x faster than foreach for small networks
+        elif optimizer == "adam":
+            # fused: one kernel per step, ~2.5x faster than foreach for small networks
             self.optimizer = Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=l2, fused=True)
         elif optimizer == "rmsprop":
-            self.optimizer = RMSprop(params, lr=lr, alpha=alpha, eps=eps, weight_decay=l2, centered=centered)
+            self.optimizer = RMSprop(
+                params, lr=lr, alpha=alpha, eps=eps, weight_decay=l2, centered=centered
+            )
         else:
             choices = "'adam', 'rmsprop' or a function of the parameters"
             raise ValueError(f"optimizer must be {choices}, got {optimizer!r}")
@@ -147,11 +159,12 @@ class NetworkWrapper:
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda)
         self.clip_grad_norm = clip_grad_norm
         self.updates = 0
-        self._denominator: torch.Tensor | None = None  # RMSprop's, kept between steps (_rmsprop_step)
+        # RMSprop's, kept between steps (_rmsprop_step)
+        self._denominator: torch.Tensor | None = None
 
     def train_step(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One gradient step on `loss`, a scalar or a per-sample loss [B] that is averaged (weight it first
-        for prioritised replay); returns (loss, global grad norm before clipping)."""
+        """One gradient step on `loss`, a scalar or a per-sample loss [B] that is averaged (weight
+        it first for prioritised replay); returns (loss, global grad norm before clipping)."""
         if loss.dim() > 0:
             loss = loss.mean()
         self.flat_grad.zero_()
@@ -160,7 +173,8 @@ class NetworkWrapper:
                 p.grad = g
         loss.backward()
         if self.world_size > 1:
-            self.workers.average_(self.flat_grad)  # one all_reduce; every worker now steps identically
+            # one all_reduce; every worker now steps identically
+            self.workers.average_(self.flat_grad)
         grad_norm = self.flat_grad.norm()
         if self.clip_grad_norm is not None:
             # torch's convention: scale by max_norm / (norm + 1e-6) when the norm exceeds max_norm
@@ -172,14 +186,20 @@ class NetworkWrapper:
         return loss.detach(), grad_norm.detach()
 
     def _step(self) -> None:
-        """The optimizer's step. After the first step (which creates the state the standard way), plain
-        Adam and RMSprop skip `step()`'s per-call bookkeeping (profiler record, hooks, param-group loops):
-        fused Adam through `torch.optim.adam.adam`, the functional form `Adam.step()` calls; RMSprop
-        through torch's own in-place ops in the same order. Both give `step()`'s weights bit for bit
-        (tests/test_common.py; benchmarks/results/speed.md has the gain); step hooks do not run."""
+        """The optimizer's step. After the first step (which creates the state the standard way),
+        plain Adam and RMSprop skip `step()`'s per-call bookkeeping (profiler record, hooks,
+        param-group loops): fused Adam through `torch.optim.adam.adam`, the functional form
+        `Adam.step()` calls; RMSprop through torch's own in-place ops in the same order. Both give
+        `step()`'s weights bit for bit (tests/test_common.py; benchmarks/results/speed.md has the
+        gain); step hooks do not run."""
         state = self.optimizer.state.get(self.flat_param)
         group = self.optimizer.param_groups[0]
-        if not state or group.get("maximize") or group.get("capturable") or group.get("differentiable"):
+        if (
+            not state
+            or group.get("maximize")
+            or group.get("capturable")
+            or group.get("differentiable")
+        ):
             self.optimizer.step()
             return
         kind = type(self.optimizer)
@@ -188,8 +208,11 @@ class NetworkWrapper:
             beta1, beta2 = group["betas"]
             options = dict(fused=True, amsgrad=False, beta1=beta1, beta2=beta2, maximize=False)
             options |= {name: group[name] for name in ("lr", "weight_decay", "eps")}
-            moments = [state["exp_avg"]], [state["exp_avg_sq"]]  # Adam's two; `[]`: no AMSGrad maximum
-            adam_update([self.flat_param], [self.flat_grad], *moments, [], [state["step"]], **options)
+            # Adam's two; `[]`: no AMSGrad maximum
+            moments = [state["exp_avg"]], [state["exp_avg_sq"]]
+            adam_update(
+                [self.flat_param], [self.flat_grad], *moments, [], [state["step"]], **options
+            )
         elif kind is RMSprop and group["momentum"] == 0 and group["weight_decay"] == 0:
             self._rmsprop_step(state, group)
         else:
@@ -200,7 +223,12 @@ class NetworkWrapper:
         """torch's single-tensor RMSprop on the flat parameter (momentum 0, no weight decay)."""
         if self._denominator is None:
             self._denominator = torch.empty_like(self.flat_param)
-        grad, square_avg, avg, alpha = self.flat_grad, state["square_avg"], self._denominator, group["alpha"]
+        grad, square_avg, avg, alpha = (
+            self.flat_grad,
+            state["square_avg"],
+            self._denominator,
+            group["alpha"],
+        )
         state["step"] += 1
         square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
         if group["centered"]:
@@ -218,12 +246,15 @@ class NetworkWrapper:
             raise RuntimeError("this NetworkWrapper has no target network (target=False)")
         if self.target_flat is None:
             soft_update(self.target, self.online, rate)
-        else:  # each copy's parameters are one flat tensor: one kernel for all of them, then the buffers
+        else:
+            # each copy's parameters are one flat tensor:
+            # one kernel for all of them, then the buffers
             targets = [self.target_flat, *self.target.buffers()]
             _lerp_tensors(targets, [self.flat_param, *self.online.buffers()], rate)
 
     def state_dict(self) -> dict:
-        """Online and target weights, optimizer and schedule state, update count: all a resumed run needs."""
+        """Online and target weights, optimizer and schedule state, update count:
+        all a resumed run needs."""
         return {
             "online": self.online.state_dict(),
             "target": self.target.state_dict() if self.target is not None else None,
@@ -233,7 +264,8 @@ class NetworkWrapper:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Inverse of `state_dict`, weights copied in place: the flat parameter and its views stay valid."""
+        """Inverse of `state_dict`, weights copied in place:
+        the flat parameter and its views stay valid."""
         self.online.load_state_dict(state["online"])
         if self.target is not None:
             self.target.load_state_dict(state["target"])

@@ -47,7 +47,12 @@ class RewardScaler:
         return np.clip(rewards / math.sqrt(self.var + self.eps), -self.clip, self.clip)
 
     def state_dict(self) -> dict:
-        return {"discounted": self.discounted, "mean": self.mean, "var": self.var, "count": self.count}
+        return {
+            "discounted": self.discounted,
+            "mean": self.mean,
+            "var": self.var,
+            "count": self.count,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.discounted, self.mean, self.var, self.count = (
@@ -66,7 +71,8 @@ def merge_moments(mean, var, count, batch):
 
 
 class ObsNormalizer(nn.Module):
-    """(obs - running mean) / running std, clipped to +-clip. Buffers, so the state dict carries them."""
+    """(obs - running mean) / running std, clipped to +-clip. Buffers,
+    so the state dict carries them."""
 
     mean: torch.Tensor
     var: torch.Tensor
@@ -81,7 +87,8 @@ class ObsNormalizer(nn.Module):
 
     @torch.no_grad()
     def update(self, obs: torch.Tensor) -> None:
-        """Merge a batch of observations [N, obs_dim] in place (numpy views of the buffers stay valid)."""
+        """Merge a batch of observations [N, obs_dim] in place
+        (numpy views of the buffers stay valid)."""
         batch = obs.to(torch.float64).reshape(-1, self.mean.shape[0])
         mean, var, count = merge_moments(self.mean, self.var, self.count, batch)
         self.mean.copy_(mean)
@@ -90,5 +97,7 @@ class ObsNormalizer(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return (
-            ((obs - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip).to(obs.dtype)
+            ((obs - self.mean) / torch.sqrt(self.var + self.eps))
+            .clamp(-self.clip, self.clip)
+            .to(obs.dtype)
         )

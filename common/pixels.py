@@ -45,7 +45,11 @@ def kind(env_id: str) -> str | None:
             spec = gym.spec(env_id)
         except gym.error.Error as e:
             pixel = env_id.startswith(("ALE/", "MinAtar/")) or "NoFrameskip" in env_id
-            hint = " (pixel envs need `pip install -r requirements/requirements-pixels.txt`)" if pixel else ""
+            hint = (
+                " (pixel envs need `pip install -r requirements/requirements-pixels.txt`)"
+                if pixel
+                else ""
+            )
             raise ValueError(f"unknown environment id {env_id!r} ({e}){hint}") from None
     if spec.namespace == "MinAtar":
         return "minatar"
@@ -75,7 +79,8 @@ def make(
         raise ValueError(f"max_frames is for Atari ids; {env_id} is a {env_kind or 'vector'} env")
     if scale_obs and env_kind is not None:
         raise ValueError(f"--scale-obs is for vector observations; {env_id} is a {env_kind} env")
-    kwargs: dict = {} if render_mode is None else {"render_mode": render_mode}  # not every env takes it
+    # not every env takes it
+    kwargs: dict = {} if render_mode is None else {"render_mode": render_mode}
     if env_kind == "atari":
         from common.atari import make_atari
 
@@ -100,8 +105,8 @@ def game_over(terminated: np.ndarray, truncated: np.ndarray, infos: dict) -> np.
     """Which envs finished a real episode this step [B] bool, for logging returns.
 
     A training Atari env ends an episode at each lost life; the game, whose score the published
-    tables report, ends only when the last life is lost. `common.atari.EpisodicLife` marks the other ends with
-    info["life_lost"], which a SAME_STEP vector env moves into infos["final_info"].
+    tables report, ends only when the last life is lost. `common.atari.EpisodicLife` marks the other
+    ends with info["life_lost"], which a SAME_STEP vector env moves into infos["final_info"].
     """
     done = np.logical_or(terminated, truncated)
     life_lost = infos.get("final_info", {}).get("life_lost")

@@ -65,7 +65,9 @@ class ReplayMemory:
         self.rng = np.random.default_rng(seed)
         self._stores = (self.obs, self.actions, self.rewards, self.next_obs, self.terminated)
         # on CPU, `add` writes through zero-copy numpy views of the storage (no torch dispatch)
-        self._host_views = tuple(t.numpy() for t in self._stores) if self.device.type == "cpu" else None
+        self._host_views = (
+            tuple(t.numpy() for t in self._stores) if self.device.type == "cpu" else None
+        )
 
     def __len__(self) -> int:
         return self.size
@@ -94,7 +96,11 @@ class ReplayMemory:
             if self._host_views is not None:
                 x = np.asarray(x).reshape(n, *store.shape[1:])
             else:
-                x = torch.as_tensor(np.asarray(x)).to(self.device, store.dtype).reshape(n, *store.shape[1:])
+                x = (
+                    torch.as_tensor(np.asarray(x))
+                    .to(self.device, store.dtype)
+                    .reshape(n, *store.shape[1:])
+                )
             view[self.pos : self.pos + first] = x[:first]
             if first < n:
                 view[: n - first] = x[first:]
@@ -106,24 +112,31 @@ class ReplayMemory:
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay memory")
         idx = torch.from_numpy(self.rng.integers(0, self.size, size=batch_size)).to(self.device)
-        return Batch(*(store[idx] for store in self._stores))  # obs, actions, rewards, next_obs, terminated
+        # obs, actions, rewards, next_obs, terminated
+        return Batch(*(store[idx] for store in self._stores))
 
     def state_dict(self) -> dict:
         """The filled rows, the write position and the sampler's state (for a checkpoint)."""
         n = self.size
 
-        def rows(x: torch.Tensor) -> torch.Tensor:  # a view would save the whole preallocated storage
+        # a view would save the whole preallocated storage
+        def rows(x: torch.Tensor) -> torch.Tensor:
             return x[:n].clone().cpu() if n < self.capacity else x.cpu()
 
         state: dict = {name: rows(store) for name, store in zip(Batch._fields, self._stores)}
-        state.update(pos=self.pos, size=self.size, capacity=self.capacity, rng=self.rng.bit_generator.state)
+        state.update(
+            pos=self.pos, size=self.size, capacity=self.capacity, rng=self.rng.bit_generator.state
+        )
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Inverse of `state_dict`, into a memory of the same capacity and shapes (written in place)."""
+        """Inverse of `state_dict`, into a memory of the same capacity and
+        shapes (written in place)."""
         held = state["capacity"]
         if held != self.capacity:
-            raise ValueError(f"the checkpoint's replay memory holds {held} rows, this one {self.capacity}")
+            raise ValueError(
+                f"the checkpoint's replay memory holds {held} rows, this one {self.capacity}"
+            )
         n = state["size"]
         for store, name in zip(self._stores, Batch._fields):
             store[:n] = state[name].to(self.device)

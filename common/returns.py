@@ -34,8 +34,14 @@ def n_step_returns(
     its n-step window have not ended before t+k).
     """
     if rewards.dim() != 2:
-        raise ValueError(f"expected time-major [T, B] tensors, got rewards of shape {tuple(rewards.shape)}")
-    for name, x in (("next_values", next_values), ("terminated", terminated), ("truncated", truncated)):
+        raise ValueError(
+            f"expected time-major [T, B] tensors, got rewards of shape {tuple(rewards.shape)}"
+        )
+    for name, x in (
+        ("next_values", next_values),
+        ("terminated", terminated),
+        ("truncated", truncated),
+    ):
         if x.shape != rewards.shape:
             raise ValueError(f"{name} has shape {tuple(x.shape)}, rewards {tuple(rewards.shape)}")
     if n is not None and n < 1:
@@ -71,7 +77,8 @@ def n_step_returns(
 
 
 def _returns_to_rollout_end(rewards, next_values, term, trunc, gamma):
-    """n >= T: the backward recursion G_t = r_t + g (1 - term_t) [V_t if trunc_t or t = T-1 else G_{t+1}].
+    """n >= T: the backward recursion G_t = r_t + g (1 - term_t)
+    [V_t if trunc_t or t = T-1 else G_{t+1}].
 
     Same result as the windowed loop, with ~3 tensor ops per row instead of ~10 per lookahead
     step (the A2C/A3C case: dispatch, not arithmetic, is the cost for small rollouts).

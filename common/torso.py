@@ -33,12 +33,17 @@ class ToFloat(nn.Module):
 def torso(
     obs_shape: tuple[int, ...], hidden_sizes: tuple[int, ...], activation: type[nn.Module] = nn.ReLU
 ) -> tuple[list[nn.Module], int]:
-    """Layers [obs] -> [features] and the feature width; the caller appends its head(s). `activation`
-    follows each hidden layer of the MLP (the image torsos keep their papers' ReLU)."""
+    """Layers [obs] -> [features] and the feature width; the caller appends its head(s).
+    `activation` follows each hidden layer of the MLP (the image torsos keep their papers' ReLU)."""
     if len(obs_shape) == 3 and obs_shape[1] == obs_shape[2] == 84:
         c = obs_shape[0]
         layers = [ToFloat(255.0), nn.Conv2d(c, 32, 8, stride=4), nn.ReLU()]
-        layers += [nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(), nn.Conv2d(64, 64, 3, stride=1), nn.ReLU()]
+        layers += [
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+        ]
         return [*layers, nn.Flatten(), nn.Linear(64 * 7 * 7, 512), nn.ReLU()], 512
     if len(obs_shape) == 3 and max(obs_shape[1:]) <= 16 and min(obs_shape[1:]) >= 3:
         c, h, w = obs_shape
@@ -55,7 +60,8 @@ def torso(
 
 
 def is_image(obs_shape: tuple[int, ...]) -> bool:
-    """Observations the torso treats as images ([C, H, W]); everything else is flattened to a vector."""
+    """Observations the torso treats as images ([C, H, W]);
+    everything else is flattened to a vector."""
     return len(obs_shape) == 3
 
 

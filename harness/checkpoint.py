@@ -1,8 +1,9 @@
-"""Writing checkpoints, in every run (a stop signal writes one): atomic files, code-free content (`weights_only`
-loading refuses numpy: `pack` stores arrays as tagged tensors), every generator, and each sub-env's state with
-its wrappers (the time limit's count, the generator; MuJoCo's through `mj_getState`: stepping on is bitwise
-identical). Anything else (a Box2D world) cannot be captured: `env_state` says why, and the script restarts
-the episodes on resume. The script's dict is what a checkpoint holds; harness/resume.py reads one back.
+"""Writing checkpoints, in every run (a stop signal writes one): atomic files, code-free content
+(`weights_only` loading refuses numpy: `pack` stores arrays as tagged tensors), every generator, and
+each sub-env's state with its wrappers (the time limit's count, the generator; MuJoCo's through
+`mj_getState`: stepping on is bitwise identical). Anything else (a Box2D world) cannot be captured:
+`env_state` says why, and the script restarts the episodes on resume. The script's dict is what a
+checkpoint holds; harness/resume.py reads one back.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from harness.run import CHECKPOINT_FORMAT
 
 
 def save(path: str | Path, state: dict) -> None:
-    """Write `state` to `path` atomically: a process killed while writing leaves the previous file whole."""
+    """Write `state` to `path` atomically:
+    a process killed while writing leaves the previous file whole."""
     path = Path(path)
     for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a process killed while writing
         stale.unlink(missing_ok=True)
@@ -84,7 +86,8 @@ _MUJOCO_ENV = "gymnasium.envs.mujoco.mujoco_env.MujocoEnv"
 
 
 def _encode(value, where: str):
-    """A plain attribute as something `weights_only` loads back, tagged so it decodes to its type."""
+    """A plain attribute as something `weights_only` loads back,
+    tagged so it decodes to its type."""
     if isinstance(value, np.generic):  # before the plain types: np.float64 is a float
         return {"__npscalar__": torch.from_numpy(np.array(value))}
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -94,7 +97,11 @@ def _encode(value, where: str):
     if isinstance(value, np.ndarray):
         return {"__ndarray__": torch.from_numpy(value.copy())}
     if isinstance(value, (tuple, list)):
-        return {"__tuple__" if isinstance(value, tuple) else "__list__": [_encode(v, where) for v in value]}
+        return {
+            "__tuple__" if isinstance(value, tuple) else "__list__": [
+                _encode(v, where) for v in value
+            ]
+        }
     raise _Uncapturable(f"{where} is a {type(value).__name__}")
 
 
@@ -131,13 +138,17 @@ def env_state(envs: gym.vector.VectorEnv) -> tuple[dict | None, str]:
         sub = [[_capture(layer) for layer in layers(env)] for env in envs.envs]
     except _Uncapturable as e:
         return None, f"the env state cannot be captured ({e})"
-    spaces = [space.np_random.bit_generator.state for space in (envs.action_space, envs.single_action_space)]
+    spaces = [
+        space.np_random.bit_generator.state
+        for space in (envs.action_space, envs.single_action_space)
+    ]
     return {"envs": sub, "spaces": spaces}, ""
 
 
 def state_of(obj):
-    """What a checkpoint keeps of one of the objects a script's checkpoint() names: its state_dict(), a numpy
-    generator's state, an array, a tensor or a plain value as it is (harness.resume.load_into puts it back)."""
+    """What a checkpoint keeps of one of the objects a script's checkpoint() names: its
+    state_dict(), a numpy generator's state, an array, a tensor or a plain value as it is
+    (harness.resume.load_into puts it back)."""
     if hasattr(obj, "state_dict"):
         return obj.state_dict()
     if isinstance(obj, np.random.Generator):
@@ -146,8 +157,8 @@ def state_of(obj):
 
 
 def pack(obj):
-    """A script's checkpoint dict with its numpy arrays and scalars as tagged tensors; dicts, lists and tuples
-    are walked, tensors and plain values kept. `harness.resume.unpack` is its inverse."""
+    """A script's checkpoint dict with its numpy arrays and scalars as tagged tensors; dicts, lists
+    and tuples are walked, tensors and plain values kept. `harness.resume.unpack` is its inverse."""
     if isinstance(obj, dict):
         return {k: pack(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -156,8 +167,8 @@ def pack(obj):
 
 
 def content(run, global_step: int, obs: np.ndarray, objects: dict) -> dict:
-    """A run's checkpoint: the state of `objects` (`state_of`) with the step, the envs and `obs`, the running
-    episodes and every generator (`write` adds metrics.csv's length and the clock)."""
+    """A run's checkpoint: the state of `objects` (`state_of`) with the step, the envs and `obs`,
+    the running episodes and every generator (`write` adds metrics.csv's length and the clock)."""
     state = {name: state_of(obj) for name, obj in objects.items()}
     env, note = env_state(run.envs)
     return {
@@ -169,14 +180,17 @@ def content(run, global_step: int, obs: np.ndarray, objects: dict) -> dict:
         "envs": env,
         "envs_note": note,
         "obs": pack(obs),
-        "episodes": pack({"return": run.ep_return, "length": run.ep_length, "recent": run.recent_returns}),
+        "episodes": pack(
+            {"return": run.ep_return, "length": run.ep_length, "recent": run.recent_returns}
+        ),
         "state": pack(state),
     }
 
 
 def keep(run, global_step: int, obs: np.ndarray, objects: dict) -> None:
-    """Run.save_checkpoint: the checkpoint written now, or at the end of a run no signal stopped, held for
-    Run.final_evaluation to write after the evaluation (which a run extended from it keeps)."""
+    """Run.save_checkpoint: the checkpoint written now, or at the end of a run no signal
+    stopped, held for Run.final_evaluation to write after the evaluation (which a run
+    extended from it keeps)."""
     checkpoint = content(run, global_step, obs, objects)
     if run.stop_reason is None and global_step >= run.args.total_timesteps:
         run._final_checkpoint = checkpoint  # nothing it holds changes during the evaluation
@@ -185,8 +199,9 @@ def keep(run, global_step: int, obs: np.ndarray, objects: dict) -> None:
 
 
 def write(run, checkpoint: dict) -> None:
-    """Run._write_checkpoint: `checkpoint` saved in the run folder, after metrics.csv (and TensorBoard's
-    events) up to it are flushed and synced, so they survive a kill; its time and size go to the summary."""
+    """Run._write_checkpoint: `checkpoint` saved in the run folder, after metrics.csv (and
+    TensorBoard's events) up to it are flushed and synced, so they survive a kill; its time and
+    size go to the summary."""
     t0 = time.perf_counter()
     run._flush()
     os.fsync(run.file.fileno())

@@ -37,8 +37,10 @@ import torch.distributed as dist
 from harness.errors import InputError, WorkerError  # noqa: F401 (WorkerError: harness.distributed.WorkerError)
 
 
-DEFAULT_TIMEOUT = 300.0  # seconds; must exceed the longest stretch one rank works alone (rank 0's evaluation)
-_device = torch.device("cpu")  # where collectives put their tensors: cpu for gloo, the local GPU for nccl
+# seconds; must exceed the longest stretch one rank works alone (rank 0's evaluation)
+DEFAULT_TIMEOUT = 300.0
+# where collectives put their tensors: cpu for gloo, the local GPU for nccl
+_device = torch.device("cpu")
 _broken = False  # a collective failed: skip the goodbye barrier
 _all_gather_single = (
     getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -84,7 +86,8 @@ def init(device: torch.device | str = "cpu", timeout: float | None = None) -> in
     missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
         raise WorkerError(
-            f"WORLD_SIZE={os.environ['WORLD_SIZE']} but {', '.join(missing)} unset: launch the workers with torchrun"
+            f"WORLD_SIZE={os.environ['WORLD_SIZE']} but {', '.join(missing)} unset: "
+            "launch the workers with torchrun"
         )
     if timeout is None:
         timeout = float(os.environ.get("RL_DIST_TIMEOUT", DEFAULT_TIMEOUT))
@@ -100,8 +103,9 @@ def init(device: torch.device | str = "cpu", timeout: float | None = None) -> in
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
     except Exception as e:  # the store or the barrier timed out, or the address is unreachable
         raise WorkerError(
-            f"rank {os.environ['RANK']}: could not form a group of {os.environ['WORLD_SIZE']} workers at {where} "
-            f"within {timeout:.0f}s ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+            f"rank {os.environ['RANK']}: could not form a group of {os.environ['WORLD_SIZE']} "
+            f"workers at {where} within {timeout:.0f}s "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
         ) from None
     atexit.register(shutdown, wait=False)  # a crashed script must not wait for its peers
     return dist.get_world_size()
@@ -125,12 +129,12 @@ def shutdown(wait: bool | None = None) -> None:
             work = dist.barrier(async_op=True)
             # gloo's barrier keeps weak references to the collectives before it, and whoever frees
             # the barrier last frees their tensors. If that is gloo's worker thread while Python is
-            # already finalizing, freeing a tensor needs the GIL, the thread is told to exit inside a
-            # noexcept destructor and the process aborts ("terminate called without an active
+            # already finalizing, freeing a tensor needs the GIL, the thread is told to exit inside
+            # a noexcept destructor and the process aborts ("terminate called without an active
             # exception", ~1 exit in 10 with a busy CPU). destroy_process_group does not stop those
             # threads once torch._dynamo, imported when the first optimizer is built (NetworkWrapper
-            # builds it after init), holds the process group. So this process keeps the barrier
-            # for good, from before it completes or fails: nothing of it is freed before the OS does.
+            # builds it after init), holds the process group. So this process keeps the barrier for
+            # good, from before it completes or fails: nothing of it is freed before the OS does.
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(work))
             work.wait()
         except Exception:  # a peer is gone; leaving is all that is left to do
@@ -140,7 +144,8 @@ def shutdown(wait: bool | None = None) -> None:
 
 
 def check_same(config: dict, what: str = "arguments") -> None:
-    """Raise InputError on every worker unless all workers hold the same `config` (a JSON-able dict).
+    """Raise InputError on every worker unless all workers hold the same
+    `config` (a JSON-able dict).
 
     One all_gather of an 8-byte hash; only on a mismatch are the configs themselves gathered,
     to name the fields that differ.
@@ -158,9 +163,12 @@ def check_same(config: dict, what: str = "arguments") -> None:
     for key in sorted(set().union(*(c.keys() for c in configs))):
         values = [c.get(key, "<missing>") for c in configs]
         if any(v != values[0] for v in values):
-            differ.append(f"{key}: " + ", ".join(f"rank {r} has {v!r}" for r, v in enumerate(values)))
+            differ.append(
+                f"{key}: " + ", ".join(f"rank {r} has {v!r}" for r, v in enumerate(values))
+            )
     raise InputError(
-        f"{what} differ across the {len(configs)} workers ({'; '.join(differ)}); give every worker the same command"
+        f"{what} differ across the {len(configs)} workers ({'; '.join(differ)}); "
+        "give every worker the same command"
     )
 
 
@@ -178,7 +186,8 @@ def start_from_rank_0(flat: torch.Tensor, buffers: list[torch.Tensor]) -> None:
     sizes = gather(torch.tensor([flat.numel()], device=flat.device)).tolist()
     if len(set(sizes)) > 1:
         raise ValueError(
-            f"the network differs across workers: {', '.join(f'rank {r} has {n} parameters' for r, n in enumerate(sizes))}"
+            "the network differs across workers: "
+            f"{', '.join(f'rank {r} has {n} parameters' for r, n in enumerate(sizes))}"
         )
     broadcast_(flat)
     for b in buffers:
@@ -187,7 +196,8 @@ def start_from_rank_0(flat: torch.Tensor, buffers: list[torch.Tensor]) -> None:
 
 @torch.no_grad()
 def average_(tensor: torch.Tensor) -> torch.Tensor:
-    """Replace `tensor` in place by its mean over the workers: one all_reduce (no-op in one process).
+    """Replace `tensor` in place by its mean over the workers:
+    one all_reduce (no-op in one process).
 
     SUM then divide: ReduceOp.AVG exists only for nccl.
     """
@@ -221,6 +231,7 @@ def _collective(what: str, fn, *args) -> None:
     except Exception as e:  # a peer closed its connection (died) or the timeout passed
         _broken = True
         raise WorkerError(
-            f"rank {rank()} of {world_size()}: {what} failed, another worker died or stopped answering "
+            f"rank {rank()} of {world_size()}: {what} failed, "
+            "another worker died or stopped answering "
             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
         ) from None

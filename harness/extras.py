@@ -4,15 +4,15 @@ login check (`--track`). A copied script runs without this file until one of tho
 
 - `tensorboard_tag(algo, name)`, `write_tensorboard(folder, writer)`: the TensorBoard tags of the
   metrics (CleanRL's names) and metrics.csv's rows as scalars.
-- `record_first_episode(env, video_dir, index)`: an env that records its first episode; `recorded_envs(make,
-  video_dir, num_envs)`: harness.run.vector_env's makers of such envs.
+- `record_first_episode(env, video_dir, index)`: an env that records its first episode;
+  `recorded_envs(make, video_dir, num_envs)`: harness.run.vector_env's makers of such envs.
 - `open_wandb(args, config, folder)`: the run's wandb run; offline, with a warning, when wandb has
   no login (`wandb_mode()`).
 - `open_tensorboard(folder, resumed_step)`: the run's SummaryWriter.
 - `Sinks`: the run's TensorBoard writer and wandb run, fed what metrics.csv gets (harness.run.Run).
 - `check_packages(args)`: each flag's package is there, or one line naming its requirements file.
-- `compile_checks(args, device)`, `compiled(run, fn, cuda)`: what `--compile` and `--cudagraphs` need (checked
-  with the run flags), and `fn` under torch.compile, its first call timed.
+- `compile_checks(args, device)`, `compiled(run, fn, cuda)`: what `--compile` and `--cudagraphs`
+  need (checked with the run flags), and `fn` under torch.compile, its first call timed.
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ from torch import nn
 
 from harness.errors import InputError
 
-if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+if sys.platform.startswith("linux") and not (
+    os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+):
     # SDL (pygame's frames, drawn for videos) probes for a screen at the first frame and libwayland
     # prints "error: XDG_RUNTIME_DIR is invalid..." where there is none; SDL ends up with the dummy
     # driver anyway
@@ -67,15 +69,16 @@ TENSORBOARD_TAGS_BY_ALGO = {
 
 
 class _FirstEpisodeVideo(gym.wrappers.RecordVideo):
-    """RecordVideo writing its one recording as <name_prefix>.mp4 (its own names add "-episode-<k>")."""
+    """RecordVideo writing its one recording as <name_prefix>.mp4
+    (its own names add "-episode-<k>")."""
 
     def start_recording(self, video_name: str):
         super().start_recording(self.name_prefix)
 
 
 def record_first_episode(env: gym.Env, video_dir: str, index: int) -> gym.Env:
-    """`env` (made with render_mode="rgb_array") writing its first episode to video_dir/episode-<index>.mp4:
-    env i of an evaluation plays its episode i."""
+    """`env` (made with render_mode="rgb_array") writing its first episode to
+    video_dir/episode-<index>.mp4: env i of an evaluation plays its episode i."""
     with warnings.catch_warnings():  # every env of the evaluation writes into the same folder
         warnings.filterwarnings("ignore", message=".*Overwriting existing videos")
         return _FirstEpisodeVideo(
@@ -92,31 +95,41 @@ def _recorded_env(make, video_dir: str, index: int) -> gym.Env:
 
 
 def recorded_envs(make, video_dir: str, num_envs: int) -> list:
-    """vector_env's makers with a `video_dir`: env i, `make("rgb_array")`, records its first episode."""
+    """vector_env's makers with a `video_dir`:
+    env i, `make("rgb_array")`, records its first episode."""
     return [functools.partial(_recorded_env, make, video_dir, i) for i in range(num_envs)]
 
 
 # TensorBoard -----------------------------------------------------------------------------------
 def tensorboard_tag(algo: str, name: str) -> str:
     """The TensorBoard tag of metrics.csv's column `name` in a run of `algo`."""
-    return TENSORBOARD_TAGS_BY_ALGO.get(algo, {}).get(name) or TENSORBOARD_TAGS.get(name, f"charts/{name}")
+    return TENSORBOARD_TAGS_BY_ALGO.get(algo, {}).get(name) or TENSORBOARD_TAGS.get(
+        name, f"charts/{name}"
+    )
 
 
 def tensorboard_writer(folder: Path | None = None, purge_step: int | None = None):
-    """A SummaryWriter on <folder>/tensorboard (each run folder is one run under `tensorboard --logdir runs`);
-    without a folder only checks that the tensorboard package is there (ValueError if not)."""
+    """A SummaryWriter on <folder>/tensorboard (each run folder is one run under
+    `tensorboard --logdir runs`); without a folder only checks that the tensorboard package
+    is there (ValueError if not)."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         raise InputError(
-            "--tensorboard needs the tensorboard package: pip install -r requirements/requirements-viz.txt"
+            "--tensorboard needs the tensorboard package: "
+            "pip install -r requirements/requirements-viz.txt"
         ) from None
-    return None if folder is None else SummaryWriter(str(folder / "tensorboard"), purge_step=purge_step)
+    return (
+        None
+        if folder is None
+        else SummaryWriter(str(folder / "tensorboard"), purge_step=purge_step)
+    )
 
 
 def write_tensorboard(folder: Path, writer) -> int:
-    """Every metric of <folder>/metrics.csv as a scalar at its global_step; returns the number of scalars.
-    Wall times are the run's start (from the folder name, else 0) plus the row's wall_seconds."""
+    """Every metric of <folder>/metrics.csv as a scalar at its global_step; returns the
+    number of scalars. Wall times are the run's start (from the folder name, else 0) plus
+    the row's wall_seconds."""
     algo = json.loads((folder / "config.json").read_text())["algo"]
     stamp = re.search(r"__(\d{8}-\d{6})(-\d+)?$", folder.name)
     start = time.mktime(time.strptime(stamp.group(1), "%Y%m%d-%H%M%S")) if stamp else 0.0
@@ -126,13 +139,16 @@ def write_tensorboard(folder: Path, writer) -> int:
             step, wall = int(row.pop("global_step")), start + float(row.pop("wall_seconds"))
             for name, value in row.items():
                 if value != "":
-                    writer.add_scalar(tensorboard_tag(algo, name), float(value), step, walltime=wall)
+                    writer.add_scalar(
+                        tensorboard_tag(algo, name), float(value), step, walltime=wall
+                    )
                     count += 1
     return count
 
 
 def wandb_mode() -> typing.Literal["offline"] | None:
-    """None (wandb decides) when a key or an offline mode is set; "offline", with a warning, when not logged in."""
+    """None (wandb decides) when a key or an offline mode is set;
+    "offline", with a warning, when not logged in."""
     if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
         return None
     host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or ""
@@ -142,15 +158,16 @@ def wandb_mode() -> typing.Literal["offline"] | None:
     except (FileNotFoundError, netrc.NetrcParseError, OSError):
         pass
     print(
-        "wandb: not logged in (run `wandb login` or set WANDB_API_KEY); logging offline into the run folder, "
-        "upload later with `wandb sync`",
+        "wandb: not logged in (run `wandb login` or set WANDB_API_KEY); "
+        "logging offline into the run folder, upload later with `wandb sync`",
         file=sys.stderr,
     )
     return "offline"
 
 
 def open_wandb(args, config: dict, folder: Path):
-    """The wandb run of a run folder: its name and id from the folder, resumable, offline without a login."""
+    """The wandb run of a run folder:
+    its name and id from the folder, resumable, offline without a login."""
     import wandb
 
     return wandb.init(
@@ -167,9 +184,10 @@ def open_wandb(args, config: dict, folder: Path):
 
 
 def open_tensorboard(folder: Path, resumed_step: int | None):
-    """The run's SummaryWriter. On resume events cannot be cut back like metrics.csv: purge_step makes
-    TensorBoard drop the events of steps after the checkpoint's (the rows cut from metrics.csv); a run
-    that wrote no events before gets the kept rows of metrics.csv first, so its history is whole."""
+    """The run's SummaryWriter. On resume events cannot be cut back like metrics.csv:
+    purge_step makes TensorBoard drop the events of steps after the checkpoint's (the rows cut
+    from metrics.csv); a run that wrote no events before gets the kept rows of metrics.csv
+    first, so its history is whole."""
     if resumed_step is None:
         return tensorboard_writer(folder)
     wrote = any((folder / "tensorboard").glob("events.out.tfevents.*"))
@@ -180,7 +198,8 @@ def open_tensorboard(folder: Path, resumed_step: int | None):
 
 
 class Sinks:
-    """The run's TensorBoard writer (`--tensorboard`) and wandb run (`--track`), fed what metrics.csv gets."""
+    """The run's TensorBoard writer (`--tensorboard`) and wandb run (`--track`),
+    fed what metrics.csv gets."""
 
     def __init__(self, algo: str, args, config: dict, folder: Path, resumed_step: int | None):
         self.algo = algo
@@ -194,7 +213,8 @@ class Sinks:
             for name, value in metrics.items():
                 self.tensorboard.add_scalar(tensorboard_tag(self.algo, name), value, step)
 
-    def flush(self) -> None:  # with metrics.csv: the events up to a checkpoint survive a kill, as the rows do
+    # with metrics.csv: the events up to a checkpoint survive a kill, as the rows do
+    def flush(self) -> None:
         if self.tensorboard is not None:
             self.tensorboard.flush()
 
@@ -209,18 +229,23 @@ class Sinks:
 
 
 def check_packages(args) -> None:
-    """InputError (one line, exit 2) where a flag's package is missing, before the run writes anything."""
+    """InputError (one line, exit 2) where a flag's package is missing,
+    before the run writes anything."""
     import importlib.util
 
     if args.tensorboard:
         tensorboard_writer()
     if args.capture_video and importlib.util.find_spec("moviepy") is None:
-        raise InputError("--capture-video needs moviepy: pip install -r requirements/requirements-video.txt")
+        raise InputError(
+            "--capture-video needs moviepy: pip install -r requirements/requirements-video.txt"
+        )
 
 
 def compile_checks(args, device: torch.device) -> list[tuple[bool, str]]:
     """harness.run.check's (ok, message) pairs for --compile and --cudagraphs on `device`."""
-    compiler = any(shutil.which(cc) for cc in (os.environ.get("CXX", "g++"), "g++", "c++", "clang++"))
+    compiler = any(
+        shutil.which(cc) for cc in (os.environ.get("CXX", "g++"), "g++", "c++", "clang++")
+    )
     return [
         (
             not args.cudagraphs or device.type == "cuda",
@@ -228,16 +253,17 @@ def compile_checks(args, device: torch.device) -> list[tuple[bool, str]]:
         ),
         (
             device.type == "cuda" or compiler,
-            "--compile on a CPU needs a C++ compiler (torch.compile's inductor builds C++ kernels); none found",
+            "--compile on a CPU needs a C++ compiler "
+            "(torch.compile's inductor builds C++ kernels); none found",
         ),
     ]
 
 
 def compiled(run, fn, cuda: bool):
-    """`fn` under torch.compile. A function (the update's loss) is compiled everywhere; a network (acting)
-    on CUDA only, since on a CPU acting runs through a numpy fast path. --cudagraphs: mode="reduce-overhead",
-    torch's own CUDA graphs of what it compiled. A first call compiles: its time goes to
-    `run.compile_seconds` (summary.json, progress), not to the training time."""
+    """`fn` under torch.compile. A function (the update's loss) is compiled everywhere; a network
+    (acting) on CUDA only, since on a CPU acting runs through a numpy fast path. --cudagraphs:
+    mode="reduce-overhead", torch's own CUDA graphs of what it compiled. A first call compiles: its
+    time goes to `run.compile_seconds` (summary.json, progress), not to the training time."""
     module = isinstance(fn, nn.Module)
     if module and not cuda:
         return fn

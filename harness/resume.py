@@ -1,7 +1,7 @@
-"""Resuming a run, imported with `--resume RUN` only: the stored arguments and the run folder checked,
-metrics.csv cut back to the checkpoint, and the generators, envs and running episodes put back as they were.
-`load`, `set_rng_state`, `set_env_state`, `unpack` and `load_into` are the inverses of harness.checkpoint's
-`save`, `rng_state`, `env_state`, `pack` and `state_of`.
+"""Resuming a run, imported with `--resume RUN` only: the stored arguments and the run folder
+checked, metrics.csv cut back to the checkpoint, and the generators, envs and running episodes put
+back as they were. `load`, `set_rng_state`, `set_env_state`, `unpack` and `load_into` are the
+inverses of harness.checkpoint's `save`, `rng_state`, `env_state`, `pack` and `state_of`.
 """
 
 from __future__ import annotations
@@ -42,12 +42,13 @@ RESUMABLE_CHANGES = {
 
 
 def stored_arguments(args_class, folder: Path) -> dict:
-    """The fields of `args_class` stored in the run folder's config.json (lists as tuples); checked before
-    train() builds envs and memory, to fail at once."""
+    """The fields of `args_class` stored in the run folder's config.json (lists as tuples);
+    checked before train() builds envs and memory, to fail at once."""
     stored = stored_config(folder)
     if not (folder / "checkpoint.pt").is_file():
         raise InputError(
-            f"--resume {folder}: no checkpoint.pt there (was the run started with --checkpoint-every?)"
+            f"--resume {folder}: no checkpoint.pt there "
+            "(was the run started with --checkpoint-every?)"
         )
     defaults = {f.name: stored[f.name] for f in dataclasses.fields(args_class) if f.name in stored}
     return {name: tuple(v) if isinstance(v, list) else v for name, v in defaults.items()}
@@ -69,9 +70,9 @@ def stored_config(folder: Path) -> dict:
 
 
 def check_folder(run, config: dict) -> None:
-    """The run folder's config, checkpoint and metrics.csv checked against this run's (InputError, before
-    anything is written); `run` takes the folder, the checkpoint (`saved`, read by `restore`) and the steps it
-    resumed at."""
+    """The run folder's config, checkpoint and metrics.csv checked against this run's (InputError,
+    before anything is written); `run` takes the folder, the checkpoint (`saved`, read by `restore`)
+    and the steps it resumed at."""
     run.path = Path(run.args.resume)
     stored = stored_config(run.path)
     if stored.get("algo") != run.algo:
@@ -82,8 +83,9 @@ def check_folder(run, config: dict) -> None:
     for key in sorted(set(stored) | set(config)):
         if key not in RESUMABLE_CHANGES and stored.get(key, defaults.get(key)) != config.get(key):
             raise InputError(
-                f"--resume {run.path}: --{key.replace('_', '-')} was {stored.get(key)!r} in that run, "
-                f"{config.get(key)!r} now; only the run length, evaluation and logging flags may change"
+                f"--resume {run.path}: --{key.replace('_', '-')} was {stored.get(key)!r} "
+                f"in that run, {config.get(key)!r} now; "
+                "only the run length, evaluation and logging flags may change"
             )
     try:
         saved = load(run.path / "checkpoint.pt")
@@ -104,19 +106,21 @@ def check_folder(run, config: dict) -> None:
 
 
 def reopen(run):
-    """metrics.csv, open to append, cut back to the checkpoint (check_folder's); the run's clock set on;
-    config.json rewritten with this run's (the new length or logging flags)."""
+    """metrics.csv, open to append, cut back to the checkpoint (check_folder's); the run's clock set
+    on; config.json rewritten with this run's (the new length or logging flags)."""
     metrics, saved = run.path / "metrics.csv", run.saved
     run.start = time.perf_counter() - saved["wall_seconds"]
-    os.truncate(metrics, saved["metrics_bytes"])  # rows after the checkpoint are not part of this history
+    # rows after the checkpoint are not part of this history
+    os.truncate(metrics, saved["metrics_bytes"])
     file = open(metrics, "a", newline="")
     (run.path / "config.json").write_text(json.dumps(run.config, indent=2))
     return file
 
 
 def restore(run, envs: gym.vector.VectorEnv, checkpoint: dict) -> tuple[np.ndarray, int]:
-    """Run.begin for a resumed run: the checkpoint's observation and step, with the `checkpoint` objects
-    (`load_into`), generators, envs and running episodes put back (or the envs reset: `run.envs_reset`)."""
+    """Run.begin for a resumed run: the checkpoint's observation and step, with the
+    `checkpoint` objects (`load_into`), generators, envs and running episodes put back (or the
+    envs reset: `run.envs_reset`)."""
     saved, run.saved = run.saved, None
     set_rng_state(saved["rng"])
     state, obs = unpack(saved["state"]), unpack(saved["obs"])
@@ -134,15 +138,17 @@ def restore(run, envs: gym.vector.VectorEnv, checkpoint: dict) -> tuple[np.ndarr
         run.recent_returns = unpack(saved["episodes"])["recent"]  # finished episodes still count
         run.env_note = f"episodes restarted on resume: {saved['envs_note']}"
     print(
-        f"{run.algo}: resumed {run.path} at step {saved['global_step']:,} (envs: {run.env_note})", flush=True
+        f"{run.algo}: resumed {run.path} at step {saved['global_step']:,} (envs: {run.env_note})",
+        flush=True,
     )
     return obs, saved["global_step"]
 
 
 def load_into(target, value, name: str) -> None:
-    """Put a checkpoint's `value` back into the object it was taken from (harness.checkpoint.state_of):
-    load_state_dict, a numpy generator's state, an array's or a tensor's values in place. Nothing where either
-    is None (a memory left out of the checkpoint, or out of this run's: it is refilled)."""
+    """Put a checkpoint's `value` back into the object it was taken from
+    (harness.checkpoint.state_of): load_state_dict, a numpy generator's state, an array's or a
+    tensor's values in place. Nothing where either is None (a memory left out of the checkpoint, or
+    out of this run's: it is refilled)."""
     if target is None or value is None:
         return
     if hasattr(target, "load_state_dict"):
@@ -156,12 +162,14 @@ def load_into(target, value, name: str) -> None:
     else:
         raise TypeError(
             f"cannot put the checkpoint's {name!r} back into a {type(target).__name__} in place; "
-            "give the checkpoint an object with state_dict/load_state_dict, a generator, an array or a tensor"
+            "give the checkpoint an object with state_dict/load_state_dict, "
+            "a generator, an array or a tensor"
         )
 
 
 def load(path: str | Path) -> dict:
-    """Read a checkpoint written by harness.checkpoint.save; ValueError (one line) if it is missing, truncated or not ours."""
+    """Read a checkpoint written by harness.checkpoint.save;
+    ValueError (one line) if it is missing, truncated or not ours."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no checkpoint at {path}")
@@ -193,8 +201,11 @@ def _decode(value, current=None):
         return value
     if "__generator__" in value:
         if current is None:  # an env that was never reset creates its generator lazily
-            current = np.random.Generator(getattr(np.random, value["__generator__"]["bit_generator"])())
-        current.bit_generator.state = value["__generator__"]  # same object: whoever holds it sees the state
+            current = np.random.Generator(
+                getattr(np.random, value["__generator__"]["bit_generator"])()
+            )
+        # same object: whoever holds it sees the state
+        current.bit_generator.state = value["__generator__"]
         return current
     if "__ndarray__" in value:
         return value["__ndarray__"].numpy().copy()
@@ -206,9 +217,12 @@ def _decode(value, current=None):
 
 
 def set_env_state(envs: gym.vector.SyncVectorEnv, state: dict) -> None:
-    """Put the state from harness.checkpoint.env_state back into envs built the same way; ValueError if they differ."""
+    """Put the state from harness.checkpoint.env_state back into envs built the same way;
+    ValueError if they differ."""
     if len(state["envs"]) != len(envs.envs):
-        raise ValueError(f"the checkpoint holds {len(state['envs'])} envs, the run has {len(envs.envs)}")
+        raise ValueError(
+            f"the checkpoint holds {len(state['envs'])} envs, the run has {len(envs.envs)}"
+        )
     for env, stored in zip(envs.envs, state["envs"]):
         mine = layers(env)
         if [type(layer).__name__ for layer in mine] != [layer["type"] for layer in stored]:
@@ -229,7 +243,11 @@ def set_env_state(envs: gym.vector.SyncVectorEnv, state: dict) -> None:
 
 
 def unpack(obj):
-    if isinstance(obj, dict) and len(obj) == 1 and next(iter(obj)) in ("__ndarray__", "__npscalar__"):
+    if (
+        isinstance(obj, dict)
+        and len(obj) == 1
+        and next(iter(obj)) in ("__ndarray__", "__npscalar__")
+    ):
         return _decode(obj)
     if isinstance(obj, dict):
         return {k: unpack(v) for k, v in obj.items()}

@@ -29,7 +29,10 @@ class CountBoxEnv(gym.Env):
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        self.t, self.episode = 0, self.np_random.integers(1, 1000) / 1000  # small inputs for the networks
+        self.t, self.episode = (
+            0,
+            self.np_random.integers(1, 1000) / 1000,
+        )  # small inputs for the networks
         self.end = self.np_random.integers(2, 12)  # sometimes beyond the time limit (truncation)
         return np.array([self.t, self.episode, 0.0], np.float32), {}
 
@@ -104,7 +107,9 @@ class RecordingWrapper(NetworkWrapper):
 
     def record(self, kind: str):
         target = None if self.target is None else flat(self.target)
-        self.events.append(dict(kind=kind, step=ChainEnv.steps, online=flat(self.online), target=target))
+        self.events.append(
+            dict(kind=kind, step=ChainEnv.steps, online=flat(self.online), target=target)
+        )
 
     def train_step(self, loss, *a, **kw):
         self.record("before update")
@@ -137,7 +142,8 @@ def recording_wrapper(base: type, events: list, wrappers: dict) -> type:
 
     def snapshot():
         return {
-            n: (flat(w.online), None if w.target is None else flat(w.target)) for n, w in wrappers.items()
+            n: (flat(w.online), None if w.target is None else flat(w.target))
+            for n, w in wrappers.items()
         }
 
     class RecordingWrapper(base):
@@ -202,7 +208,9 @@ def pid_of_run(spec) -> int | None:
 
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and str(spec) in (proc / "cmdline").read_bytes().decode(errors="ignore"):
+            if proc.name.isdigit() and str(spec) in (proc / "cmdline").read_bytes().decode(
+                errors="ignore"
+            ):
                 return int(proc.name)
         except OSError:
             continue

@@ -145,7 +145,9 @@ CASES = {
 
 
 def make_args(algo: str, tmp_path: Path, **kw):
-    base = dict(run_dir=str(tmp_path), progress=False, eval_episodes=2, save_model=True, device="cpu")
+    base = dict(
+        run_dir=str(tmp_path), progress=False, eval_episodes=2, save_model=True, device="cpu"
+    )
     return MODULES[algo].Args(**{**base, **kw})
 
 
@@ -212,7 +214,9 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_run(tmp_path, monkeypa
     assert (run_dir / "checkpoint.pt").exists()
 
     resumed = module.train(make_args(algo, tmp_path / "ignored", resume=str(run_dir), **kw))
-    assert resumed["run_dir"] == str(run_dir) and resumed["resumed_at"] == [stopped["total_timesteps"]]
+    assert resumed["run_dir"] == str(run_dir) and resumed["resumed_at"] == [
+        stopped["total_timesteps"]
+    ]
     assert resumed["envs_on_resume"] == "restored"
     assert_same_run(resumed, straight)
 
@@ -225,7 +229,11 @@ def test_periodic_checkpoints_and_an_extended_run(tmp_path):
     assert first["completed"] and first["checkpoint_bytes"] > 0
     longer = dict(kw, total_timesteps=1200)
     extended = ddpg.train(make_args("ddpg", tmp_path, resume=first["run_dir"], **longer))
-    assert extended["completed"] and extended["total_timesteps"] == 1200 and extended["resumed_at"] == [900]
+    assert (
+        extended["completed"]
+        and extended["total_timesteps"] == 1200
+        and extended["resumed_at"] == [900]
+    )
     rows = metrics(extended["run_dir"])
     steps = [int(r["global_step"]) for r in rows]
     assert steps == sorted(steps) and steps[-1] == 1200
@@ -250,7 +258,11 @@ def test_resume_without_the_replay_memory_refills_it_before_learning(tmp_path, m
 
 def test_env_that_cannot_be_captured_restarts_its_episodes(tmp_path, monkeypatch):
     kw = dict(
-        env_id="LunarLander-v3", total_timesteps=600, learning_starts=100, batch_size=32, buffer_size=1000
+        env_id="LunarLander-v3",
+        total_timesteps=600,
+        learning_starts=100,
+        batch_size=32,
+        buffer_size=1000,
     )
     with monkeypatch.context() as m:
         stop_at_env_step(m, dqn, calls=250)
@@ -356,7 +368,9 @@ def test_corrupted_checkpoint_is_one_line_and_left_untouched(tmp_path, dqn_run):
         r = cli("dqn", "--resume", str(run))
         assert r.returncode == 2, r.stderr
         lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("dqn: error:") and "checkpoint" in lines[0], r.stderr
+        assert (
+            len(lines) == 1 and lines[0].startswith("dqn: error:") and "checkpoint" in lines[0]
+        ), r.stderr
         assert (run / "checkpoint.pt").read_bytes() == broken and (
             run / "metrics.csv"
         ).read_bytes() == metrics_before
@@ -383,7 +397,9 @@ def test_resume_refuses_a_changed_algorithm_argument(tmp_path, dqn_run):
 @pytest.mark.slow
 def test_resume_refuses_another_algorithms_run_or_checkpoint(tmp_path, dqn_run):
     r = cli("sarsa", "--resume", str(dqn_run))
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "'dqn'" in r.stderr, r.stderr
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "'dqn'" in r.stderr, (
+        r.stderr
+    )
     # a sarsa checkpoint dropped into the dqn run folder
     sarsa_run = sarsa.train(
         sarsa.Args(
@@ -399,12 +415,16 @@ def test_resume_refuses_another_algorithms_run_or_checkpoint(tmp_path, dqn_run):
     (run / "checkpoint.pt").write_bytes((Path(sarsa_run["run_dir"]) / "checkpoint.pt").read_bytes())
     r = cli("dqn", "--resume", str(run))
     assert (
-        r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "'sarsa' checkpoint" in r.stderr
+        r.returncode == 2
+        and len(r.stderr.strip().splitlines()) == 1
+        and "'sarsa' checkpoint" in r.stderr
     ), r.stderr
     r = cli("dqn", "--resume", str(tmp_path / "nowhere"))
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "no config.json" in r.stderr, (
-        r.stderr
-    )
+    assert (
+        r.returncode == 2
+        and len(r.stderr.strip().splitlines()) == 1
+        and "no config.json" in r.stderr
+    ), r.stderr
 
 
 def test_checkpoint_files_hold_no_code(tmp_path, dqn_run):
@@ -465,7 +485,9 @@ def test_resume_arguments_come_from_the_run_folder(monkeypatch, dqn_run):
     stored = json.loads((dqn_run / "config.json").read_text())
     assert args.batch_size == 32 and args.buffer_size == 1000 and args.resume == str(dqn_run)
     assert {k: v for k, v in dataclasses.asdict(args).items() if k != "resume"} == {
-        k: tuple(v) if isinstance(v, list) else v for k, v in stored.items() if k not in ("algo", "resume")
+        k: tuple(v) if isinstance(v, list) else v
+        for k, v in stored.items()
+        if k not in ("algo", "resume")
     }
 
 
@@ -474,10 +496,20 @@ def test_global_generators_round_trip_through_a_checkpoint_file(tmp_path):
 
     random.seed(5), np.random.seed(5), torch.manual_seed(5)
     harness.checkpoint.save(tmp_path / "c.pt", {"format": 1, "rng": harness.checkpoint.rng_state()})
-    first = (random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist(), random.gauss(0, 1))
+    first = (
+        random.random(),
+        np.random.rand(3).tolist(),
+        torch.rand(3).tolist(),
+        random.gauss(0, 1),
+    )
     random.seed(9), np.random.seed(9), torch.manual_seed(9)
     harness.resume.set_rng_state(harness.resume.load(tmp_path / "c.pt")["rng"])
-    assert (random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist(), random.gauss(0, 1)) == first
+    assert (
+        random.random(),
+        np.random.rand(3).tolist(),
+        torch.rand(3).tolist(),
+        random.gauss(0, 1),
+    ) == first
 
 
 # checkpoints every --checkpoint-every env steps ------------------------------------------------
@@ -493,7 +525,11 @@ CADENCE = {
     ),
     "ddpg": (
         dict(
-            env_id="Pendulum-v1", learning_starts=200, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32)
+            env_id="Pendulum-v1",
+            learning_starts=200,
+            batch_size=32,
+            buffer_size=1000,
+            hidden_sizes=(32, 32),
         ),
         100,
         699,
@@ -501,7 +537,11 @@ CADENCE = {
     ),
     "naf": (
         dict(
-            env_id="Pendulum-v1", learning_starts=200, batch_size=32, buffer_size=1000, hidden_sizes=(32, 32)
+            env_id="Pendulum-v1",
+            learning_starts=200,
+            batch_size=32,
+            buffer_size=1000,
+            hidden_sizes=(32, 32),
         ),
         100,
         699,
@@ -540,4 +580,7 @@ def test_a_checkpoint_each_time_the_step_count_passes_a_multiple_of_checkpoint_e
     )
     assert summary["completed"] and summary["total_timesteps"] == expected[-1]
     assert written == expected
-    assert harness.resume.load(Path(summary["run_dir"]) / "checkpoint.pt")["global_step"] == expected[-1]
+    assert (
+        harness.resume.load(Path(summary["run_dir"]) / "checkpoint.pt")["global_step"]
+        == expected[-1]
+    )

@@ -125,7 +125,11 @@ def test_slurm_backend_runs_the_cells_and_skips_finished_ones(suites, tmp_path, 
     assert [p.name.split("__")[2] for p in runs] == ["s1", "s2"], "the local backend's folders"
     for p in runs:
         r = result(p)
-        assert r["status"] == "ok" and r["summary"]["completed"] and r["summary"]["total_timesteps"] == 300
+        assert (
+            r["status"] == "ok"
+            and r["summary"]["completed"]
+            and r["summary"]["total_timesteps"] == 300
+        )
         assert list(p.glob("*/metrics.csv"))
     assert list((results / "tiny" / "submitit").glob("*_log.out")), "submitit ran the tasks"
     before = {p: (p / "result.json").stat().st_mtime_ns for p in runs}
@@ -150,7 +154,12 @@ def test_task_stopped_by_slurm_is_requeued_and_resumes_to_the_uninterrupted_resu
     submitit asks for them): the run checkpoints, the task is requeued, the run resumes, not restarts."""
     results = tmp_path / "results"
     ns = argparse.Namespace(
-        submitit_cluster="local", time_limit=10, cpus_per_task=1, partition=None, slurm_option=[], workers=1
+        submitit_cluster="local",
+        time_limit=10,
+        cpus_per_task=1,
+        partition=None,
+        slurm_option=[],
+        workers=1,
     )
     executor = cluster.make_executor(ns, tmp_path / "submitit", "test", 1)
     cell = next(c for c in load_suite("tiny", suites).cells if c.env == "Acrobot-v1")
@@ -181,7 +190,10 @@ def _children(pid: int) -> list[int]:
     out = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+            if (
+                proc.name.isdigit()
+                and int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid
+            ):
                 out.append(int(proc.name))
         except (OSError, IndexError, ValueError):
             continue
@@ -197,7 +209,9 @@ def _pid_of_run(spec: Path) -> int:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the run's process in /proc")
-def test_run_killed_mid_run_resumes_from_its_checkpoint_next_time(suites, straight, tmp_path, capsys):
+def test_run_killed_mid_run_resumes_from_its_checkpoint_next_time(
+    suites, straight, tmp_path, capsys
+):
     """SIGKILL (no chance to checkpoint) after a periodic checkpoint: the sweep records the run as
     killed; the same command again resumes it from that checkpoint to the uninterrupted result."""
     results = tmp_path / "results"
@@ -220,7 +234,9 @@ def test_run_killed_mid_run_resumes_from_its_checkpoint_next_time(suites, straig
     r = result(run_dir)
     assert r["status"] == "ok", r.get("error")
     (resumed_at,) = r["summary"]["resumed_at"]
-    assert resumed_at > 0 and resumed_at % 1000 == 0, "from the last periodic checkpoint, not from the start"
+    assert resumed_at > 0 and resumed_at % 1000 == 0, (
+        "from the last periodic checkpoint, not from the start"
+    )
     assert metrics(run_dir) == metrics(straight)
     assert r["summary"]["eval_return_mean"] == result(straight)["summary"]["eval_return_mean"]
 
@@ -245,13 +261,23 @@ def test_a_run_stopped_by_timeout_resumes_from_its_checkpoint_next_time(tmp_path
     (which the same command would skip) but resumes from that checkpoint when the command runs again."""
     suites = tmp_path / "suites.toml"
     suites.write_text(LONG)
-    argv = ["--suite", "long", "--suites-file", str(suites), "--results-dir", str(tmp_path / "results")]
+    argv = [
+        "--suite",
+        "long",
+        "--suites-file",
+        str(suites),
+        "--results-dir",
+        str(tmp_path / "results"),
+    ]
     argv += ["--checkpoint-every", "500", "--timeout", "20", "--status-every", "1000"]
     assert run.main(argv) == 1, "stopped before its budget: not ok"
     (run_dir,) = (tmp_path / "results" / "long" / "runs").iterdir()
     first = result(run_dir)
     assert first["status"] == "preempted", first.get("error")
-    assert "timed out after 20 s (--timeout); it resumes from its checkpoint next time" in first["error"]
+    assert (
+        "timed out after 20 s (--timeout); it resumes from its checkpoint next time"
+        in first["error"]
+    )
     capsys.readouterr()
     run.main(argv)
     assert "1 to run" in capsys.readouterr().out
@@ -316,12 +342,15 @@ def test_bad_slurm_flags_are_one_line_and_exit_2(suites, tmp_path, capsys):
 
 
 def test_slurm_backend_without_slurm_is_one_line_and_exit_2(suites, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("PATH", str(tmp_path))  # no srun, no sbatch: submitit's own answer is a traceback
+    monkeypatch.setenv(
+        "PATH", str(tmp_path)
+    )  # no srun, no sbatch: submitit's own answer is a traceback
     assert run.main(args(suites, tmp_path, "--backend", "slurm")) == 2
     err = capsys.readouterr().err
-    assert err.startswith("run: error: --backend slurm: no SLURM on this machine") and err.count("\n") == 1, (
-        err
-    )
+    assert (
+        err.startswith("run: error: --backend slurm: no SLURM on this machine")
+        and err.count("\n") == 1
+    ), err
 
 
 def _commands(script: str) -> list[list[str]]:
@@ -329,7 +358,11 @@ def _commands(script: str) -> list[list[str]]:
     import shlex
 
     out = []
-    for doc in (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"):
+    for doc in (
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        ROOT / "benchmarks" / "README.md",
+    ):
         text = doc.read_text().replace("\\\n", " ")
         out += [
             shlex.split(line.split("#")[0])[2:]

@@ -84,7 +84,9 @@ def test_n_step_returns_no_gradient_and_bad_input():
     with pytest.raises(ValueError):
         n_step_returns(torch.ones(3), torch.ones(3), torch.zeros(3), torch.zeros(3), 0.9)
     with pytest.raises(ValueError):
-        n_step_returns(torch.ones(3, 2), torch.ones(3, 2), torch.zeros(3, 2), torch.zeros(3, 2), 0.9, n=0)
+        n_step_returns(
+            torch.ones(3, 2), torch.ones(3, 2), torch.zeros(3, 2), torch.zeros(3, 2), 0.9, n=0
+        )
 
 
 # ---- target sync --------------------------------------------------------------------------------
@@ -198,7 +200,9 @@ def test_adam_steps_and_soft_syncs_match_torch_bit_for_bit(l2, clip, decay):
     lr_lambda = (lambda u: 1.0 - u / 20) if decay else None
 
     def wrapper(module):
-        return NetworkWrapper(module, lr=1e-2, l2=l2, clip_grad_norm=clip, lr_lambda=lr_lambda, target=True)
+        return NetworkWrapper(
+            module, lr=1e-2, l2=l2, clip_grad_norm=clip, lr_lambda=lr_lambda, target=True
+        )
 
     w, ref = wrapper(copy.deepcopy(net)), wrapper(copy.deepcopy(net))
     assert w.target_flat is not None
@@ -214,7 +218,9 @@ def test_adam_steps_and_soft_syncs_match_torch_bit_for_bit(l2, clip, decay):
             state = copy.deepcopy(w.state_dict())
             w = wrapper(NetWithBuffers())
             w.load_state_dict(state)
-    assert w.optimizer.state[w.flat_param]["step"].item() == 8  # Adam's step count survived the round trip
+    assert (
+        w.optimizer.state[w.flat_param]["step"].item() == 8
+    )  # Adam's step count survived the round trip
     for mine, theirs in ((w.online, ref.online), (w.target, ref.target)):
         for (name, a), b in zip(mine.state_dict().items(), theirs.state_dict().values()):
             assert torch.equal(a, b), name
@@ -243,7 +249,10 @@ def test_rmsprop_steps_match_torch_bit_for_bit(centered, clip, decay):
     w, ref = wrapper(copy.deepcopy(net)), wrapper(copy.deepcopy(net))
     ref._step = ref.optimizer.step  # torch's own step
     calls = []
-    w._rmsprop_step = lambda *a, _own=w._rmsprop_step: (calls.append(1), _own(*a))  # the own path really runs
+    w._rmsprop_step = lambda *a, _own=w._rmsprop_step: (
+        calls.append(1),
+        _own(*a),
+    )  # the own path really runs
     for step in range(8):
         x = torch.randn(16, 3)
         w.train_step(w.online(x).pow(2).mean())
@@ -252,7 +261,9 @@ def test_rmsprop_steps_match_torch_bit_for_bit(centered, clip, decay):
             state = copy.deepcopy(w.state_dict())
             w = wrapper(NetWithBuffers())
             w.load_state_dict(state)
-    assert len(calls) == 4  # steps 2-5 of the first wrapper (its first step builds the state through step())
+    assert (
+        len(calls) == 4
+    )  # steps 2-5 of the first wrapper (its first step builds the state through step())
     assert w.optimizer.state[w.flat_param]["step"].item() == 8
     for (name, a), b in zip(w.online.state_dict().items(), ref.online.state_dict().values()):
         assert torch.equal(a, b), name
@@ -344,7 +355,8 @@ def test_true_next_obs_takes_the_final_observation_where_an_episode_ended():
     from gymnasium.vector import AutoresetMode
 
     envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.make("CartPole-v1", max_episode_steps=3)] * 2, autoreset_mode=AutoresetMode.SAME_STEP
+        [lambda: gym.make("CartPole-v1", max_episode_steps=3)] * 2,
+        autoreset_mode=AutoresetMode.SAME_STEP,
     )
     obs, _ = envs.reset(seed=0)
     for _ in range(2):

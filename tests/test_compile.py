@@ -108,7 +108,9 @@ def test_resume_keeps_the_compile_mode_and_reads_folders_written_before_it(tmp_p
 def test_impossible_combinations_are_refused_in_one_line(monkeypatch):
     with pytest.raises(InputError, match="--cudagraphs needs a CUDA device"):
         harness.run.check(RunArgs(cudagraphs=True, device="cpu"))
-    monkeypatch.setattr(harness.extras.shutil, "which", lambda command: None)  # no C++ compiler on the PATH
+    monkeypatch.setattr(
+        harness.extras.shutil, "which", lambda command: None
+    )  # no C++ compiler on the PATH
     with pytest.raises(InputError, match="--compile on a CPU needs a C\\+\\+ compiler"):
         harness.run.check(RunArgs(compile=True, device="cpu"))
     harness.run.check(RunArgs(device="cpu"))  # eager needs no compiler
@@ -117,7 +119,10 @@ def test_impossible_combinations_are_refused_in_one_line(monkeypatch):
 def test_device_auto_takes_the_gpu_only_for_atari(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     device = lambda **kw: harness.run._device(RunArgs(**kw)).type  # noqa: E731
-    assert device(env_id="ALE/Breakout-v5") == "cuda" and device(env_id="BreakoutNoFrameskip-v4") == "cuda"
+    assert (
+        device(env_id="ALE/Breakout-v5") == "cuda"
+        and device(env_id="BreakoutNoFrameskip-v4") == "cuda"
+    )
     assert device(env_id="CartPole-v1") == "cpu" and device(env_id="MinAtar/Breakout-v1") == "cpu"
     assert (
         device(env_id="CartPole-v1", device="cuda") == "cuda"
@@ -136,12 +141,16 @@ class Edited(nn.Module):
         return -self.net(x) + 1.0  # an edit a numpy fast path built from self.net would miss
 
 
-def test_compiled_network_runs_the_edited_forward_and_its_compile_time_is_counted(tmp_path, monkeypatch):
+def test_compiled_network_runs_the_edited_forward_and_its_compile_time_is_counted(
+    tmp_path, monkeypatch
+):
     torch.compiler.reset()
     args = dataclasses.replace(RunArgs(), compile=True, run_dir=str(tmp_path), progress=False)
     run = Run("dqn", args, "loss")
     net = Edited()
-    assert run.compile(net) is net  # on a CPU acting is not compiled (the numpy fast path serves it)
+    assert (
+        run.compile(net) is net
+    )  # on a CPU acting is not compiled (the numpy fast path serves it)
     monkeypatch.setattr(harness.run, "_device", lambda a: torch.device("cuda"))  # as if on a GPU
     compiled = run.compile(net)
     assert compiled is not net and compiled.net is net.net  # the layers stay reachable

@@ -65,15 +65,22 @@ def test_every_script_trains_on_the_gpu_and_its_model_loads_on_a_cpu(tmp_path, c
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
-def test_stopped_and_resumed_on_the_gpu_equals_the_uninterrupted_run_there(tmp_path, monkeypatch, case):
+def test_stopped_and_resumed_on_the_gpu_equals_the_uninterrupted_run_there(
+    tmp_path, monkeypatch, case
+):
     algo, kw = CASES[case]
     module = MODULES[algo]
     straight = module.train(make_args(algo, tmp_path / "straight", **on_gpu(**kw)))
     with monkeypatch.context() as m:
         stop_at_env_step(m, module, calls=137)
         stopped = module.train(make_args(algo, tmp_path / "resumed", **on_gpu(**kw)))
-    assert stopped["error"] == "preempted" and 0 < stopped["total_timesteps"] < straight["total_timesteps"]
-    resumed = module.train(make_args(algo, tmp_path / "ignored", resume=stopped["run_dir"], **on_gpu(**kw)))
+    assert (
+        stopped["error"] == "preempted"
+        and 0 < stopped["total_timesteps"] < straight["total_timesteps"]
+    )
+    resumed = module.train(
+        make_args(algo, tmp_path / "ignored", resume=stopped["run_dir"], **on_gpu(**kw))
+    )
     assert resumed["device"] == "cuda"
     assert_same_run(resumed, straight)
 
@@ -81,7 +88,9 @@ def test_stopped_and_resumed_on_the_gpu_equals_the_uninterrupted_run_there(tmp_p
 @pytest.mark.slow
 @pytest.mark.parametrize("gpu_first", [True, False])
 @pytest.mark.parametrize("case", ["dqn-CartPole", "a2c-Pendulum", "naf-Pendulum"])
-def test_a_checkpoint_moves_between_a_gpu_machine_and_a_cpu_one(tmp_path, monkeypatch, case, gpu_first):
+def test_a_checkpoint_moves_between_a_gpu_machine_and_a_cpu_one(
+    tmp_path, monkeypatch, case, gpu_first
+):
     """With `--device auto` (the default) a run preempted on a GPU node resumes on a CPU-only one,
     and the other way round; naming another device than the run's is refused in one line."""
     algo, kw = CASES[case]
@@ -94,7 +103,9 @@ def test_a_checkpoint_moves_between_a_gpu_machine_and_a_cpu_one(tmp_path, monkey
         stopped = module.train(make_args(algo, tmp_path, **auto))
     assert stopped["error"] == "preempted" and stopped["device"] == ("cuda" if gpu_first else "cpu")
     other = "cpu" if gpu_first else "cuda"
-    with pytest.raises(InputError, match=re.escape(f"--device was 'auto' in that run, '{other}' now")):
+    with pytest.raises(
+        InputError, match=re.escape(f"--device was 'auto' in that run, '{other}' now")
+    ):
         module.train(make_args(algo, tmp_path, resume=stopped["run_dir"], **dict(kw, device=other)))
     with monkeypatch.context() as m:
         if gpu_first:
@@ -125,7 +136,8 @@ def test_replay_memory_lives_on_the_gpu_and_samples_the_rows_the_cpu_one_samples
         for m in mems.values():
             m.add(*rows)
     assert all(
-        t.is_cuda for t in (mems["gpu"].obs, mems["gpu"].actions, mems["gpu"].rewards, mems["gpu"].next_obs)
+        t.is_cuda
+        for t in (mems["gpu"].obs, mems["gpu"].actions, mems["gpu"].rewards, mems["gpu"].next_obs)
     )
     for _ in range(3):
         a, b = mems["host"].sample(64), mems["gpu"].sample(64)
@@ -163,7 +175,9 @@ def test_frame_memory_sends_the_same_batches_to_the_gpu():
         "naf-Pendulum-twin",
     ],
 )
-def test_compiled_and_graph_replayed_updates_give_the_eager_metrics_on_the_gpu(tmp_path, case, mode):
+def test_compiled_and_graph_replayed_updates_give_the_eager_metrics_on_the_gpu(
+    tmp_path, case, mode
+):
     from test_compile import AGAINST_EAGER, close, train
 
     algo, kw = AGAINST_EAGER[case]
@@ -179,7 +193,9 @@ def test_compiled_and_graph_replayed_updates_give_the_eager_metrics_on_the_gpu(t
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["dqn-CartPole", "ddpg-Pendulum"])
-def test_stopped_and_resumed_under_cudagraphs_equals_the_uninterrupted_run(tmp_path, monkeypatch, case):
+def test_stopped_and_resumed_under_cudagraphs_equals_the_uninterrupted_run(
+    tmp_path, monkeypatch, case
+):
     from test_compile import train
 
     algo, kw = CASES[case]
@@ -196,4 +212,7 @@ def test_cudagraphs_is_taken_on_the_gpu_and_auto_picks_it_for_atari():
     from harness.run import RunArgs, _device, check
 
     check(RunArgs(cudagraphs=True, device="cuda"))
-    assert _device(RunArgs(env_id="ALE/Breakout-v5")).type == "cuda" and _device(RunArgs()).type == "cpu"
+    assert (
+        _device(RunArgs(env_id="ALE/Breakout-v5")).type == "cuda"
+        and _device(RunArgs()).type == "cpu"
+    )

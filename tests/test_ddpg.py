@@ -16,7 +16,16 @@ import numpy as np
 import probes
 import pytest
 import torch
-from ddpg import Actor, Args, Critic, ExplorationNoise, ddpg_targets, deterministic_policy, load_policy, train
+from ddpg import (
+    Actor,
+    Args,
+    Critic,
+    ExplorationNoise,
+    ddpg_targets,
+    deterministic_policy,
+    load_policy,
+    train,
+)
 from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,7 +85,8 @@ def test_actor_stays_within_asymmetric_bounds_and_numpy_policy_matches_torch():
         expected = actor(torch.as_tensor(obs)).numpy()
     assert (expected >= space.low - 1e-6).all() and (expected <= space.high + 1e-6).all()
     assert (
-        np.isclose(expected, space.low, atol=1e-3).any() and np.isclose(expected, space.high, atol=1e-3).any()
+        np.isclose(expected, space.low, atol=1e-3).any()
+        and np.isclose(expected, space.high, atol=1e-3).any()
     )
     act = deterministic_policy(actor, torch.device("cpu"))
     np.testing.assert_allclose(act(obs), expected, rtol=1e-5, atol=1e-5)
@@ -117,7 +127,11 @@ def test_critic_targets_by_hand():
 def test_critic_targets_use_the_target_networks_without_gradient():
     torch.manual_seed(0)
     actor, critic = Actor(3, gym.spaces.Box(-2, 2, (2,)), (8,)), Critic(3, 2, (8,))
-    next_obs, rewards, terminated = torch.randn(6, 3), torch.randn(6), torch.tensor([0.0, 1, 0, 0, 1, 0])
+    next_obs, rewards, terminated = (
+        torch.randn(6, 3),
+        torch.randn(6),
+        torch.tensor([0.0, 1, 0, 0, 1, 0]),
+    )
     targets = ddpg_targets(critic, actor, rewards, next_obs, terminated, 0.99)
     with torch.no_grad():
         expected = rewards + 0.99 * (1 - terminated) * critic(next_obs, actor(next_obs))
@@ -153,7 +167,9 @@ def test_evaluation_scores_short_episodes_over_100_and_long_ones_over_10(tmp_pat
     assert summary["eval_episodes"] == 100
     (config,) = tmp_path.glob("*/config.json")
     assert json.loads(config.read_text())["eval_episodes"] == 100  # what tools/evaluate.py repeats
-    assert train(small_args(tmp_path, eval_episodes=3, seed=2))["eval_episodes"] == 3  # a given count stays
+    assert (
+        train(small_args(tmp_path, eval_episodes=3, seed=2))["eval_episodes"] == 3
+    )  # a given count stays
 
 
 def test_smoke_run_takes_gradient_steps_and_writes_the_run_folder(tmp_path):
@@ -254,7 +270,9 @@ def test_episode_ends_store_the_true_final_observation(tmp_path, monkeypatch):
 
     class RecordingMemory(ddpg.ReplayMemory):
         def add(self, obs, actions, rewards, next_obs, terminated, valid=None):
-            added.append((np.array(obs), np.array(actions), np.array(next_obs), np.array(terminated)))
+            added.append(
+                (np.array(obs), np.array(actions), np.array(next_obs), np.array(terminated))
+            )
             super().add(obs, actions, rewards, next_obs, terminated, valid)
 
     monkeypatch.setattr(ddpg, "ReplayMemory", RecordingMemory)
@@ -271,7 +289,9 @@ def test_episode_ends_store_the_true_final_observation(tmp_path, monkeypatch):
     assert truncations.any() and terminated.any()
 
 
-def test_targets_move_by_the_rate_after_each_actor_update_and_bootstrap_reads_them(tmp_path, monkeypatch):
+def test_targets_move_by_the_rate_after_each_actor_update_and_bootstrap_reads_them(
+    tmp_path, monkeypatch
+):
     events, wrappers, bootstraps = [], {}, []
     real_targets = ddpg.ddpg_targets
 
@@ -324,7 +344,9 @@ def test_targets_move_by_the_rate_after_each_actor_update_and_bootstrap_reads_th
     steps = [(name, before[name]) for kind, name, _, before, _ in events if kind == "step"]
     for n in ("Critic", "Actor"):
         mine = [(online, target) for name, (online, target) in steps if name == n]
-        assert torch.equal(*mine[0]) and all(not torch.equal(online, target) for online, target in mine[1:])
+        assert torch.equal(*mine[0]) and all(
+            not torch.equal(online, target) for online, target in mine[1:]
+        )
 
 
 def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
@@ -353,14 +375,23 @@ def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
 )
 def test_bad_input_gives_one_line_and_exit_2(tmp_path, argv, message):
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "algos" / "ddpg.py"), *argv, "--run-dir", str(tmp_path), "--no-progress"],
+        [
+            sys.executable,
+            str(ROOT / "algos" / "ddpg.py"),
+            *argv,
+            "--run-dir",
+            str(tmp_path),
+            "--no-progress",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ddpg: error: ") and message in lines[0], proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("ddpg: error: ") and message in lines[0], (
+        proc.stderr
+    )
     assert "Traceback" not in proc.stderr
     assert not any(tmp_path.iterdir())  # no run folder for a run that never started
 
@@ -442,7 +473,9 @@ def test_actor_step_ascends_q_and_leaves_the_critic_unchanged(tmp_path, monkeypa
         def train_step(self, loss):
             out = super().train_step(loss)
             if self.name == "Actor":
-                torch.testing.assert_close(self.flat_grad, pending.pop("expected"), rtol=1e-4, atol=1e-7)
+                torch.testing.assert_close(
+                    self.flat_grad, pending.pop("expected"), rtol=1e-4, atol=1e-7
+                )
                 checked.append(True)
             return out
 
@@ -482,9 +515,15 @@ def test_exploration_and_replay_sampling_draw_independent_streams(tmp_path, monk
     for seed in (1, 1, 2):
         train(box_args(tmp_path, total_timesteps=110, seed=seed))
     draws = {k: [rng.random(8) for rng in v] for k, v in streams.items()}
-    assert not np.array_equal(draws["noise"][0], draws["replay"][0])  # the same seed, two different streams
-    for k in draws:  # derived from the seed: the same seed gives the same stream, another seed another
-        assert np.array_equal(draws[k][0], draws[k][1]) and not np.array_equal(draws[k][0], draws[k][2])
+    assert not np.array_equal(
+        draws["noise"][0], draws["replay"][0]
+    )  # the same seed, two different streams
+    for (
+        k
+    ) in draws:  # derived from the seed: the same seed gives the same stream, another seed another
+        assert np.array_equal(draws[k][0], draws[k][1]) and not np.array_equal(
+            draws[k][0], draws[k][2]
+        )
 
 
 def test_image_observations_give_one_line_and_exit_2(tmp_path, capsys):

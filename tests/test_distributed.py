@@ -35,7 +35,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_workers(fn, *args, nprocs: int = 2, ranks: list[int] | None = None, timeout: float = 20.0) -> None:
+def run_workers(
+    fn, *args, nprocs: int = 2, ranks: list[int] | None = None, timeout: float = 20.0
+) -> None:
     """Start `fn(i, port, world, *args)` in `nprocs` fresh processes that act as torchrun workers
     (RANK = ranks[i], WORLD_SIZE = nprocs); re-raise the first worker's exception here."""
     multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", "common"])
@@ -89,7 +91,12 @@ def all_equal_across_ranks(t: torch.Tensor) -> bool:
 def test_single_process_needs_no_process_group(monkeypatch):
     for k in ("WORLD_SIZE", "RANK"):
         monkeypatch.delenv(k, raising=False)
-    assert (distributed.world_size(), distributed.rank(), distributed.is_main(), distributed.launched()) == (
+    assert (
+        distributed.world_size(),
+        distributed.rank(),
+        distributed.is_main(),
+        distributed.launched(),
+    ) == (
         1,
         0,
         True,
@@ -118,7 +125,10 @@ def _train_two_workers(rank, steps, optimizer):
     reference = copy.deepcopy(net.online)  # plain module for the one-process gradient
     assert all_equal_across_ranks(net.flat_param)
     torch.testing.assert_close(
-        nn.utils.parameters_to_vector(net.target.parameters()), net.flat_param.detach(), rtol=0, atol=0
+        nn.utils.parameters_to_vector(net.target.parameters()),
+        net.flat_param.detach(),
+        rtol=0,
+        atol=0,
     )
     rank0 = mlp(seed=0)
     torch.testing.assert_close(
@@ -144,7 +154,9 @@ def _train_two_workers(rank, steps, optimizer):
 
         _, grad_norm = net.train_step(nn.functional.mse_loss(net.online(x), y))
         torch.testing.assert_close(grad_norm, expected_norm, rtol=1e-5, atol=1e-7)
-        torch.testing.assert_close(net.flat_grad, expected_clipped, rtol=1e-5, atol=1e-7)  # after clipping
+        torch.testing.assert_close(
+            net.flat_grad, expected_clipped, rtol=1e-5, atol=1e-7
+        )  # after clipping
         assert all_equal_across_ranks(net.flat_param), (
             f"weights differ across workers after update {step + 1}"
         )
@@ -216,7 +228,9 @@ def _lonely(rank, out_dir):
 def test_missing_worker_times_out_with_a_clear_message(tmp_path):
     run_workers(_lonely, tmp_path, ranks=[0], timeout=2.0)  # WORLD_SIZE 2, rank 1 never starts
     seconds, message = (tmp_path / "message.txt").read_text().split("\n", 1)
-    assert "could not form a group of 2 workers at 127.0.0.1:" in message and "within 2s" in message, message
+    assert (
+        "could not form a group of 2 workers at 127.0.0.1:" in message and "within 2s" in message
+    ), message
     assert float(seconds) < 15
 
 
@@ -289,7 +303,9 @@ def test_script_runs_unchanged_under_torchrun_with_two_workers(tmp_path, algo):
         2 * 4 * 5
     )  # steps counted over both workers
     assert summary["eval_episodes"] > 0 and (runs[0] / "model.pt").exists()
-    assert p.stdout.count(f"{algo}: done in") == 1 and "x 2 workers" in p.stdout  # one worker prints
+    assert (
+        p.stdout.count(f"{algo}: done in") == 1 and "x 2 workers" in p.stdout
+    )  # one worker prints
 
 
 def _reward_statistics(rank, out_dir):
@@ -367,7 +383,9 @@ def test_script_workers_with_different_arguments_stop_with_one_line(tmp_path):
             "--no-progress",
         ]
         procs.append(
-            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            )
         )
     for p in procs:
         _, stderr = p.communicate(timeout=DEADLINE)

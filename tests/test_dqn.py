@@ -37,7 +37,13 @@ class CountEnv(gym.Env):
 
     def step(self, action):
         self.t += 1
-        return np.array([self.t, self.episode], np.float32), 1.0, bool(self.t == self.end), False, {}
+        return (
+            np.array([self.t, self.episode], np.float32),
+            1.0,
+            bool(self.t == self.end),
+            False,
+            {},
+        )
 
 
 gym.register("CountEnv-v0", entry_point=CountEnv, max_episode_steps=6)
@@ -73,7 +79,9 @@ def test_stored_transitions_never_cross_a_reset(tmp_path, monkeypatch, num_envs)
             super().add(obs, actions, rewards, next_obs, terminated, valid, done)
 
     monkeypatch.setattr(dqn, "ReplayMemory", RecordingMemory)
-    summary = dqn.train(small_args(tmp_path, env_id="CountEnv-v0", num_envs=num_envs, total_timesteps=300))
+    summary = dqn.train(
+        small_args(tmp_path, env_id="CountEnv-v0", num_envs=num_envs, total_timesteps=300)
+    )
     obs = np.concatenate([s[0] for s in stored])
     next_obs = np.concatenate([s[1] for s in stored])
     terminated = np.concatenate([s[2] for s in stored])
@@ -104,7 +112,9 @@ def test_smoke_run_folder_and_summary(tmp_path):
         "completed",
     ]:
         assert key in summary
-    assert summary["completed"] and summary["total_timesteps"] == 600 and summary["eval_episodes"] == 3
+    assert (
+        summary["completed"] and summary["total_timesteps"] == 600 and summary["eval_episodes"] == 3
+    )
     assert summary["updates"] == (600 - 100) // 2
     assert json.loads((run / "summary.json").read_text()) == summary
     assert json.loads((run / "config.json").read_text())["batch_size"] == 32
@@ -170,9 +180,9 @@ def test_exploration_and_replay_draw_independent_streams(tmp_path, monkeypatch):
         return next(state for h, state in created if h is g)
 
     exploration, replay = initial_state(explorers[0]), initial_state(memories[0].rng)
-    env_0 = default_rng(
-        1
-    ).bit_generator.state  # gymnasium seeds env 0 with PCG64(SeedSequence(seed)), as default_rng(seed)
+    env_0 = (
+        default_rng(1).bit_generator.state
+    )  # gymnasium seeds env 0 with PCG64(SeedSequence(seed)), as default_rng(seed)
     assert exploration != replay, "exploration and replay sampling draw the same stream"
     assert env_0 != exploration, "exploration draws env 0's stream"
     assert env_0 != replay, "replay sampling draws env 0's stream"
@@ -225,11 +235,14 @@ def test_target_network_in_train(tmp_path, monkeypatch, target_rate, double_dqn)
     for before, after in zip(events, events[1:]):
         if after["kind"] == "before sync":  # a sync follows the gradient steps of the same env step
             assert before["kind"] == "after update" and before["step"] == after["step"]
-            assert not torch.equal(after["target"], after["online"])  # it had drifted since the last sync
+            assert not torch.equal(
+                after["target"], after["online"]
+            )  # it had drifted since the last sync
         if after["kind"] == "after sync":
             # target <- rate * online + (1 - rate) * target: a copy at rate 1
             torch.testing.assert_close(
-                after["target"], target_rate * before["online"] + (1 - target_rate) * before["target"]
+                after["target"],
+                target_rate * before["online"] + (1 - target_rate) * before["target"],
             )
             assert torch.equal(after["target"], after["online"]) == (target_rate == 1.0)
         else:  # the target moves at syncs only, and never by a gradient step
@@ -276,10 +289,20 @@ def test_epsilon_schedule_and_double_dqn_targets():
             return self.q.expand(len(x), -1)
 
     target, online = Fixed([1.0, 5.0, 3.0]), Fixed([0.0, 0.0, 9.0])
-    rewards, next_obs, terminated = torch.tensor([1.0, 1.0]), torch.zeros(2, 4), torch.tensor([0.0, 1.0])
+    rewards, next_obs, terminated = (
+        torch.tensor([1.0, 1.0]),
+        torch.zeros(2, 4),
+        torch.tensor([0.0, 1.0]),
+    )
     # DQN: max of the target net (5); Double DQN: target's value (3) of the online net's argmax (2)
-    assert dqn.dqn_targets(target, online, rewards, next_obs, terminated, 0.5, False).tolist() == [3.5, 1.0]
-    assert dqn.dqn_targets(target, online, rewards, next_obs, terminated, 0.5, True).tolist() == [2.5, 1.0]
+    assert dqn.dqn_targets(target, online, rewards, next_obs, terminated, 0.5, False).tolist() == [
+        3.5,
+        1.0,
+    ]
+    assert dqn.dqn_targets(target, online, rewards, next_obs, terminated, 0.5, True).tolist() == [
+        2.5,
+        1.0,
+    ]
 
 
 def test_huber_double_dqn_soft_target_and_clipping_run(tmp_path):
@@ -298,7 +321,9 @@ def test_huber_double_dqn_soft_target_and_clipping_run(tmp_path):
 
 
 def run_cli(*argv, **kw):
-    return subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=120, **kw)
+    return subprocess.run(
+        [sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=120, **kw
+    )
 
 
 @pytest.mark.slow
@@ -353,9 +378,15 @@ def test_sigterm_writes_a_checkpoint_and_keeps_logs(tmp_path):
     run = next(tmp_path.iterdir())
     summary = json.loads((run / "summary.json").read_text())
     assert (
-        summary["completed"] is False and summary["error"] == "preempted" and summary["total_timesteps"] > 0
+        summary["completed"] is False
+        and summary["error"] == "preempted"
+        and summary["total_timesteps"] > 0
     )
-    assert (run / "model.pt").exists() and (run / "checkpoint.pt").exists() and len(read_metrics(run)) > 0
+    assert (
+        (run / "model.pt").exists()
+        and (run / "checkpoint.pt").exists()
+        and len(read_metrics(run)) > 0
+    )
 
 
 @pytest.mark.slow
@@ -440,7 +471,9 @@ def test_step_size_decays_linearly_to_zero_over_the_learning_phase(tmp_path, mon
     seen = []
     real = dqn.NetworkWrapper.train_step
     monkeypatch.setattr(
-        dqn.NetworkWrapper, "train_step", lambda self, loss, *a: seen.append(self.lr) or real(self, loss, *a)
+        dqn.NetworkWrapper,
+        "train_step",
+        lambda self, loss, *a: seen.append(self.lr) or real(self, loss, *a),
     )
     s = dqn.train(
         dqn.Args(
@@ -462,7 +495,9 @@ def test_step_size_decays_linearly_to_zero_over_the_learning_phase(tmp_path, mon
     np.testing.assert_allclose(seen, expected, rtol=1e-9, atol=0)
 
 
-def test_epsilon_in_a_run_decays_over_the_exploration_fraction_after_the_heatup(tmp_path, monkeypatch):
+def test_epsilon_in_a_run_decays_over_the_exploration_fraction_after_the_heatup(
+    tmp_path, monkeypatch
+):
     """Uniform actions during the heatup; then, at env step s, epsilon-greedy with
     epsilon = start + (end - start) * min(1, s / (exploration_fraction * total_timesteps))."""
     seen = []

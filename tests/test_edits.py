@@ -71,7 +71,9 @@ def record_steps(monkeypatch, module) -> list[tuple[int, np.ndarray, np.ndarray]
             return obs, infos
 
         def step_(actions):
-            log.append((last["index"], np.array(last["obs"], copy=True), np.array(actions, copy=True)))
+            log.append(
+                (last["index"], np.array(last["obs"], copy=True), np.array(actions, copy=True))
+            )
             out = step(actions)
             last["obs"] = out[0]
             return out
@@ -110,7 +112,9 @@ def test_value_scripts_act_and_evaluate_through_a_changed_forward(module, monkey
     if module is dqn:
         kwargs.update(learning_starts=100, batch_size=32, train_every=4)
     if module is n_step_q:
-        kwargs.update(paper_epsilons=False)  # one end epsilon, 0 here, for every env: no exploration
+        kwargs.update(
+            paper_epsilons=False
+        )  # one end epsilon, 0 here, for every env: no exploration
     with pytest.warns(UserWarning, match="disagrees with forward"):
         summary = module.train(module.Args(**kwargs))
     assert summary["completed"] and summary["updates"] > 0
@@ -141,7 +145,11 @@ def test_a2c_samples_and_evaluates_through_a_changed_forward(monkeypatch, tmp_pa
         )
     assert summary["completed"] and summary["updates"] > 0
     assert {i for i, _, _ in log} >= {0, 1}
-    for _, obs, actions in log:  # sampling from logits BIG apart is the rule's action, in training too
+    for (
+        _,
+        obs,
+        actions,
+    ) in log:  # sampling from logits BIG apart is the rule's action, in training too
         np.testing.assert_array_equal(actions, cartpole_rule(obs))
 
 
@@ -163,7 +171,9 @@ class RuledNAF(naf.NAFNetwork):
 
 
 @pytest.mark.parametrize(
-    "module, name, sub", [(ddpg, "Actor", RuledActor), (naf, "NAFNetwork", RuledNAF)], ids=["ddpg", "naf"]
+    "module, name, sub",
+    [(ddpg, "Actor", RuledActor), (naf, "NAFNetwork", RuledNAF)],
+    ids=["ddpg", "naf"],
 )
 def test_continuous_scripts_act_and_evaluate_through_a_changed_forward(
     module, name, sub, monkeypatch, tmp_path
@@ -197,7 +207,9 @@ def test_unchanged_networks_keep_the_fast_path_silently(module, recwarn):
         import gymnasium as gym
 
         space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
-        net = ddpg.Actor(3, space, (16, 16)) if module is ddpg else naf.NAFNetwork(3, space, (16, 16))
+        net = (
+            ddpg.Actor(3, space, (16, 16)) if module is ddpg else naf.NAFNetwork(3, space, (16, 16))
+        )
         act = module.deterministic_policy(net, torch.device("cpu"))
         assert act.__name__ == "act_numpy"
     elif module is a2c:
@@ -207,7 +219,8 @@ def test_unchanged_networks_keep_the_fast_path_silently(module, recwarn):
         q = module.QNetwork((4,), 2, (16, 16))
         obs = np.random.default_rng(1).standard_normal((32, 4)).astype(np.float32)
         np.testing.assert_array_equal(
-            module.greedy_policy(q, torch.device("cpu"))(obs), q(torch.from_numpy(obs)).argmax(1).numpy()
+            module.greedy_policy(q, torch.device("cpu"))(obs),
+            q(torch.from_numpy(obs)).argmax(1).numpy(),
         )
     assert not [w for w in recwarn if "fast path" in str(w.message)]
 
@@ -332,7 +345,8 @@ def test_a_metric_without_its_column_fails_at_once_naming_the_fix(monkeypatch, t
     (run,) = tmp_path.iterdir()
     summary = json.loads((run / "summary.json").read_text())
     assert (
-        summary["error"].startswith("ValueError: Run.log: td_max") and summary["total_timesteps"] == 200
+        summary["error"].startswith("ValueError: Run.log: td_max")
+        and summary["total_timesteps"] == 200
     )  # the 100th update logs the loss
 
 
@@ -352,7 +366,8 @@ def test_a_metric_added_to_a_log_call_without_its_column_fails_before_the_run_st
     edited = importlib.import_module(f"{algo}_edited")
     args = edited.Args(total_timesteps=50_000, run_dir=str(tmp_path / "runs"), progress=False)
     with pytest.raises(
-        ValueError, match=r"td_max not among the metrics.csv columns .* add it to the list of fields"
+        ValueError,
+        match=r"td_max not among the metrics.csv columns .* add it to the list of fields",
     ):
         edited.train(args)
     assert not (tmp_path / "runs").exists()  # found before the run folder is made

@@ -27,12 +27,18 @@ def extra(module: str, file: str):
         pytest.param("LunarLander-v3", {}, marks=extra("Box2D", "requirements-box2d.txt")),
         pytest.param("HalfCheetah-v5", {}, marks=extra("mujoco", "requirements-mujoco.txt")),
         pytest.param(
-            "BreakoutNoFrameskip-v4", {"training": True}, marks=extra("ale_py", "requirements-pixels.txt")
+            "BreakoutNoFrameskip-v4",
+            {"training": True},
+            marks=extra("ale_py", "requirements-pixels.txt"),
         ),
         pytest.param(
-            "BreakoutNoFrameskip-v4", {"training": False}, marks=extra("ale_py", "requirements-pixels.txt")
+            "BreakoutNoFrameskip-v4",
+            {"training": False},
+            marks=extra("ale_py", "requirements-pixels.txt"),
         ),
-        pytest.param("ALE/Pong-v5", {"training": True}, marks=extra("ale_py", "requirements-pixels.txt")),
+        pytest.param(
+            "ALE/Pong-v5", {"training": True}, marks=extra("ale_py", "requirements-pixels.txt")
+        ),
         pytest.param(
             "MinAtar/Breakout-v1",
             {},
@@ -51,7 +57,9 @@ def test_gymnasiums_env_checker_passes_on_what_the_scripts_make(env_id, kw):
     env = pixels.make(env_id, **kw)
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # its advice (wrapped envs, unbounded spaces), not failures
+            warnings.simplefilter(
+                "ignore"
+            )  # its advice (wrapped envs, unbounded spaces), not failures
             check_env(env, skip_render_check=True)
     finally:
         env.close()

@@ -17,7 +17,10 @@ import pytest
             "a2c",
             dict(total_timesteps=200, num_envs=2, normalize_obs=True),
         ),  # the saved model carries the observation statistics
-        ("ddpg", dict(total_timesteps=150, learning_starts=100, batch_size=16, hidden_sizes=(16, 16))),
+        (
+            "ddpg",
+            dict(total_timesteps=150, learning_starts=100, batch_size=16, hidden_sizes=(16, 16)),
+        ),
     ],
 )
 def test_defaults_reproduce_the_runs_eval_return(tmp_path, capsys, monkeypatch, algo, kw):
@@ -50,19 +53,34 @@ def test_capture_video_says_where_the_videos_went(tmp_path, capsys, monkeypatch)
     monkeypatch.setitem(sys.modules, "dqn", dqn)
     summary = dqn.train(
         probes.tiny_args(
-            dqn, "dqn", tmp_path, seed=3, total_timesteps=300, eval_episodes=1, save_model=True, device="cpu"
+            dqn,
+            "dqn",
+            tmp_path,
+            seed=3,
+            total_timesteps=300,
+            eval_episodes=1,
+            save_model=True,
+            device="cpu",
         )
     )
     capsys.readouterr()
-    assert evaluate.main(evaluate.EvalArgs(run=Path(summary["run_dir"]), episodes=2, capture_video=True)) == 0
+    assert (
+        evaluate.main(
+            evaluate.EvalArgs(run=Path(summary["run_dir"]), episodes=2, capture_video=True)
+        )
+        == 0
+    )
     videos = Path(summary["run_dir"]) / "eval_videos"
     assert (
-        f"videos: {videos}/ (2 MP4 files)" in capsys.readouterr().out and len(list(videos.glob("*.mp4"))) == 2
+        f"videos: {videos}/ (2 MP4 files)" in capsys.readouterr().out
+        and len(list(videos.glob("*.mp4"))) == 2
     )
 
 
 @pytest.mark.parametrize("algo", ["dqn", "n_step_q", "sarsa"])
-def test_scale_obs_reaches_every_env_of_the_run_and_evaluate_py(tmp_path, capsys, monkeypatch, algo):
+def test_scale_obs_reaches_every_env_of_the_run_and_evaluate_py(
+    tmp_path, capsys, monkeypatch, algo
+):
     """--scale-obs rescales the training envs, the evaluation envs and tools/evaluate.py's envs alike:
     every env the run and tools/evaluate.py make is asked for it, and tools/evaluate.py repeats the run's return."""
     from common import pixels
@@ -93,7 +111,9 @@ def test_scale_obs_reaches_every_env_of_the_run_and_evaluate_py(tmp_path, capsys
     asked.clear()
     capsys.readouterr()
     assert evaluate.main(evaluate.EvalArgs(run=Path(summary["run_dir"]))) == 0
-    assert len(asked) == 4 and all(asked), asked  # the policy's env (for its shapes), 3 evaluation envs
+    assert len(asked) == 4 and all(asked), (
+        asked
+    )  # the policy's env (for its shapes), 3 evaluation envs
     expected = f"return {summary['eval_return_mean']:.2f} +- {summary['eval_return_std']:.2f} over 3 episodes"
     assert expected in capsys.readouterr().out
 
@@ -157,13 +177,18 @@ def test_bad_input_is_found_before_torch_is_imported(tmp_path):
     )
     assert (
         r.returncode == 2
-        and r.stderr.strip() == f"evaluate: error: {tmp_path} has no model.pt (train with --save-model)"
+        and r.stderr.strip()
+        == f"evaluate: error: {tmp_path} has no model.pt (train with --save-model)"
     ), r.stderr
 
 
 def test_help_gives_each_default_once_and_names_the_script_option():
     r = subprocess.run(
-        [sys.executable, "tools/evaluate.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "tools/evaluate.py", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert r.returncode == 0
     text = " ".join(r.stdout.replace("│", " ").split())
@@ -208,7 +233,9 @@ def test_a_run_whose_network_differs_from_the_repositorys_script_says_so_in_one_
     )
     model = Path(summary["run_dir"]) / "model.pt"
     weights = torch.load(model, weights_only=True)
-    torch.save({**weights, "net.9.weight": torch.zeros(2, 2)}, model)  # a layer algos/dqn.py does not have
+    torch.save(
+        {**weights, "net.9.weight": torch.zeros(2, 2)}, model
+    )  # a layer algos/dqn.py does not have
     capsys.readouterr()
     assert evaluate.main(evaluate.EvalArgs(run=Path(summary["run_dir"]))) == 2
     err = capsys.readouterr().err.strip()
@@ -226,7 +253,9 @@ def test_capture_video_without_moviepy_is_one_line(tmp_path, capsys, monkeypatch
     (tmp_path / "model.pt").write_bytes(b"")
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "moviepy" else real_find_spec(name, *a)
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "moviepy" else real_find_spec(name, *a),
     )
     assert evaluate.main(evaluate.EvalArgs(run=tmp_path, capture_video=True)) == 2
     assert (

@@ -17,7 +17,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SECOND_KERNELS = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2", "OPENBLAS_CORETYPE": "Haswell"}
+SECOND_KERNELS = {
+    "MKL_CBWR": "COMPATIBLE",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "OPENBLAS_CORETYPE": "Haswell",
+}
 UNDER_IT = [
     "tests/test_report.py",  # provenance and the equivalence check
     "tests/test_benchmarks.py::test_committed_report_is_what_report_py_writes_from_the_committed_runs",
@@ -33,11 +37,17 @@ def under_second_kernels(code: str) -> subprocess.CompletedProcess:
 
 
 def test_the_second_kernel_set_is_recorded_and_changes_torchs_kernels():
-    r = under_second_kernels("from harness.run import machine; import json; print(json.dumps(machine()))")
+    r = under_second_kernels(
+        "from harness.run import machine; import json; print(json.dumps(machine()))"
+    )
     assert r.returncode == 0, r.stderr
     machine = json.loads(r.stdout)
-    assert machine["kernel_variables"] == SECOND_KERNELS and "MKL_CBWR=COMPATIBLE" in machine["kind"]
-    assert machine["capability"] in ("AVX2", "DEFAULT"), "ATEN_CPU_CAPABILITY caps ATen's kernels at AVX2"
+    assert (
+        machine["kernel_variables"] == SECOND_KERNELS and "MKL_CBWR=COMPATIBLE" in machine["kind"]
+    )
+    assert machine["capability"] in ("AVX2", "DEFAULT"), (
+        "ATEN_CPU_CAPABILITY caps ATen's kernels at AVX2"
+    )
 
 
 @pytest.mark.slow

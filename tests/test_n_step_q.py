@@ -157,7 +157,9 @@ def test_conv_network_acts_in_torch_and_targets_take_a_rollout_of_images():
     obs = rng.integers(0, 2, size=(64, 4, 10, 10), dtype=np.uint8)
     with torch.no_grad():
         want = q(torch.from_numpy(obs)).argmax(1).numpy()
-    assert (n_step_q.greedy_policy(q, torch.device("cpu"))(obs) == want).all() and len(set(want)) > 1
+    assert (n_step_q.greedy_policy(q, torch.device("cpu"))(obs) == want).all() and len(
+        set(want)
+    ) > 1
     T, B = 4, 3
     next_obs = torch.from_numpy(rng.integers(0, 2, size=(T, B, 4, 10, 10), dtype=np.uint8))
     rewards = torch.from_numpy(rng.normal(size=(T, B)).astype(np.float32))
@@ -197,7 +199,9 @@ def test_smoke(tmp_path):
     assert json.loads((run / "summary.json").read_text()) == summary
     rows = list(csv.DictReader(open(run / "metrics.csv")))
     assert (
-        any(r["episodic_return"] for r in rows) and any(r["loss"] for r in rows) and rows[-1]["eval_return"]
+        any(r["episodic_return"] for r in rows)
+        and any(r["loss"] for r in rows)
+        and rows[-1]["eval_return"]
     )
     for key in [
         "algo",
@@ -217,7 +221,10 @@ def test_smoke(tmp_path):
     act = n_step_q.load_policy(n_step_q.Args(), str(run / "model.pt"))
     assert (
         run_evaluate(
-            act, functools.partial(n_step_q.make_env, "CartPole-v1"), 2, n_step_q.Args().seed + 100_000
+            act,
+            functools.partial(n_step_q.make_env, "CartPole-v1"),
+            2,
+            n_step_q.Args().seed + 100_000,
         ).mean()
         == summary["eval_return_mean"]
     )
@@ -247,7 +254,9 @@ def test_train_bootstraps_episode_ends_from_the_final_observation(tmp_path, monk
 
     monkeypatch.setattr(n_step_q, "n_step_q_targets", recording_targets)
     n_step_q.train(small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400))
-    next_obs = torch.cat([x[0] for x in seen])  # [rollouts * T, B, 2], every env step of training in order
+    next_obs = torch.cat(
+        [x[0] for x in seen]
+    )  # [rollouts * T, B, 2], every env step of training in order
     terminated, truncated = torch.cat([x[1] for x in seen]), torch.cat([x[2] for x in seen])
     assert next_obs.shape == (400 // 4, 4, 2)
     t, episode = next_obs[..., 0], next_obs[..., 1]
@@ -257,7 +266,9 @@ def test_train_bootstraps_episode_ends_from_the_final_observation(tmp_path, monk
     assert (t[truncated] == 6).all()  # the time limit's final observation
     # row k+1 of an env goes one step further in the same episode, or starts a new one where row k ended it
     go_on, ended = ~(terminated | truncated)[:-1], (terminated | truncated)[:-1]
-    assert (t[1:][go_on] == t[:-1][go_on] + 1).all() and (episode[1:][go_on] == episode[:-1][go_on]).all()
+    assert (t[1:][go_on] == t[:-1][go_on] + 1).all() and (
+        episode[1:][go_on] == episode[:-1][go_on]
+    ).all()
     assert (t[1:][ended] == 1).all() and (episode[1:][ended] != episode[:-1][ended]).all()
 
 
@@ -286,17 +297,34 @@ def test_target_network_in_train(tmp_path, monkeypatch):
     monkeypatch.setattr(n_step_q, "n_step_returns", recording_returns)
     # rollouts of 4 envs x 5 steps: rollout ends at env steps 20, 40, ..., 400
     summary = n_step_q.train(
-        small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400, target_every=50, hidden_sizes=(16,))
+        small_args(
+            tmp_path,
+            env_id=probes.CHAIN_ID,
+            total_timesteps=400,
+            target_every=50,
+            hidden_sizes=(16,),
+        )
     )
     (q_net,) = RecordingWrapper.made
     events = q_net.events
     assert summary["updates"] == 20 and len(bootstraps) == 20
 
-    assert [e["step"] for e in events if e["kind"] == "after sync"] == [60, 100, 160, 200, 260, 300, 360, 400]
+    assert [e["step"] for e in events if e["kind"] == "after sync"] == [
+        60,
+        100,
+        160,
+        200,
+        260,
+        300,
+        360,
+        400,
+    ]
     for before, after in zip(events, events[1:]):
         if after["kind"] == "before sync":  # a sync follows the gradient step of the same rollout
             assert before["kind"] == "after update" and before["step"] == after["step"]
-            assert not torch.equal(after["target"], after["online"])  # it had drifted since the last sync
+            assert not torch.equal(
+                after["target"], after["online"]
+            )  # it had drifted since the last sync
         if after["kind"] == "after sync":
             assert torch.equal(after["target"], after["online"])
         else:  # the target moves at syncs only, and never by a gradient step
@@ -316,7 +344,9 @@ def test_target_network_in_train(tmp_path, monkeypatch):
 
 def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(
-        n_step_q, "n_step_q_targets", lambda q, rewards, *a, **k: torch.full_like(rewards, float("nan"))
+        n_step_q,
+        "n_step_q_targets",
+        lambda q, rewards, *a, **k: torch.full_like(rewards, float("nan")),
     )
     args = small_args(tmp_path)
     assert n_step_q.main(args) == 1
@@ -356,7 +386,9 @@ def test_bad_input(tmp_path, argv, message):
     )
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("n_step_q: error: ") and message in lines[0], p.stderr
+    assert len(lines) == 1 and lines[0].startswith("n_step_q: error: ") and message in lines[0], (
+        p.stderr
+    )
     assert not any(tmp_path.iterdir())  # no run folder for a run that never started
 
 
@@ -367,11 +399,15 @@ def test_learns_cartpole(tmp_path):
     A random policy scores ~22, CartPole-v0's "solved" is 195 (the bar DQN's test uses), the
     maximum 500. Seed 1 scores 500 here; ~10-20 s on an idle 2-core machine.
     """
-    s = n_step_q.train(n_step_q.Args(seed=1, total_timesteps=150_000, run_dir=str(tmp_path), progress=False))
+    s = n_step_q.train(
+        n_step_q.Args(seed=1, total_timesteps=150_000, run_dir=str(tmp_path), progress=False)
+    )
     assert s["eval_return_mean"] >= 195, s
 
 
-def test_paper_epsilons_in_a_run_each_env_explores_at_its_own_decaying_epsilon(tmp_path, monkeypatch):
+def test_paper_epsilons_in_a_run_each_env_explores_at_its_own_decaying_epsilon(
+    tmp_path, monkeypatch
+):
     """--paper-epsilons: at every step each env's epsilon lies on the line from start_epsilon to
     its own final epsilon (drawn once, not all equal), and each env explores that often."""
     calls = []
@@ -379,12 +415,20 @@ def test_paper_epsilons_in_a_run_each_env_explores_at_its_own_decaying_epsilon(t
 
     def select_actions(greedy, obs, epsilon, n_actions, rng):
         actions = real(greedy, obs, epsilon, n_actions, rng)
-        calls.append((np.array(epsilon, dtype=np.float64), actions != greedy(obs)))  # greedy() draws nothing
+        calls.append(
+            (np.array(epsilon, dtype=np.float64), actions != greedy(obs))
+        )  # greedy() draws nothing
         return actions
 
     monkeypatch.setattr(n_step_q, "select_actions", select_actions)
     summary = n_step_q.train(
-        small_args(tmp_path, paper_epsilons=True, num_envs=8, total_timesteps=1600, exploration_fraction=0.25)
+        small_args(
+            tmp_path,
+            paper_epsilons=True,
+            num_envs=8,
+            total_timesteps=1600,
+            exploration_fraction=0.25,
+        )
     )
     assert summary["completed"] and len(calls) == 200
     eps = np.array([e for e, _ in calls])  # [steps, B]
@@ -392,7 +436,9 @@ def test_paper_epsilons_in_a_run_each_env_explores_at_its_own_decaying_epsilon(t
     final = eps[-1].round(12)
     assert set(final) <= {0.1, 0.01, 0.5} and len(set(final)) >= 2
     steps = 8 * np.arange(1, 201)[:, None]  # global_step at each call
-    np.testing.assert_allclose(eps, 1.0 + (final - 1.0) * np.minimum(1.0, steps / 400), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        eps, 1.0 + (final - 1.0) * np.minimum(1.0, steps / 400), rtol=0, atol=1e-12
+    )
     off_greedy = np.array([o for _, o in calls])[50:].mean(0)  # after the decay: 150 steps per env
     assert (off_greedy[final == 0.5] > 0.12).all() and (
         off_greedy[final == 0.01] < 0.05

@@ -101,7 +101,8 @@ def test_large_off_diagonal_entries_give_finite_values_and_gradients(A):
     entries.requires_grad_(True)
     L = lower_triangular(entries, A)
     assert torch.equal(
-        L[:, rows[rows != cols], cols[rows != cols]], torch.full((4, int((rows != cols).sum())), 100.0)
+        L[:, rows[rows != cols], cols[rows != cols]],
+        torch.full((4, int((rows != cols).sum())), 100.0),
     )
     assert torch.equal(torch.diagonal(L, dim1=1, dim2=2), torch.ones(4, A))
     advantage = naf_advantage(torch.full((4, A), 0.1), torch.zeros(4, A), L)
@@ -120,14 +121,18 @@ def test_a_huge_diagonal_entry_is_capped_and_gives_finite_loss_and_gradients(A):
     entries.requires_grad_(True)
     L = lower_triangular(entries, A)
     diagonal = torch.diagonal(L, dim1=1, dim2=2)
-    assert torch.equal(diagonal[0], torch.full((A,), math.exp(naf.LOG_DIAGONAL_MAX), dtype=torch.float32))
+    assert torch.equal(
+        diagonal[0], torch.full((A,), math.exp(naf.LOG_DIAGONAL_MAX), dtype=torch.float32)
+    )
     assert torch.equal(diagonal[1], torch.full((A,), 9.5).exp())
     q = naf_advantage(torch.ones(3, A), -torch.ones(3, A), L)  # the largest action gap in [-1, 1]
     loss = (q - 500.0).square().mean()
     assert torch.isfinite(loss)
     loss.backward()
     assert torch.isfinite(entries.grad).all()
-    assert torch.equal(entries.grad[0, rows == cols], torch.zeros(A))  # capped: no gradient pushes it further
+    assert torch.equal(
+        entries.grad[0, rows == cols], torch.zeros(A)
+    )  # capped: no gradient pushes it further
     assert (entries.grad[1, rows == cols] != 0).all()
 
 
@@ -150,7 +155,9 @@ def test_a_vanishing_diagonal_is_floored_so_that_mu_keeps_a_gradient_adam_can_fo
     entries[:, rows == cols] = torch.tensor([[-19.0], [-4.0]])  # below the floor; above it
     L = lower_triangular(entries, A)
     diagonal = torch.diagonal(L, dim1=1, dim2=2)
-    assert torch.equal(diagonal[0], torch.full((A,), math.exp(naf.LOG_DIAGONAL_MIN), dtype=torch.float32))
+    assert torch.equal(
+        diagonal[0], torch.full((A,), math.exp(naf.LOG_DIAGONAL_MIN), dtype=torch.float32)
+    )
     assert torch.equal(diagonal[1], torch.full((A,), -4.0).exp())
     assert (mu_gradient(L) > 100 * adam_eps).all()
     # what the floor prevents: the same entries exponentiated without it
@@ -178,7 +185,9 @@ def test_advantage_matches_direct_computation(A):
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-10, atol=1e-12)
     if A == 1:  # the scalar case written out: -1/2 exp(2 l) (a - mu)^2
         np.testing.assert_allclose(
-            got.numpy(), -0.5 * np.exp(2 * entries[:, 0]) * (actions[:, 0] - mu[:, 0]) ** 2, rtol=1e-10
+            got.numpy(),
+            -0.5 * np.exp(2 * entries[:, 0]) * (actions[:, 0] - mu[:, 0]) ** 2,
+            rtol=1e-10,
         )
 
 
@@ -210,8 +219,12 @@ def test_mu_within_bounds_and_numpy_policy_matches_torch():
     with torch.no_grad():
         mu = net(torch.as_tensor(obs))[1].numpy()
     assert (mu >= space.low - 1e-6).all() and (mu <= space.high + 1e-6).all()
-    assert np.isclose(mu, space.low, atol=1e-3).any() and np.isclose(mu, space.high, atol=1e-3).any()
-    np.testing.assert_allclose(deterministic_policy(net, torch.device("cpu"))(obs), mu, rtol=1e-5, atol=1e-5)
+    assert (
+        np.isclose(mu, space.low, atol=1e-3).any() and np.isclose(mu, space.high, atol=1e-3).any()
+    )
+    np.testing.assert_allclose(
+        deterministic_policy(net, torch.device("cpu"))(obs), mu, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_layer_norm_normalises_each_hidden_layer_and_the_policy_acts_through_forward():
@@ -229,7 +242,9 @@ def test_layer_norm_normalises_each_hidden_layer_and_the_policy_acts_through_for
         pre_relu.mean(1), torch.zeros(64), atol=1e-5, rtol=0
     )  # whatever the input scale
     torch.testing.assert_close(pre_relu.var(1, unbiased=False), torch.ones(64), atol=1e-3, rtol=0)
-    np.testing.assert_allclose(deterministic_policy(net, torch.device("cpu"))(obs), mu, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        deterministic_policy(net, torch.device("cpu"))(obs), mu, rtol=1e-6, atol=1e-6
+    )
     assert not any(isinstance(m, torch.nn.LayerNorm) for m in NAFNetwork(4, space, (16, 8)).trunk)
 
 
@@ -312,7 +327,9 @@ def test_evaluation_scores_short_episodes_over_100_and_long_ones_over_10(tmp_pat
     assert summary["eval_episodes"] == 100
     (config,) = tmp_path.glob("*/config.json")
     assert json.loads(config.read_text())["eval_episodes"] == 100  # what tools/evaluate.py repeats
-    assert train(small_args(tmp_path, eval_episodes=3, seed=2))["eval_episodes"] == 3  # a given count stays
+    assert (
+        train(small_args(tmp_path, eval_episodes=3, seed=2))["eval_episodes"] == 3
+    )  # a given count stays
 
 
 def test_smoke_run_takes_gradient_steps_and_writes_the_run_folder(tmp_path):
@@ -330,10 +347,16 @@ def test_smoke_run_takes_gradient_steps_and_writes_the_run_folder(tmp_path):
 
 
 def test_smoke_run_multi_dim_actions_ou_noise_save_and_load(tmp_path):
-    summary = train(small_args(tmp_path, env_id="Reacher-v5", num_envs=2, noise="ou", save_model=True))
+    summary = train(
+        small_args(tmp_path, env_id="Reacher-v5", num_envs=2, noise="ou", save_model=True)
+    )
     assert summary["completed"]
-    assert summary["updates"] == 200  # one per env step after learning_starts, 2 envs stepped together
-    act = load_policy(small_args(tmp_path, env_id="Reacher-v5"), str(Path(summary["run_dir"]) / "model.pt"))
+    assert (
+        summary["updates"] == 200
+    )  # one per env step after learning_starts, 2 envs stepped together
+    act = load_policy(
+        small_args(tmp_path, env_id="Reacher-v5"), str(Path(summary["run_dir"]) / "model.pt")
+    )
     actions = act(np.zeros((3, 10), dtype=np.float32))
     assert actions.shape == (3, 2) and (np.abs(actions) <= 1.0).all()
 
@@ -379,7 +402,9 @@ def test_episode_ends_store_the_true_final_observation(tmp_path, monkeypatch):
 
     class RecordingMemory(naf.ReplayMemory):
         def add(self, obs, actions, rewards, next_obs, terminated, valid=None):
-            added.append((np.array(obs), np.array(actions), np.array(next_obs), np.array(terminated)))
+            added.append(
+                (np.array(obs), np.array(actions), np.array(next_obs), np.array(terminated))
+            )
             super().add(obs, actions, rewards, next_obs, terminated, valid)
 
     monkeypatch.setattr(naf, "ReplayMemory", RecordingMemory)
@@ -407,10 +432,14 @@ def test_target_moves_by_the_rate_after_each_gradient_step_and_bootstrap_reads_i
         bootstraps.append(net_target)
         return real_targets(net_target, *a, **kw)
 
-    monkeypatch.setattr(naf, "NetworkWrapper", probes.recording_wrapper(naf.NetworkWrapper, events, wrappers))
+    monkeypatch.setattr(
+        naf, "NetworkWrapper", probes.recording_wrapper(naf.NetworkWrapper, events, wrappers)
+    )
     monkeypatch.setattr(naf, "naf_targets", recording_targets)
     rate = 0.3
-    summary = train(box_args(tmp_path, target_rate=rate, gradient_steps=gradient_steps, train_every=2))
+    summary = train(
+        box_args(tmp_path, target_rate=rate, gradient_steps=gradient_steps, train_every=2)
+    )
     q_net = wrappers["NAFNetwork"]
     assert summary["updates"] == 100 // 2 * gradient_steps
     assert len(bootstraps) == summary["updates"] and all(t is q_net.target for t in bootstraps)
@@ -420,7 +449,9 @@ def test_target_moves_by_the_rate_after_each_gradient_step_and_bootstrap_reads_i
     for k, (kind, _, r, before, after) in enumerate(events):
         online, target = before["NAFNetwork"]
         if kind == "step":
-            assert torch.equal(after["NAFNetwork"][1], target)  # a gradient step leaves the target alone
+            assert torch.equal(
+                after["NAFNetwork"][1], target
+            )  # a gradient step leaves the target alone
             assert torch.equal(online, target) == (
                 k == 0
             )  # between syncs the target lags (equal only at the start)
@@ -448,9 +479,15 @@ def test_exploration_and_replay_sampling_draw_independent_streams(tmp_path, monk
     for seed in (1, 1, 2):
         train(box_args(tmp_path, total_timesteps=110, seed=seed))
     draws = {k: [rng.random(8) for rng in v] for k, v in streams.items()}
-    assert not np.array_equal(draws["noise"][0], draws["replay"][0])  # the same seed, two different streams
-    for k in draws:  # derived from the seed: the same seed gives the same stream, another seed another
-        assert np.array_equal(draws[k][0], draws[k][1]) and not np.array_equal(draws[k][0], draws[k][2])
+    assert not np.array_equal(
+        draws["noise"][0], draws["replay"][0]
+    )  # the same seed, two different streams
+    for (
+        k
+    ) in draws:  # derived from the seed: the same seed gives the same stream, another seed another
+        assert np.array_equal(draws[k][0], draws[k][1]) and not np.array_equal(
+            draws[k][0], draws[k][2]
+        )
 
 
 def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
@@ -472,20 +509,32 @@ def test_nan_loss_stops_the_run(tmp_path, monkeypatch):
                 reason="pip install -r requirements/requirements-pixels.txt",
             ),
         ),
-        (["--batch-size", "64", "--buffer-size", "10"], "--batch-size 64 is larger than --buffer-size 10"),
+        (
+            ["--batch-size", "64", "--buffer-size", "10"],
+            "--batch-size 64 is larger than --buffer-size 10",
+        ),
         (["--reward-scale", "0"], "--reward-scale must be positive"),
     ],
 )
 def test_bad_input_gives_one_line_and_exit_2(tmp_path, argv, message):
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "algos" / "naf.py"), *argv, "--run-dir", str(tmp_path), "--no-progress"],
+        [
+            sys.executable,
+            str(ROOT / "algos" / "naf.py"),
+            *argv,
+            "--run-dir",
+            str(tmp_path),
+            "--no-progress",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("naf: error: ") and message in lines[0], proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("naf: error: ") and message in lines[0], (
+        proc.stderr
+    )
     assert "Traceback" not in proc.stderr
     assert not any(tmp_path.iterdir())
 
@@ -501,5 +550,7 @@ def test_image_observations_give_one_line_and_exit_2(tmp_path, capsys):
     )  # short and small, were it to run
     assert naf.main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["naf: error: naf takes vector observations; ImageBox-v0 gives images of shape (3, 84, 84)"]
+    assert err == [
+        "naf: error: naf takes vector observations; ImageBox-v0 gives images of shape (3, 84, 84)"
+    ]
     assert not any(tmp_path.iterdir())

@@ -29,7 +29,12 @@ ALGOS = ["dqn", "n_step_q", "sarsa", "a2c"]
 # the rollout scripts: 2 envs, rollouts of 5 steps, so learning sees [10, C, H, W]; dqn: batches of 8
 SMALL = {
     "dqn": dict(
-        num_envs=1, learning_starts=100, batch_size=8, buffer_size=1_000, train_every=4, target_every=100
+        num_envs=1,
+        learning_starts=100,
+        batch_size=8,
+        buffer_size=1_000,
+        train_every=4,
+        target_every=100,
     ),
     "n_step_q": dict(num_envs=2, n_steps=5),
     "sarsa": dict(num_envs=2, n_steps=5, expected=True, target_network=True, target_every=100),
@@ -82,7 +87,9 @@ def small(algo: str, tmp_path: Path, **kw):
 @pytest.mark.parametrize("algo", ALGOS)
 def test_minatar_smoke_feeds_uint8_grids_to_the_network(tmp_path, torso_inputs, made, algo):
     pytest.importorskip("minatar")
-    module, args = small(algo, tmp_path, env_id="MinAtar/Breakout-v1", total_timesteps=400, save_model=True)
+    module, args = small(
+        algo, tmp_path, env_id="MinAtar/Breakout-v1", total_timesteps=400, save_model=True
+    )
     summary = module.train(args)
     assert summary["completed"] and summary["error"] is None and summary["updates"] > 0
     run = Path(summary["run_dir"])
@@ -166,7 +173,9 @@ def test_atari_learns_from_clipped_rewards_and_logs_whole_games(tmp_path, monkey
     summary = module.train(args)
     assert summary["completed"] and summary["error"] is None
     learned = torch.cat(learned)
-    assert set(learned.tolist()) <= {-1.0, 0.0, 1.0} and (learned == 1.0).any()  # clipped to their sign
+    assert (
+        set(learned.tolist()) <= {-1.0, 0.0, 1.0} and (learned == 1.0).any()
+    )  # clipped to their sign
     assert max(r.max() for r, _ in logged) > 1.0  # the logged returns add the game's own rewards
     assert len(games) == len(logged) and all(
         np.array_equal(over, done) for (_, over), (_, done) in zip(games, logged)
@@ -178,7 +187,9 @@ def test_atari_learns_from_clipped_rewards_and_logs_whole_games(tmp_path, monkey
 
 def test_evaluate_py_plays_whole_games(tmp_path, monkeypatch, made):
     pytest.importorskip("minatar")
-    module, args = small("dqn", tmp_path, env_id="MinAtar/Breakout-v1", total_timesteps=200, save_model=True)
+    module, args = small(
+        "dqn", tmp_path, env_id="MinAtar/Breakout-v1", total_timesteps=200, save_model=True
+    )
     monkeypatch.setitem(
         sys.modules, "dqn", module
     )  # tools/evaluate.py loads the script afresh under this name
@@ -232,7 +243,9 @@ def assert_memory_rebuilds(memory, record):
     for i, rows in enumerate(record):
         mine = np.flatnonzero(env == i)
         assert len(mine) >= len(rows) - 3  # nothing overwritten: all but the oldest stack - 1
-        for k, (obs, action, reward, next_obs, terminated) in zip(mine, rows[len(rows) - len(mine) :]):
+        for k, (obs, action, reward, next_obs, terminated) in zip(
+            mine, rows[len(rows) - len(mine) :]
+        ):
             assert np.array_equal(got.obs[k].numpy(), obs) and np.array_equal(
                 got.next_obs[k].numpy(), next_obs
             )
@@ -249,7 +262,9 @@ def short_atari_games(monkeypatch, frames: int = 200):
 
     pixels.kind("BreakoutNoFrameskip-v4")
     real = gym.make
-    monkeypatch.setattr(gym, "make", lambda env_id, **kw: real(env_id, max_episode_steps=frames, **kw))
+    monkeypatch.setattr(
+        gym, "make", lambda env_id, **kw: real(env_id, max_episode_steps=frames, **kw)
+    )
 
 
 ATARI_DQN = dict(
@@ -283,7 +298,9 @@ def test_dqn_frame_memory_rebuilds_every_stack_the_agent_acted_on(tmp_path, monk
     module, args = small("dqn", tmp_path, **ATARI_DQN)
     summary = module.train(args)
     assert summary["completed"] and summary["updates"] > 0 and len(made) == 1
-    assert sum(te.sum() for te, _ in ends) >= 2 and sum(tr.sum() for _, tr in ends) >= 2  # both kinds of end
+    assert (
+        sum(te.sum() for te, _ in ends) >= 2 and sum(tr.sum() for _, tr in ends) >= 2
+    )  # both kinds of end
     assert_memory_rebuilds(made[0], made[0].record)
 
 
@@ -315,6 +332,8 @@ def test_dqn_atari_resume_restarts_the_episodes_in_the_frame_memory(tmp_path, mo
     assert stopped["error"] == "preempted" and stopped["total_timesteps"] == 180
     _, args = small("dqn", tmp_path, resume=stopped["run_dir"], **ATARI_DQN)
     resumed = module.train(args)
-    assert resumed["completed"] and resumed["envs_on_resume"].startswith("episodes restarted on resume")
+    assert resumed["completed"] and resumed["envs_on_resume"].startswith(
+        "episodes restarted on resume"
+    )
     first, second = made
     assert_memory_rebuilds(second, [a + b for a, b in zip(first.record, second.record)])

@@ -56,7 +56,13 @@ def fill(memory: FrameMemory, num_envs: int, stack: int, steps: int, seed: int =
         memory.add(obs, actions, rewards, real_next, terminated, done=terminated | truncated)
         for i in range(num_envs):
             brute[i].append(
-                (obs[i].copy(), actions[i], np.float32(rewards[i]), real_next[i].copy(), float(terminated[i]))
+                (
+                    obs[i].copy(),
+                    actions[i],
+                    np.float32(rewards[i]),
+                    real_next[i].copy(),
+                    float(terminated[i]),
+                )
             )
         obs = next_obs
     return brute
@@ -118,7 +124,10 @@ def test_frame_memory_samples_only_stored_transitions_and_is_seeded():
         and batch.obs.shape == (256, 4, 5, 6)
         and batch.actions.dtype == torch.int64
     )
-    assert all((o.numpy().tobytes(), n.numpy().tobytes()) in known for o, n in zip(batch.obs, batch.next_obs))
+    assert all(
+        (o.numpy().tobytes(), n.numpy().tobytes()) in known
+        for o, n in zip(batch.obs, batch.next_obs)
+    )
     again = FrameMemory(50, (5, 6), 4, 2, seed=3)
     fill(again, 2, 4, 120)
     assert torch.equal(again.sample(256).obs, batch.obs)  # same seed, same additions: same batch
@@ -154,7 +163,10 @@ def test_torso_follows_the_observation():
     layers, width = torso((8,), (32, 16))
     assert width == 16 and [type(m) for m in layers] == [torch.nn.Linear, torch.nn.ReLU] * 2
     # another activation for the MLP (a2c's tanh); the image torsos keep their papers' ReLU
-    assert [type(m) for m in torso((8,), (32, 16), torch.nn.Tanh)[0]] == [torch.nn.Linear, torch.nn.Tanh] * 2
+    assert [type(m) for m in torso((8,), (32, 16), torch.nn.Tanh)[0]] == [
+        torch.nn.Linear,
+        torch.nn.Tanh,
+    ] * 2
     assert torch.nn.Tanh not in {type(m) for m in torso((4, 84, 84), (64,), torch.nn.Tanh)[0]}
     with pytest.raises(ValueError, match="no torso"):
         torso((3, 40, 40), ())
@@ -214,7 +226,9 @@ def test_a_lost_life_ends_a_training_episode_and_the_game_goes_on():
     assert terminated and info.get("life_lost") and lives == 4  # Breakout starts with 5
     assert sum(s[1] for s in steps) == 1  # nothing ended the episode earlier
     env.reset()
-    assert env.unwrapped.ale.lives() == 4 and env.unwrapped.ale.getEpisodeFrameNumber() >= frame  # same game
+    assert (
+        env.unwrapped.ale.lives() == 4 and env.unwrapped.ale.getEpisodeFrameNumber() >= frame
+    )  # same game
     lives_seen = [4]
     for _ in range(10):
         steps = play(env, 5000)
@@ -222,9 +236,13 @@ def test_a_lost_life_ends_a_training_episode_and_the_game_goes_on():
         if not steps[-1][3].get("life_lost"):
             break
         env.reset()
-    assert lives_seen == [4, 3, 2, 1, 0] and steps[-1][1]  # the last life ends the game, without the flag
+    assert (
+        lives_seen == [4, 3, 2, 1, 0] and steps[-1][1]
+    )  # the last life ends the game, without the flag
     env.reset()
-    assert env.unwrapped.ale.lives() == 5 and env.unwrapped.ale.getEpisodeFrameNumber() < 100  # a new game
+    assert (
+        env.unwrapped.ale.lives() == 5 and env.unwrapped.ale.getEpisodeFrameNumber() < 100
+    )  # a new game
 
 
 def test_an_evaluation_game_is_played_to_its_end():
@@ -250,7 +268,9 @@ def test_fire_is_pressed_on_reset_and_after_a_lost_life():
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
     pixels.kind("BreakoutNoFrameskip-v4")
-    inner = gym.wrappers.AtariPreprocessing(gym.make("BreakoutNoFrameskip-v4"), noop_max=30, frame_skip=4)
+    inner = gym.wrappers.AtariPreprocessing(
+        gym.make("BreakoutNoFrameskip-v4"), noop_max=30, frame_skip=4
+    )
     log = ActionLog(inner)
     env = FireReset(log)
     env.reset(seed=2)
@@ -260,7 +280,10 @@ def test_fire_is_pressed_on_reset_and_after_a_lost_life():
     while env.unwrapped.ale.lives() == lives:
         n = len(log.actions)
         env.step(int(rng.choice([0, 2, 3])))  # never FIRE on its own
-    assert log.actions[n:] == [log.actions[n], 1]  # the step that lost the life pressed FIRE after it
+    assert log.actions[n:] == [
+        log.actions[n],
+        1,
+    ]  # the step that lost the life pressed FIRE after it
     assert 1 not in log.actions[1 : n + 1]
 
 
@@ -290,7 +313,11 @@ def test_minatar_observations_are_channels_first_uint8_with_a_time_limit():
     pytest.importorskip("minatar")
     env = pixels.make("MinAtar/SpaceInvaders-v1")
     obs, _ = env.reset(seed=0)
-    assert obs.dtype == np.uint8 and obs.shape == env.observation_space.shape and obs.shape[1:] == (10, 10)
+    assert (
+        obs.dtype == np.uint8
+        and obs.shape == env.observation_space.shape
+        and obs.shape[1:] == (10, 10)
+    )
     raw = env.unwrapped.game.state()  # [10, 10, C] booleans
     assert np.array_equal(obs, np.moveaxis(raw, -1, 0).astype(np.uint8))
     assert env.spec.max_episode_steps == MINATAR_MAX_STEPS
@@ -310,7 +337,9 @@ def test_scale_obs_maps_bounded_components_to_unit_range_and_leaves_unbounded_on
         o_raw, _ = raw.reset(seed=5)
         o_scaled, _ = scaled.reset(seed=5)
         for _ in range(30):  # the same trajectory, seen through the affine map
-            expected = np.where(bounded, 2 * (o_raw - low) / np.where(bounded, high - low, 1) - 1, o_raw)
+            expected = np.where(
+                bounded, 2 * (o_raw - low) / np.where(bounded, high - low, 1) - 1, o_raw
+            )
             assert o_scaled.dtype == np.float32
             np.testing.assert_allclose(o_scaled, expected, rtol=1e-5, atol=1e-6)
             a = raw.action_space.sample()
@@ -326,7 +355,8 @@ def test_scale_obs_maps_bounded_components_to_unit_range_and_leaves_unbounded_on
 
 def test_scale_obs_refuses_pixel_envs():
     with pytest.raises(
-        ValueError, match="--scale-obs is for vector observations; MinAtar/Breakout-v1 is a minatar env"
+        ValueError,
+        match="--scale-obs is for vector observations; MinAtar/Breakout-v1 is a minatar env",
     ):
         pixels.make("MinAtar/Breakout-v1", scale_obs=True)
 
@@ -394,7 +424,9 @@ def test_fire_is_pressed_once_after_each_lost_life_over_a_whole_game(monkeypatch
             n = len(log.steps)
             obs2, info2 = env.reset()
             episodes += 1
-            assert len(log.steps) == n and ale.lives() == lives - 1  # the game goes on, nothing pressed
+            assert (
+                len(log.steps) == n and ale.lives() == lives - 1
+            )  # the game goes on, nothing pressed
             assert (
                 all(np.array_equal(f, obs[-1]) for f in obs2) and "life_lost" not in info2
             )  # padded with the last frame
@@ -428,7 +460,9 @@ def test_resets_with_different_seeds_start_after_different_numbers_of_noops():
     starts = {}
     for seed in range(12):
         obs, _ = env.reset(seed=seed)
-        starts[seed] = ale.getEpisodeFrameNumber() - 4  # after the no-ops, FIRE: one step of 4 frames
+        starts[seed] = (
+            ale.getEpisodeFrameNumber() - 4
+        )  # after the no-ops, FIRE: one step of 4 frames
         if seed < 3:
             again, _ = env.reset(seed=seed)
             assert ale.getEpisodeFrameNumber() - 4 == starts[seed] and np.array_equal(again, obs)
@@ -470,7 +504,9 @@ def test_a_truncated_training_game_starts_over(monkeypatch):
             if terminated:
                 assert info["life_lost"]
                 env.reset()
-        assert truncated and not terminated and 42 <= steps <= 50  # the no-ops and FIRE took up to 34 frames
+        assert (
+            truncated and not terminated and 42 <= steps <= 50
+        )  # the no-ops and FIRE took up to 34 frames
         env.reset()
         assert env.unwrapped.ale.getEpisodeFrameNumber() <= 34 and env.unwrapped.ale.lives() == 5
 
@@ -497,7 +533,13 @@ class ScriptedLives(gym.Env):
     def step(self, action):
         self.t += 1
         self.ale.left -= self.t in (3, 6, 9)
-        return np.full(2, self.t, np.uint8), 10.0 if action == 1 else 1.0, self.ale.left == 0, False, {}
+        return (
+            np.full(2, self.t, np.uint8),
+            10.0 if action == 1 else 1.0,
+            self.ale.left == 0,
+            False,
+            {},
+        )
 
 
 def test_the_fire_press_adds_its_reward_to_the_step_that_lost_the_life():

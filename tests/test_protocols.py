@@ -56,11 +56,16 @@ def test_optimizer_flags_reach_the_optimizer(tmp_path, monkeypatch, name):
     assert type(opt) is torch.optim.RMSprop
     group = opt.param_groups[0]
     assert (group["alpha"], group["eps"], group["centered"]) == (0.95, 0.01, True)
-    assert group.get("initial_lr", group["lr"]) == 2.5e-4  # initial_lr: under n_step_q's and sarsa's decay
+    assert (
+        group.get("initial_lr", group["lr"]) == 2.5e-4
+    )  # initial_lr: under n_step_q's and sarsa's decay
     # the default stays Adam at eps 1e-8
     made.clear()
     assert module.train(tiny_args(module, tmp_path / "adam"))["completed"]
-    assert type(made[0].optimizer) is torch.optim.Adam and made[0].optimizer.param_groups[0]["eps"] == 1e-8
+    assert (
+        type(made[0].optimizer) is torch.optim.Adam
+        and made[0].optimizer.param_groups[0]["eps"] == 1e-8
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
@@ -94,7 +99,9 @@ def test_epsilon_decays_from_the_end_of_the_heatup_with_decay_after_heatup(tmp_p
     )
     assert summary["completed"] and len(seen) == 300  # steps 101 to 400
     steps = np.arange(101, 401)
-    np.testing.assert_allclose(seen, 0.9 - 0.8 * np.minimum(1.0, (steps - 100) / 100), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        seen, 0.9 - 0.8 * np.minimum(1.0, (steps - 100) / 100), rtol=0, atol=1e-12
+    )
 
 
 def test_evaluation_policy_is_greedy_at_zero_and_seeded_epsilon_greedy_otherwise():
@@ -115,7 +122,10 @@ def test_eval_epsilon_changes_only_the_evaluation(tmp_path):
     (CartPole: epsilon 1 is a uniform random policy, which never reaches 100)."""
     base = dqn.train(tiny_args(dqn, tmp_path / "greedy", eval_episodes=5))
     noisy = dqn.train(tiny_args(dqn, tmp_path / "eps", eval_episodes=5, eval_epsilon=1.0))
-    assert base["updates"] == noisy["updates"] and base["train_return_last10"] == noisy["train_return_last10"]
+    assert (
+        base["updates"] == noisy["updates"]
+        and base["train_return_last10"] == noisy["train_return_last10"]
+    )
     assert noisy["eval_return_mean"] < 100
     assert base["eval_return_mean"] != noisy["eval_return_mean"]
 

@@ -26,7 +26,9 @@ from common.network import NetworkWrapper
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cli(algo: str, *flags: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def cli(
+    algo: str, *flags: str, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(ROOT / "algos" / f"{algo}.py"), *flags],
         capture_output=True,
@@ -38,7 +40,9 @@ def cli(algo: str, *flags: str, env: dict | None = None, timeout: float = 300) -
 
 def one_error_line(r: subprocess.CompletedProcess, algo: str) -> str:
     lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"{algo}: error: "), r.stderr
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"{algo}: error: "), (
+        r.stderr
+    )
     return lines[0]
 
 
@@ -56,7 +60,9 @@ def test_videos_hold_every_evaluation_episode_named_by_step(tmp_path):
     )
     videos = Path(summary["run_dir"]) / "videos"
     assert sorted(p.name for p in videos.iterdir()) == ["step-000000300", "step-000000600"]
-    for folder in videos.iterdir():  # one whole episode per evaluation env, no fragment of a next one
+    for (
+        folder
+    ) in videos.iterdir():  # one whole episode per evaluation env, no fragment of a next one
         assert sorted(p.name for p in folder.glob("*.mp4")) == ["episode-0.mp4", "episode-1.mp4"]
 
 
@@ -130,7 +136,9 @@ def test_a_failed_final_evaluation_keeps_the_model_and_summary(tmp_path, monkeyp
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("make_bad", [lambda tmp: tmp / "a_file", lambda tmp: Path("/proc/no_such_dir")])
+@pytest.mark.parametrize(
+    "make_bad", [lambda tmp: tmp / "a_file", lambda tmp: Path("/proc/no_such_dir")]
+)
 def test_a_run_dir_that_cannot_be_written_is_one_line(tmp_path, make_bad):
     bad = make_bad(tmp_path)
     if bad.parent == tmp_path:
@@ -144,9 +152,7 @@ def test_resume_of_a_folder_whose_config_names_no_algorithm_is_one_line(
     tmp_path, monkeypatch, capsys, config
 ):
     (tmp_path / "config.json").write_text(config)
-    says = (
-        f"dqn: error: --resume {tmp_path}: its config.json names no algorithm (not the config.json of a run)"
-    )
+    says = f"dqn: error: --resume {tmp_path}: its config.json names no algorithm (not the config.json of a run)"
     monkeypatch.setattr(sys, "argv", ["dqn.py", "--resume", str(tmp_path)])
     with pytest.raises(SystemExit) as stop:
         harness.run.parse_args(dqn.Args, dqn.__doc__)
@@ -176,7 +182,9 @@ def test_track_without_a_wandb_login_falls_back_to_offline(tmp_path):
     pytest.importorskip("wandb")
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(
-        HOME=str(tmp_path / "home"), WANDB_SILENT="true", WANDB_CONFIG_DIR=str(tmp_path / "wandb_config")
+        HOME=str(tmp_path / "home"),
+        WANDB_SILENT="true",
+        WANDB_CONFIG_DIR=str(tmp_path / "wandb_config"),
     )
     (tmp_path / "home").mkdir()
     r = cli(
@@ -207,7 +215,16 @@ def test_single_process_scripts_refuse_torchrun(tmp_path, algo):
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": "29999",
     }
-    r = cli(algo, "--total-timesteps", "300", "--learning-starts", "100", "--run-dir", str(tmp_path), env=env)
+    r = cli(
+        algo,
+        "--total-timesteps",
+        "300",
+        "--learning-starts",
+        "100",
+        "--run-dir",
+        str(tmp_path),
+        env=env,
+    )
     assert "torchrun" in one_error_line(r, algo)
     assert not any(tmp_path.iterdir())
 
@@ -215,7 +232,9 @@ def test_single_process_scripts_refuse_torchrun(tmp_path, algo):
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["dqn", "ddpg", "naf"])
 def test_learning_starts_beyond_the_run_is_refused(tmp_path, algo):
-    r = cli(algo, "--total-timesteps", "500", "--learning-starts", "500", "--run-dir", str(tmp_path))
+    r = cli(
+        algo, "--total-timesteps", "500", "--learning-starts", "500", "--run-dir", str(tmp_path)
+    )
     assert "--learning-starts" in one_error_line(r, algo)
 
 
@@ -224,14 +243,18 @@ def test_learning_starts_beyond_the_run_is_refused(tmp_path, algo):
 def test_help_says_what_the_script_is(algo):
     r = cli(algo, "--help")
     assert r.returncode == 0
-    first_line = Path(ROOT / "algos" / f"{algo}.py").read_text().split('"""')[1].strip().splitlines()[0]
+    first_line = (
+        Path(ROOT / "algos" / f"{algo}.py").read_text().split('"""')[1].strip().splitlines()[0]
+    )
     assert first_line in r.stdout.split("╭")[0]  # before the first box of flags
     assert "--checkpoint-every" in r.stdout and "--resume" in r.stdout
 
 
 @pytest.mark.parametrize("flush", [True, False])
 @pytest.mark.parametrize("algo", ["dqn", "n_step_q", "sarsa", "a2c", "ddpg", "naf"])
-def test_training_flushes_subnormals_and_gives_the_callers_setting_back(tmp_path, monkeypatch, algo, flush):
+def test_training_flushes_subnormals_and_gives_the_callers_setting_back(
+    tmp_path, monkeypatch, algo, flush
+):
     if not torch.set_flush_denormal(True):
         pytest.skip("this CPU cannot flush subnormals")
     module = importlib.import_module(algo)
@@ -253,7 +276,9 @@ def test_training_flushes_subnormals_and_gives_the_callers_setting_back(tmp_path
 
 
 @pytest.mark.parametrize("algo", ["dqn", "n_step_q", "sarsa", "a2c", "ddpg", "naf"])
-def test_a_run_that_fails_before_training_leaves_the_callers_flush_setting(tmp_path, monkeypatch, algo):
+def test_a_run_that_fails_before_training_leaves_the_callers_flush_setting(
+    tmp_path, monkeypatch, algo
+):
     if not torch.set_flush_denormal(True):
         pytest.skip("this CPU cannot flush subnormals")
     module = importlib.import_module(algo)
@@ -318,7 +343,10 @@ def test_ctrl_c_stops_with_130_and_a_checkpoint_only_when_checkpointing(tmp_path
             ["--batch-size", "abc"],
             "--batch-size: invalid literal for int() with base 10: 'abc' (expected: --batch-size INT)",
         ),
-        (["--batch-sizee", "3"], "Unrecognized options: --batch-sizee, 3 (did you mean --batch-size INT?)"),
+        (
+            ["--batch-sizee", "3"],
+            "Unrecognized options: --batch-sizee, 3 (did you mean --batch-size INT?)",
+        ),
         # the whole message at any terminal width (tyro wraps its box at the width), and an abbreviation's flag
         (
             ["--total-timesteps", "1e5"],
@@ -342,7 +370,9 @@ def test_a_value_tyro_cannot_parse_is_one_error_line_with_exit_2(argv, says):
 def test_the_progress_line_says_heatup_and_its_eta_follows_the_learning_rate(tmp_path, capsys):
     """During heatup the line names it instead of an ETA extrapolated from random actions; afterwards
     the ETA comes from the rate since learning began."""
-    args = probes.tiny_args(dqn, "dqn", tmp_path, total_timesteps=3000, learning_starts=2000, progress=True)
+    args = probes.tiny_args(
+        dqn, "dqn", tmp_path, total_timesteps=3000, learning_starts=2000, progress=True
+    )
     dqn.train(args)
     lines = [
         line
@@ -429,7 +459,9 @@ def test_a_missing_extra_is_one_line_naming_its_requirements_file(tmp_path, caps
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "moviepy" else real_find_spec(name, *a)
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "moviepy" else real_find_spec(name, *a),
     )
     assert dqn.main(probes.tiny_args(dqn, "dqn", tmp_path, capture_video=True)) == 2
     assert (
@@ -472,7 +504,8 @@ def test_ddpg_and_naf_refuse_actions_without_finite_bounds(tmp_path, capsys, alg
     assert module.main(probes.tiny_args(module, algo, tmp_path, env_id="UnboundedActions-v0")) == 2
     err = capsys.readouterr().err.strip()
     assert (
-        len(err.splitlines()) == 1 and f"{algo} needs finite action bounds to scale its tanh output" in err
+        len(err.splitlines()) == 1
+        and f"{algo} needs finite action bounds to scale its tanh output" in err
     ), err
 
 
@@ -485,7 +518,9 @@ def test_the_shared_loop_checks_say_what_is_wrong():
         harness.run.InputError, match=r"^dqn needs a Discrete action space; Pendulum-v1 has Box"
     ):
         harness.run.check_spaces(envs, "dqn", "Pendulum-v1")
-    harness.run.check_spaces(envs, "ddpg", "Pendulum-v1", discrete=False, continuous=True, bounded=True)
+    harness.run.check_spaces(
+        envs, "ddpg", "Pendulum-v1", discrete=False, continuous=True, bounded=True
+    )
     harness.run.check_spaces(envs, "a2c", "Pendulum-v1", continuous=True)
     cartpole = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
     with pytest.raises(
@@ -499,10 +534,13 @@ def test_the_shared_loop_checks_say_what_is_wrong():
         harness.run.check(dqn.Args(learning_starts=-1), nonnegative="learning_starts")
     harness.run.check(dqn.Args(learning_starts=0), nonnegative="learning_starts")
 
-    run = harness.run.Run("dqn", dqn.Args(total_timesteps=1000, eval_every=250), "loss", write=False)
+    run = harness.run.Run(
+        "dqn", dqn.Args(total_timesteps=1000, eval_every=250), "loss", write=False
+    )
     run.stop_if_nan(5, torch.tensor(1.0), actor=torch.tensor(2.0))  # finite: nothing happens
     with pytest.raises(
-        FloatingPointError, match=r"^loss became 1.0 \(actor nan\) at step 5; lower the learning rate"
+        FloatingPointError,
+        match=r"^loss became 1.0 \(actor nan\) at step 5; lower the learning rate",
     ):
         run.stop_if_nan(5, torch.tensor(1.0), actor=torch.tensor(float("nan")))
     with pytest.raises(FloatingPointError, match=r"^loss became inf at step 7;"):
@@ -534,9 +572,17 @@ def test_a_checkpoint_puts_each_kind_of_object_back_in_place():
         np.zeros(4),
         torch.zeros(()),
     )
-    for name, target in {"net": net2, "rng": rng2, "array": array2, "scalar": scalar2, "none": None}.items():
+    for name, target in {
+        "net": net2,
+        "rng": rng2,
+        "array": array2,
+        "scalar": scalar2,
+        "none": None,
+    }.items():
         harness.resume.load_into(target, saved[name], name)
-    assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), net2.state_dict().values()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(net.state_dict().values(), net2.state_dict().values())
+    )
     np.testing.assert_array_equal(rng2.random(3), draws)
     np.testing.assert_array_equal(array2, array)
     assert scalar2.item() == 1.5

@@ -74,7 +74,16 @@ def collect(T: int, epsilon: float = 0.0, seed: int = 0):
     obs, _ = envs.reset(seed=0)
     actions = sarsa.select_actions(greedy_zero_at_reset, obs, epsilon, 2, rng)
     rows = {
-        k: [] for k in ("obs", "actions", "rewards", "terminated", "truncated", "next_obs", "next_actions")
+        k: []
+        for k in (
+            "obs",
+            "actions",
+            "rewards",
+            "terminated",
+            "truncated",
+            "next_obs",
+            "next_actions",
+        )
     }
     for _ in range(T):
         next_obs, rewards, terminated, truncated, infos = envs.step(actions)
@@ -122,7 +131,9 @@ def test_rollout_and_targets_by_hand():
         [False, False],
     ]
     # on-policy: the action taken at row t+1 is the one row t bootstraps from ...
-    assert (r["next_actions"][:-1] == r["actions"][1:])[~r["truncated"][:-1] & ~r["terminated"][:-1]].all()
+    assert (r["next_actions"][:-1] == r["actions"][1:])[
+        ~r["truncated"][:-1] & ~r["terminated"][:-1]
+    ].all()
     # ... except at a truncation, where it is sampled at the final observation (action 1), not at
     # the reset observation that is acted on (action 0)
     assert r["next_actions"][:, 1].tolist() == [1, 1, 1, 1, 1] and r["actions"][:, 1].tolist() == [
@@ -137,7 +148,13 @@ def test_rollout_and_targets_by_hand():
         return (a + 1) * s
 
     targets = sarsa.sarsa_targets(
-        linear_q(), r["rewards"], r["next_obs"], r["next_actions"], r["terminated"], r["truncated"], g
+        linear_q(),
+        r["rewards"],
+        r["next_obs"],
+        r["next_actions"],
+        r["terminated"],
+        r["truncated"],
+        g,
     )
     expected = [
         # env 0: termination at row 2 stops the sum; rows 3-4 bootstrap at the rollout's end (obs 12, action 1)
@@ -242,7 +259,9 @@ def test_conv_network_acts_in_torch_and_targets_take_a_rollout_of_images(expecte
     )
     with torch.no_grad():
         next_q = torch.stack([q(next_obs[t]) for t in range(T)])  # [T, B, A]
-        if expected:  # epsilon-greedy on q_policy: 0.3 / 3 on every action, 0.7 more on the greedy one
+        if (
+            expected
+        ):  # epsilon-greedy on q_policy: 0.3 / 3 on every action, 0.7 more on the greedy one
             greedy = torch.stack([q_policy(next_obs[t]) for t in range(T)]).argmax(-1)  # [T, B]
             next_values = ((0.1 + 0.7 * torch.nn.functional.one_hot(greedy, 3)) * next_q).sum(-1)
         else:
@@ -276,7 +295,9 @@ def test_smoke(tmp_path):
     assert json.loads((run / "summary.json").read_text()) == summary
     rows = list(csv.DictReader(open(run / "metrics.csv")))
     assert (
-        any(r["episodic_return"] for r in rows) and any(r["loss"] for r in rows) and rows[-1]["eval_return"]
+        any(r["episodic_return"] for r in rows)
+        and any(r["loss"] for r in rows)
+        and rows[-1]["eval_return"]
     )
     for key in [
         "algo",
@@ -323,7 +344,9 @@ def record_bootstraps(monkeypatch):
     seen = []
     targets, returns = sarsa.sarsa_targets, sarsa.n_step_returns
 
-    def recording_targets(q_values, rewards, next_obs, next_actions, terminated, truncated, *a, **kw):
+    def recording_targets(
+        q_values, rewards, next_obs, next_actions, terminated, truncated, *a, **kw
+    ):
         q_net = RecordingWrapper.made[-1]
         with torch.no_grad():
             seen.append(
@@ -369,7 +392,9 @@ def test_train_bootstraps_episode_ends_from_the_final_observation(tmp_path, monk
     assert (t[truncated] == 6).all()  # the time limit's final observation
     # row k+1 of an env goes one step further in the same episode, or starts a new one where row k ended it
     go_on, ended = ~(terminated | truncated)[:-1], (terminated | truncated)[:-1]
-    assert (t[1:][go_on] == t[:-1][go_on] + 1).all() and (episode[1:][go_on] == episode[:-1][go_on]).all()
+    assert (t[1:][go_on] == t[:-1][go_on] + 1).all() and (
+        episode[1:][go_on] == episode[:-1][go_on]
+    ).all()
     assert (t[1:][ended] == 1).all() and (episode[1:][ended] != episode[:-1][ended]).all()
 
 
@@ -394,7 +419,9 @@ def test_train_bootstraps_from_the_action_taken_next(tmp_path, monkeypatch, targ
         "target_q"
     ] * target_network
     rows = {k: torch.cat([x[k] for x in seen]) for k in keys}
-    taken = rows["rewards"].long()  # [rollouts * T, B] the action taken at row k, read back from the env
+    taken = rows[
+        "rewards"
+    ].long()  # [rollouts * T, B] the action taken at row k, read back from the env
     bootstrap_q = rows["target_q" if target_network else "online_q"]  # [rollouts * T, B, A]
     # where the episode goes on past row k (a truncation samples its bootstrap action at the final
     # observation instead, a termination does not bootstrap); the last row's next action is never taken
@@ -409,12 +436,20 @@ def test_train_bootstraps_from_the_action_taken_next(tmp_path, monkeypatch, targ
         assert not torch.allclose(rows["target_q"], rows["online_q"])
 
 
-def test_train_samples_a_truncation_bootstrap_action_at_the_final_observation(tmp_path, monkeypatch):
+def test_train_samples_a_truncation_bootstrap_action_at_the_final_observation(
+    tmp_path, monkeypatch
+):
     """At a truncation the next action is taken at the reset observation, so the bootstrap action must
     be drawn from the behaviour policy at the true final observation instead: greedy there at epsilon 0."""
     seen = record_bootstraps(monkeypatch)
     sarsa.train(
-        small_args(tmp_path, env_id=probes.CHAIN_ID, total_timesteps=400, start_epsilon=0.0, end_epsilon=0.0)
+        small_args(
+            tmp_path,
+            env_id=probes.CHAIN_ID,
+            total_timesteps=400,
+            start_epsilon=0.0,
+            end_epsilon=0.0,
+        )
     )
     T = seen[0]["next_obs"].shape[0]
     next_obs = torch.cat([x["next_obs"] for x in seen])  # [rollouts * T, B, 2]
@@ -425,7 +460,9 @@ def test_train_samples_a_truncation_bootstrap_action_at_the_final_observation(tm
     apart = 0
     for k, b in truncated[:-1].nonzero().tolist():
         policy = seen[k // T]["online"]  # the network that acted during row k's rollout
-        reset_obs = torch.tensor([[0.0, next_obs[k + 1, b, 1]]])  # where env b's next episode started
+        reset_obs = torch.tensor(
+            [[0.0, next_obs[k + 1, b, 1]]]
+        )  # where env b's next episode started
         with torch.no_grad():
             at_final, at_reset = (
                 policy(next_obs[k, b][None]).argmax(-1).item(),
@@ -457,11 +494,22 @@ def test_target_network_in_train(tmp_path, monkeypatch):
     events = q_net.events
     assert summary["updates"] == 20
 
-    assert [e["step"] for e in events if e["kind"] == "after sync"] == [60, 100, 160, 200, 260, 300, 360, 400]
+    assert [e["step"] for e in events if e["kind"] == "after sync"] == [
+        60,
+        100,
+        160,
+        200,
+        260,
+        300,
+        360,
+        400,
+    ]
     for before, after in zip(events, events[1:]):
         if after["kind"] == "before sync":  # a sync follows the gradient step of the same rollout
             assert before["kind"] == "after update" and before["step"] == after["step"]
-            assert not torch.equal(after["target"], after["online"])  # it had drifted since the last sync
+            assert not torch.equal(
+                after["target"], after["online"]
+            )  # it had drifted since the last sync
         if after["kind"] == "after sync":
             assert torch.equal(after["target"], after["online"])
         else:  # the target moves at syncs only, and never by a gradient step
@@ -515,7 +563,9 @@ def test_bad_input(tmp_path, argv, message):
     )
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("sarsa: error: ") and message in lines[0], p.stderr
+    assert len(lines) == 1 and lines[0].startswith("sarsa: error: ") and message in lines[0], (
+        p.stderr
+    )
     assert not any(tmp_path.iterdir())  # no run folder for a run that never started
 
 
@@ -528,11 +578,15 @@ def test_learns_cartpole(tmp_path):
     scored 21, 95, 154, 423 and 311 there (seed 1 325 on an Intel Xeon one), a budget too short to
     hold on every CPU. ~15-25 s on an idle 2-core machine.
     """
-    s = sarsa.train(sarsa.Args(seed=1, total_timesteps=300_000, run_dir=str(tmp_path), progress=False))
+    s = sarsa.train(
+        sarsa.Args(seed=1, total_timesteps=300_000, run_dir=str(tmp_path), progress=False)
+    )
     assert s["eval_return_mean"] >= 195, s
 
 
-def test_expected_sarsa_targets_use_the_epsilon_each_next_action_was_chosen_with(tmp_path, monkeypatch):
+def test_expected_sarsa_targets_use_the_epsilon_each_next_action_was_chosen_with(
+    tmp_path, monkeypatch
+):
     """--expected: row t of a rollout bootstraps from the epsilon-greedy expectation at s_{t+1},
     with the epsilon that chose the action taken there (it decays every step here)."""
     acted, given = [], []
@@ -549,10 +603,14 @@ def test_expected_sarsa_targets_use_the_epsilon_each_next_action_was_chosen_with
     monkeypatch.setattr(sarsa, "next_actions", next_actions)
     monkeypatch.setattr(sarsa, "sarsa_targets", targets)
     summary = sarsa.train(
-        small_args(tmp_path, expected=True, num_envs=2, total_timesteps=200, exploration_fraction=0.5)
+        small_args(
+            tmp_path, expected=True, num_envs=2, total_timesteps=200, exploration_fraction=0.5
+        )
     )
     assert summary["completed"] and len(given) == 20 and len(acted) == 100
-    assert len(set(acted)) == 50  # a new value at each of the first 50 steps (the 50th: 0.01), then 0.01
+    assert (
+        len(set(acted)) == 50
+    )  # a new value at each of the first 50 steps (the 50th: 0.01), then 0.01
     assert torch.cat(given).squeeze(1).tolist() == [np.float32(e).item() for e in acted]
 
 
@@ -600,7 +658,9 @@ def test_a_resume_that_restarts_the_envs_chooses_the_first_actions_at_the_new_ob
 
     def stop_at_step_3(next_obs, infos):
         calls["n"] += 1
-        if calls["n"] == 3:  # SIGUSR1: a checkpoint at this rollout's end (5 steps of 8 envs), then stop
+        if (
+            calls["n"] == 3
+        ):  # SIGUSR1: a checkpoint at this rollout's end (5 steps of 8 envs), then stop
             os.kill(os.getpid(), signal.SIGUSR1)
         return real_true_next_obs(next_obs, infos)
 
@@ -611,7 +671,12 @@ def test_a_resume_that_restarts_the_envs_chooses_the_first_actions_at_the_new_ob
     assert stopped["error"] == "preempted" and stopped["total_timesteps"] == 40
     with pytest.warns(UserWarning, match="disagrees with forward"):
         resumed = sarsa.train(small_args(tmp_path, resume=stopped["run_dir"], **kw))
-    assert resumed["completed"] and resumed["envs_on_resume"].startswith("episodes restarted on resume")
+    assert resumed["completed"] and resumed["envs_on_resume"].startswith(
+        "episodes restarted on resume"
+    )
     assert len(LoggedEnvs.log) > 50  # 50 training steps of 8 envs, and the evaluation's
-    for obs, actions in LoggedEnvs.log:  # training and evaluation steps, before and after the resume
+    for (
+        obs,
+        actions,
+    ) in LoggedEnvs.log:  # training and evaluation steps, before and after the resume
         np.testing.assert_array_equal(actions, (obs[:, 2] > 0).astype(np.int64))

@@ -66,7 +66,9 @@ def csv_scalars(run: Path, tags: dict[str, str]) -> dict[str, list[tuple[int, fl
         for row in csv.DictReader(f):
             for name, value in row.items():
                 if name not in ("global_step", "wall_seconds") and value != "":
-                    out.setdefault(tags[name], []).append((int(row["global_step"]), float(np.float32(value))))
+                    out.setdefault(tags[name], []).append(
+                        (int(row["global_step"]), float(np.float32(value)))
+                    )
     return out
 
 
@@ -111,12 +113,18 @@ def test_resumed_run_has_one_history_in_tensorboard(tmp_path, monkeypatch, first
             "_write_checkpoint",
             lambda self, content: write(self, content) if content["global_step"] <= 400 else None,
         )
-        first = dqn.train(dqn_args(tmp_path, checkpoint_every=200, tensorboard=first_with_tensorboard))
+        first = dqn.train(
+            dqn_args(tmp_path, checkpoint_every=200, tensorboard=first_with_tensorboard)
+        )
     run = Path(first["run_dir"])
     if first_with_tensorboard:
         stale = events(run / "tensorboard")["charts/episodic_return"]
-        assert max(step for step, _ in stale) > 400, "the first process wrote events after its checkpoint"
-    time.sleep(1.1)  # TensorBoard reads event files in name order, and names hold the time in seconds
+        assert max(step for step, _ in stale) > 400, (
+            "the first process wrote events after its checkpoint"
+        )
+    time.sleep(
+        1.1
+    )  # TensorBoard reads event files in name order, and names hold the time in seconds
     resumed = dqn.train(dqn_args(tmp_path, checkpoint_every=200, tensorboard=True, resume=str(run)))
     assert resumed["completed"] and resumed["resumed_at"] == [400]
     got = events(run / "tensorboard")
@@ -151,9 +159,9 @@ def test_export_of_a_folder_without_metrics_is_one_line(tmp_path):
         timeout=120,
     )
     lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("tensorboard_export: error: "), (
-        r.stderr
-    )
+    assert (
+        r.returncode == 2 and len(lines) == 1 and lines[0].startswith("tensorboard_export: error: ")
+    ), r.stderr
 
 
 def test_tensorboard_without_the_package_is_one_line_before_anything_is_written(
@@ -194,7 +202,10 @@ def test_plot_of_two_seeds_writes_a_png(tmp_path, two_seeds):
     pytest.importorskip("matplotlib", reason="pip install -r requirements/requirements-viz.txt")
     folders = sorted(str(p) for p in two_seeds.glob("CartPole-v1__dqn__*"))
     assert len(folders) == 2
-    for inputs, out in ((folders, tmp_path / "curves.png"), ([str(two_seeds)], tmp_path / "parent.png")):
+    for inputs, out in (
+        (folders, tmp_path / "curves.png"),
+        ([str(two_seeds)], tmp_path / "parent.png"),
+    ):
         r = subprocess.run(
             [sys.executable, str(ROOT / "tools/plot.py"), *inputs, "--out", str(out)],
             capture_output=True,
@@ -237,7 +248,9 @@ def test_seeds_on_a_common_grid_give_mean_and_band():
     assert values.tolist() == [[5.0, 10.0, 15.0, 20.0], [10.0, 10.0, 10.0, 20.0]]
     grid, values = plot.on_common_grid([a, b])
     assert len(grid) == 200 and grid[0] == 5.0 and grid[-1] == 20.0
-    assert plot.on_common_grid([a, (np.array([25.0, 30.0]), np.array([1.0, 2.0]))]) is None  # no shared steps
+    assert (
+        plot.on_common_grid([a, (np.array([25.0, 30.0]), np.array([1.0, 2.0]))]) is None
+    )  # no shared steps
 
 
 def test_training_returns_are_a_trailing_mean(tmp_path):
@@ -249,7 +262,12 @@ def test_training_returns_are_a_trailing_mean(tmp_path):
     )
     curves = plot.read_run(run, smooth=2)
     assert (curves.algo, curves.env) == ("dqn", "CartPole-v1")
-    assert curves.train[0].tolist() == [10, 20, 30, 40] and curves.train[1].tolist() == [1.0, 2.0, 4.0, 7.5]
+    assert curves.train[0].tolist() == [10, 20, 30, 40] and curves.train[1].tolist() == [
+        1.0,
+        2.0,
+        4.0,
+        7.5,
+    ]
     assert curves.eval[0].tolist() == [20] and curves.eval[1].tolist() == [7.0]
 
 
@@ -290,7 +308,9 @@ def test_runs_with_the_same_seed_are_not_two_seeds(tmp_path, capsys):
     import matplotlib.pyplot as plt
 
     runs = [
-        plot.read_run(fake_run(tmp_path, "dqn", 1, 500_000, [500_000], stamp="20260101-000000"), 10),
+        plot.read_run(
+            fake_run(tmp_path, "dqn", 1, 500_000, [500_000], stamp="20260101-000000"), 10
+        ),
         plot.read_run(fake_run(tmp_path, "dqn", 1, 15_000, [15_000], stamp="20260102-000000"), 10),
     ]
     fig, said = plot.figure(runs, 10)
@@ -359,7 +379,10 @@ def test_the_title_fits_inside_the_figure(tmp_path, envs):
     fig.canvas.draw()
     box, page = fig._suptitle.get_window_extent(fig.canvas.get_renderer()), fig.bbox
     plt.close(fig)
-    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (
+        box,
+        page,
+    )
 
 
 def test_plot_counts_runs_in_words(tmp_path, capsys):

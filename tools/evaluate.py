@@ -35,14 +35,17 @@ class EvalArgs:
     run: tyro.conf.Positional[Path]
     """run folder holding config.json and model.pt"""
     episodes: Annotated[
-        Optional[int], tyro.conf.arg(metavar="N", help_behavior_hint="(default: the run's --eval-episodes)")
+        Optional[int],
+        tyro.conf.arg(metavar="N", help_behavior_hint="(default: the run's --eval-episodes)"),
     ] = None
     """episodes to evaluate"""
     seed: Annotated[
         Optional[int],
         tyro.conf.arg(
             metavar="S",
-            help_behavior_hint="(default: the run's seed + 100_000, the seed of its own evaluations)",
+            help_behavior_hint=(
+                "(default: the run's seed + 100_000, the seed of its own evaluations)"
+            ),
         ),
     ] = None
     """seed of the evaluation envs, env i gets seed + i"""
@@ -50,10 +53,13 @@ class EvalArgs:
         Optional[Path],
         tyro.conf.arg(
             metavar="PATH",
-            help_behavior_hint="(default: algos/<algo>.py of this repository, <algo> from config.json)",
+            help_behavior_hint=(
+                "(default: algos/<algo>.py of this repository, <algo> from config.json)"
+            ),
         ),
     ] = None
-    """the algorithm's script that trained the run, whose network and env maker are used (e.g. a copy in another project)"""
+    """the algorithm's script that trained the run, whose network
+    and env maker are used (e.g. a copy in another project)"""
     capture_video: bool = False
     """write videos into <run folder>/eval_videos"""
     device: str = "cpu"
@@ -61,18 +67,22 @@ class EvalArgs:
 
 
 def check(a: EvalArgs) -> tuple[dict, Path]:
-    """The run's config.json and the script to load, or ValueError naming what is wrong: checked before
-    the script (and torch with it) is imported, so bad input is one line at once."""
+    """The run's config.json and the script to load, or ValueError naming what is wrong:
+    checked before the script (and torch with it) is imported, so bad input is one line at once."""
     missing = [name for name in ("config.json", "model.pt") if not (a.run / name).is_file()]
     if not a.run.is_dir():
-        raise ValueError(f"{a.run} is not a folder (give a run folder holding config.json and model.pt)")
+        raise ValueError(
+            f"{a.run} is not a folder (give a run folder holding config.json and model.pt)"
+        )
     if missing == ["model.pt"]:
         raise ValueError(f"{a.run} has no model.pt (train with --save-model)")
     if missing:
         also = "; a run writes model.pt with --save-model" if "model.pt" in missing else ""
         raise ValueError(f"{a.run} has no {' and no '.join(missing)} (not a run folder{also})")
     if a.capture_video and importlib.util.find_spec("moviepy") is None:
-        raise ValueError("--capture-video needs moviepy: pip install -r requirements/requirements-video.txt")
+        raise ValueError(
+            "--capture-video needs moviepy: pip install -r requirements/requirements-video.txt"
+        )
     if a.episodes is not None and a.episodes <= 0:
         raise ValueError(f"--episodes must be positive, got {a.episodes}")
     try:
@@ -80,13 +90,16 @@ def check(a: EvalArgs) -> tuple[dict, Path]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{a.run / 'config.json'} cannot be read ({e})") from None
     if not isinstance(config, dict) or not isinstance(config.get("algo"), str):
-        raise ValueError(f"{a.run / 'config.json'} names no algorithm (not the config.json of a run)")
+        raise ValueError(
+            f"{a.run / 'config.json'} names no algorithm (not the config.json of a run)"
+        )
     script = a.script if a.script is not None else ROOT / "algos" / f"{config['algo']}.py"
     if not script.is_file():
         if a.script is not None:
             raise ValueError(f"--script {script}: no such file")
         raise ValueError(
-            f"no script {script} for the run's algorithm {config['algo']!r}; give the script with --script PATH"
+            f"no script {script} for the run's algorithm {config['algo']!r}; "
+            "give the script with --script PATH"
         )
     return config, script
 
@@ -121,7 +134,8 @@ def main(a: EvalArgs) -> int:
             else f"{script.relative_to(ROOT)} (this repository's)"
         )
         print(
-            f"evaluate: error: the run's model.pt does not fit the network of {where}: {str(e).splitlines()[0].rstrip(':.')}; "
+            f"evaluate: error: the run's model.pt does not fit the network of {where}: "
+            f"{str(e).splitlines()[0].rstrip(':.')}; "
             "give the script that trained the run with --script PATH",
             file=sys.stderr,
         )
@@ -136,10 +150,15 @@ def main(a: EvalArgs) -> int:
     if "scale_obs" in env_flags:
         as_in_the_run["scale_obs"] = args.scale_obs
     returns = evaluate(
-        act, functools.partial(module.make_env, args.env_id, **as_in_the_run), episodes, seed, video_dir
+        act,
+        functools.partial(module.make_env, args.env_id, **as_in_the_run),
+        episodes,
+        seed,
+        video_dir,
     )
     print(
-        f"{algo} on {args.env_id}: return {returns.mean():.2f} +- {returns.std():.2f} over {episodes} episodes"
+        f"{algo} on {args.env_id}: return {returns.mean():.2f} +- {returns.std():.2f} "
+        f"over {episodes} episodes"
     )
     if video_dir:
         print(f"videos: {video_dir}/ ({len(list(Path(video_dir).glob('*.mp4')))} MP4 files)")

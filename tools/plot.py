@@ -1,4 +1,5 @@
-"""Draw run folders' learning curves into one PNG: return vs env steps, each run whole, seeds averaged.
+"""Draw run folders' learning curves into one PNG: \
+return vs env steps, each run whole, seeds averaged.
 
     python tools/plot.py runs/CartPole-v1__dqn__* --out curves.png
     python tools/plot.py runs --out curves.png        # every run folder inside runs/
@@ -9,7 +10,8 @@ One panel per environment. Runs of the same algorithm and environment are groupe
 - several seeds: their mean (thick) with a band from the lowest to the highest seed, over the
   steps every seed covers (the legend gives that range); where a run goes on past it, its own
   curve is drawn on, thin;
-- two runs with the same seed are not two seeds: tools/plot.py says so and draws each run on its own.
+- two runs with the same seed are not two seeds:
+  tools/plot.py says so and draws each run on its own.
 Training return (solid): each run's episodic returns, averaged over its last --smooth episodes
 (means and bands on 200 evenly spaced steps). Evaluation return (dashed, markers), where
 metrics.csv has eval_return: at the steps where the runs evaluated; seeds that evaluated at no
@@ -58,9 +60,15 @@ def find_runs(paths: tuple[Path, ...]) -> list[Path]:
         if (path / "metrics.csv").is_file():
             runs.append(path)
             continue
-        inside = sorted(p for p in path.iterdir() if (p / "metrics.csv").is_file()) if path.is_dir() else []
+        inside = (
+            sorted(p for p in path.iterdir() if (p / "metrics.csv").is_file())
+            if path.is_dir()
+            else []
+        )
         if not inside:
-            raise ValueError(f"{path} has no metrics.csv (not a run folder, nor a folder of run folders)")
+            raise ValueError(
+                f"{path} has no metrics.csv (not a run folder, nor a folder of run folders)"
+            )
         runs += inside
     return runs
 
@@ -93,8 +101,9 @@ def read_run(folder: Path, smooth: int) -> Curves:
 
 
 def on_common_grid(curves: list[tuple[np.ndarray, np.ndarray]], grid: np.ndarray | None = None):
-    """(grid, [seeds, grid] values) over the step range every curve covers; None when they share none.
-    `grid` None: 200 evenly spaced steps; else the given steps that fall in the shared range."""
+    """(grid, [seeds, grid] values) over the step range every curve covers; None when
+    they share none. `grid` None: 200 evenly spaced steps; else the given steps that
+    fall in the shared range."""
     curves = [c for c in curves if len(c[0])]
     if not curves:
         return None
@@ -116,24 +125,29 @@ def _seeds(seeds: list) -> str:
 def _outside(
     s: np.ndarray, v: np.ndarray, lo: float, hi: float, join: bool
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The parts of the curve (s, v) before step lo and after step hi; `join`: each starts or ends at the
-    curve's value at lo or hi, so that it meets the mean's line."""
+    """The parts of the curve (s, v) before step lo and after step hi; `join`:
+    each starts or ends at the curve's value at lo or hi, so that it meets the mean's line."""
     parts = []
     if s[0] < lo:
         k = int(np.searchsorted(s, lo, "left"))
         parts.append(
-            (np.append(s[:k], lo), np.append(v[:k], np.interp(lo, s, v))) if join else (s[:k], v[:k])
+            (np.append(s[:k], lo), np.append(v[:k], np.interp(lo, s, v)))
+            if join
+            else (s[:k], v[:k])
         )
     if s[-1] > hi:
         k = int(np.searchsorted(s, hi, "right"))
         parts.append(
-            (np.insert(s[k:], 0, hi), np.insert(v[k:], 0, np.interp(hi, s, v))) if join else (s[k:], v[k:])
+            (np.insert(s[k:], 0, hi), np.insert(v[k:], 0, np.interp(hi, s, v)))
+            if join
+            else (s[k:], v[k:])
         )
     return parts
 
 
 def figure(runs: list[Curves], smooth: int):
-    """The figure and one line per (environment, algorithm) saying what was drawn; warnings on stderr."""
+    """The figure and one line per (environment, algorithm) saying what was drawn;
+    warnings on stderr."""
     try:
         import matplotlib
     except ImportError:
@@ -149,7 +163,8 @@ def figure(runs: list[Curves], smooth: int):
         groups[(run.env, run.algo)].append(run)
     envs = sorted({env for env, _ in groups})
     algos = sorted({algo for _, algo in groups})
-    # a group is averaged over its seeds unless two of its runs share a seed: then each run is drawn alone
+    # a group is averaged over its seeds unless two of its runs share a seed:
+    # then each run is drawn alone
     averaged = {}
     for (env, algo), members in sorted(groups.items()):
         members.sort(key=lambda m: (m.seed is None, m.seed or 0, m.name))
@@ -158,11 +173,13 @@ def figure(runs: list[Curves], smooth: int):
         for seed, n in repeats.items():
             names = ", ".join(m.name for m in members if m.seed == seed)
             print(
-                f"plot: {algo} on {env}: {n} runs have seed {seed} ({names}); runs with the same seed are not "
-                f"different seeds, so each run of {algo} on {env} is drawn on its own, not averaged",
+                f"plot: {algo} on {env}: {n} runs have seed {seed} ({names}); "
+                "runs with the same seed are not different seeds, "
+                f"so each run of {algo} on {env} is drawn on its own, not averaged",
                 file=sys.stderr,
             )
-    # one colour per algorithm where its runs are averaged or alone, one per run where they are drawn one by one
+    # one colour per algorithm where its runs are averaged or alone,
+    # one per run where they are drawn one by one
     keys = sorted(
         {
             (algo, "") if averaged[(env, algo)] or len(ms) == 1 else (algo, m.name)
@@ -173,7 +190,9 @@ def figure(runs: list[Curves], smooth: int):
     colors = {key: plt.get_cmap("tab10")(i % 10) for i, key in enumerate(keys)}
     cols = min(3, len(envs))
     rows = -(-len(envs) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4.5 * rows), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(6 * cols, 4.5 * rows), squeeze=False, layout="constrained"
+    )
     drawn, said = 0, []
     styles = {"training": dict(ls="-"), "evaluation": dict(ls="--", marker="o", ms=3)}
     for ax, env in zip(axes.flat, envs):
@@ -184,11 +203,17 @@ def figure(runs: list[Curves], smooth: int):
             if not averaged[(env, algo)]:
                 for m in members:
                     color = colors[(algo, "")] if len(members) == 1 else colors[(algo, m.name)]
-                    alone = f"seed {m.seed}" + ("" if len(members) == 1 else f", {m.name.split('__')[-1]}")
+                    alone = f"seed {m.seed}" + (
+                        "" if len(members) == 1 else f", {m.name.split('__')[-1]}"
+                    )
                     for kind, (steps, values) in (("training", m.train), ("evaluation", m.eval)):
                         if len(steps):
                             ax.plot(
-                                steps, values, color=color, label=f"{algo} {kind} ({alone})", **styles[kind]
+                                steps,
+                                values,
+                                color=color,
+                                label=f"{algo} {kind} ({alone})",
+                                **styles[kind],
                             )
                             drawn += 1
                     last = max([*m.train[0][-1:], *m.eval[0][-1:]], default=None)
@@ -203,7 +228,11 @@ def figure(runs: list[Curves], smooth: int):
                 curves = [(c, seed) for c, seed in curves if len(c[0])]
                 if not curves:
                     continue
-                grid = None if kind == "training" else np.unique(np.concatenate([c[0] for c, _ in curves]))
+                grid = (
+                    None
+                    if kind == "training"
+                    else np.unique(np.concatenate([c[0] for c, _ in curves]))
+                )
                 common = on_common_grid([c for c, _ in curves], grid)
                 if common is None or (kind == "training" and common[0][-1] <= common[0][0]):
                     for (steps, values), seed in curves:  # nothing shared to average over
@@ -218,7 +247,8 @@ def figure(runs: list[Curves], smooth: int):
                         )
                         drawn += 1
                     said.append(
-                        f"{algo} on {env}: the {kind} curves of {_seeds(seeds)} share no steps; each drawn alone"
+                        f"{algo} on {env}: the {kind} curves of {_seeds(seeds)} share no steps; "
+                        "each drawn alone"
                     )
                     continue
                 steps, values = common
@@ -251,10 +281,14 @@ def figure(runs: list[Curves], smooth: int):
                         )
                         label = None
                 alone = [
-                    f"seed {seed} alone {_steps(s[0])}-{_steps(lo)}" for (s, _), seed in curves if s[0] < lo
+                    f"seed {seed} alone {_steps(s[0])}-{_steps(lo)}"
+                    for (s, _), seed in curves
+                    if s[0] < lo
                 ]
                 alone += [
-                    f"seed {seed} alone {_steps(hi)}-{_steps(s[-1])}" for (s, _), seed in curves if s[-1] > hi
+                    f"seed {seed} alone {_steps(hi)}-{_steps(s[-1])}"
+                    for (s, _), seed in curves
+                    if s[-1] > hi
                 ]
                 said.append(
                     f"{algo} on {env}: {kind} return averaged over {who}, {over}"
@@ -284,7 +318,8 @@ def figure(runs: list[Curves], smooth: int):
 
 
 def plot(runs: list[Curves], out: Path, smooth: int) -> list[str]:
-    """Draw `runs` into the PNG `out`; returns what was drawn, one line per (environment, algorithm)."""
+    """Draw `runs` into the PNG `out`;
+    returns what was drawn, one line per (environment, algorithm)."""
     import matplotlib.pyplot as plt
 
     fig, said = figure(runs, smooth)

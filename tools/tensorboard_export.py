@@ -1,4 +1,5 @@
-"""Write existing run folders' metrics.csv as TensorBoard scalars, for runs trained without --tensorboard.
+"""Write existing run folders' metrics.csv as TensorBoard scalars, \
+for runs trained without --tensorboard.
 
     python tools/tensorboard_export.py runs/CartPole-v1__dqn__1__20261122-211249 [RUN ...]
     tensorboard --logdir runs
@@ -35,7 +36,8 @@ def main(a: ExportArgs) -> int:
     for run in a.runs:
         if not (run / "metrics.csv").is_file() or not (run / "config.json").is_file():
             print(
-                f"tensorboard_export: error: {run} has no metrics.csv and config.json (not a run folder)",
+                f"tensorboard_export: error: {run} has no metrics.csv and config.json "
+                "(not a run folder)",
                 file=sys.stderr,
             )
             return 2
