@@ -89,7 +89,9 @@ AFTER_TRAIN = {"validate", "load_policy"}
 def test_each_script_reads_in_order(algo):
     source = (ROOT / "algos" / f"{algo}.py").read_text()
     names = [
-        node.name for node in ast.parse(source).body if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+        node.name
+        for node in ast.parse(source).body
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef))
     ]
     assert set(names[names.index("train") + 1 :]) <= AFTER_TRAIN, names[names.index("train") + 1 :]
 
@@ -113,7 +115,9 @@ def copy_of(algo: str, tmp_path: Path) -> tuple[Path, dict]:
         pytest.param(
             "ddpg",
             "HalfCheetah-v5",
-            marks=pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="mujoco extra"),
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("mujoco") is None, reason="mujoco extra"
+            ),
         ),
     ],
 )
@@ -166,7 +170,9 @@ def test_a_folder_with_only_the_listed_files_trains_the_script(algo, env_id, tmp
         ),
     ],
 )
-def test_a_copy_asked_for_a_feature_it_lacks_names_the_file_in_one_line(algo, argv, missing, tmp_path):
+def test_a_copy_asked_for_a_feature_it_lacks_names_the_file_in_one_line(
+    algo, argv, missing, tmp_path
+):
     """README: an optional feature imports one more file; a copy without it says which, exit 2, no traceback."""
     project, env = copy_of(algo, tmp_path)
     r = subprocess.run(
@@ -193,7 +199,12 @@ def test_a_copy_asked_for_a_feature_it_lacks_names_the_file_in_one_line(algo, ar
             130,
             "checkpoint written; resuming it needs harness/resume.py beside the script",
         ),
-        (signal.SIGTERM, [], 75, "no checkpoint written: that needs harness/checkpoint.py beside the script"),
+        (
+            signal.SIGTERM,
+            [],
+            75,
+            "no checkpoint written: that needs harness/checkpoint.py beside the script",
+        ),
     ],
 )
 def test_a_stopped_copy_offers_only_what_it_can_do(sig, extra, status, says, tmp_path):
@@ -232,3 +243,51 @@ def test_a_stopped_copy_offers_only_what_it_can_do(sig, extra, status, says, tmp
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == status and "Traceback" not in err, err
     assert "--resume" not in err and says in err, err
+
+
+CHECK_RESUME = [
+    "--total-timesteps",
+    "2000",
+    "--learning-starts",
+    "500",
+    "--eval-every",
+    "1000",
+    "--eval-episodes",
+    "2",
+]
+
+
+@pytest.mark.slow
+def test_check_resume_passes_a_copy_and_catches_one_that_forgets_a_generator(tmp_path):
+    """tools/check_resume.py on a copy with the files README lists for --resume: exit 0; the same copy with
+    its exploration generator left out of checkpoint(): exit 1, naming where the runs part."""
+    project, env = copy_of("dqn", tmp_path)
+    for f in ("harness/checkpoint.py", "harness/resume.py"):
+        shutil.copy(ROOT / f, project / f)
+    tool = [sys.executable, str(ROOT / "tools" / "check_resume.py"), "dqn.py", *CHECK_RESUME]
+    r = subprocess.run(tool, cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "resumes exactly" in r.stdout
+    source = (project / "dqn.py").read_text()
+    forgotten = re.sub(
+        r'\n\s*"rng": rng,(?=\n\s*\})', "", source
+    )  # checkpoint() without the generator
+    assert forgotten.count("\n") == source.count("\n") - 1
+    (project / "dqn.py").write_text(forgotten)
+    r = subprocess.run(tool, cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "differs from the straight one: metrics.csv line" in r.stdout
+
+
+def test_check_resume_refuses_the_flags_it_sets_in_one_line():
+    tool = [
+        sys.executable,
+        str(ROOT / "tools" / "check_resume.py"),
+        "algos/dqn.py",
+        "--run-dir",
+        "x",
+    ]
+    r = subprocess.run(tool, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "check_resume: error: --run-dir is set by check_resume itself; leave it out"
+    )
