@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import statistics
 import warnings
@@ -12,7 +13,15 @@ from pathlib import Path
 import numpy as np
 from cli import cli_flags, fmt_steps, md_row
 from provenance import Checker, recorded_state
-from selection import BOOTSTRAP_RESAMPLES, MANY_SEEDS, VERDICT_SEEDS, Judged, bootstrap_ci, iqm, judge_suite
+from selection import (
+    BOOTSTRAP_RESAMPLES,
+    MANY_SEEDS,
+    VERDICT_SEEDS,
+    Judged,
+    bootstrap_ci,
+    iqm,
+    judge_suite,
+)
 from suite import (
     LEGEND_FILE,
     RESULTS_DIR,
@@ -22,11 +31,18 @@ from suite import (
     Suite,
     load_references,
     load_suite,
+    load_suites,
     metrics_file,
 )
 
 README = ROOT / "README.md"  # its result tables: between the comments MARKER finds
 MARKER = re.compile(r"(<!-- results:([\w-]+):start -->\n)(.*?)(<!-- results:\2:end -->)", re.DOTALL)
+ALGO_PAGES = (
+    ROOT / "docs" / "algorithms"
+)  # a page per script, its results between ALGO_MARKER's comments
+ALGO_MARKER = re.compile(
+    r"(<!-- algo-results:([\w-]+):start -->\n)(.*?)(<!-- algo-results:\2:end -->)", re.DOTALL
+)
 
 
 def fmt_eval(xs: list[float]) -> str:
@@ -76,7 +92,9 @@ def read_curves(path: Path) -> tuple[list[tuple[int, float]], list[tuple[int, fl
     )
 
 
-def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, stale: bool = False) -> bool:
+def plot_cell(
+    cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, stale: bool = False
+) -> bool:
     try:
         from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing to close
     except ImportError:  # plotting is a benchmarks-only dependency (benchmarks/requirements.txt)
@@ -85,7 +103,9 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
         )
         return False
 
-    curves = [read_curves(m) for _, r in sorted(runs.items()) if (m := metrics_file(r["dir"]))]  # ok runs
+    curves = [
+        read_curves(m) for _, r in sorted(runs.items()) if (m := metrics_file(r["dir"]))
+    ]  # ok runs
     if not curves:
         return False
     grid = np.linspace(0, cell.steps, 101)
@@ -115,7 +135,9 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
         if not series:
             continue
         arr = np.array(series)  # [seeds, grid]: mean and a ±1 std band
-        with warnings.catch_warnings(action="ignore", category=RuntimeWarning):  # early grid points: all-NaN
+        with warnings.catch_warnings(
+            action="ignore", category=RuntimeWarning
+        ):  # early grid points: all-NaN
             mean, std = np.nanmean(arr, 0), np.nanstd(arr, 0)
         ax.plot(
             grid,
@@ -127,7 +149,11 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
             ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
     if cell.threshold is not None:
         ax.axhline(
-            cell.threshold, color="black", linestyle="--", linewidth=1, label=f"threshold {cell.threshold:g}"
+            cell.threshold,
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label=f"threshold {cell.threshold:g}",
         )
     for ref, color in zip(refs, ["tab:green", "tab:red", "tab:purple", "tab:brown"]):
         ax.axhline(
@@ -141,7 +167,8 @@ def plot_cell(cell: Cell, runs: dict[int, dict], refs: list[dict], out: Path, st
         xlabel="env steps",
         ylabel="episodic return",
         xlim=(0, cell.steps),
-        title=f"{cell.algo} on {cell.env}" + (" (stale runs: made with older code)" if stale else ""),
+        title=f"{cell.algo} on {cell.env}"
+        + (" (stale runs: made with older code)" if stale else ""),
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
@@ -175,23 +202,29 @@ def speed_section(speed_dir: Path) -> list[str]:
         ratios = ", ".join(f"{r:.2f}x" for r in d.get("ratios", [])) or "-"
         summary = "<br>".join(x.replace("|", "\\|") for x in d.get("summary_lines", [])) or "-"
         status = (
-            "ok" if d.get("returncode") == 0 else f"FAILED (exit {d.get('returncode')}): {d.get('error', '')}"
+            "ok"
+            if d.get("returncode") == 0
+            else f"FAILED (exit {d.get('returncode')}): {d.get('error', '')}"
         )
-        lines.append(f"| `{d['command']}` | {d.get('finished', '-')} | {ratios} | {summary} | {status} |")
+        lines.append(
+            f"| `{d['command']}` | {d.get('finished', '-')} | {ratios} | {summary} | {status} |"
+        )
     return lines + [""]
 
 
 def machine_kind(run: dict) -> str | None:
     """The machine kind a run's floats depend on (harness.run.machine): from its summary, or from result.json's
     machine; None for runs made before it was recorded."""
-    return ((run.get("summary") or {}).get("machine") or {}).get("kind") or (run.get("machine") or {}).get(
-        "kind"
-    )
+    return ((run.get("summary") or {}).get("machine") or {}).get("kind") or (
+        run.get("machine") or {}
+    ).get("kind")
 
 
 def machine_labels(all_runs: list[dict]) -> dict[str, str]:
     """kind -> M1, M2, ... in order of first appearance, for the Runs table's machine column."""
-    kinds = dict.fromkeys(k for r in all_runs if r["status"] in ("ok", "failed") and (k := machine_kind(r)))
+    kinds = dict.fromkeys(
+        k for r in all_runs if r["status"] in ("ok", "failed") and (k := machine_kind(r))
+    )
     return {k: f"M{i}" for i, k in enumerate(kinds, 1)}
 
 
@@ -231,13 +264,17 @@ def machine_section(all_runs: list[dict]) -> list[str]:
     for (cpu, n, plat, versions), ms in seen.items():
         loads = [m["load_average"][0] for m in ms if m.get("load_average")]
         lines.append(f"- {len(ms)} run(s) on: {cpu}, {n} logical CPUs, {plat}")
-        lines.append("  - versions: " + ", ".join(f"{k} {v}" for k, v in json.loads(versions).items() if v))
+        lines.append(
+            "  - versions: " + ", ".join(f"{k} {v}" for k, v in json.loads(versions).items() if v)
+        )
         if loads:
             lines.append(
                 f"  - 1-min load average at run start: {min(loads):.1f} to {max(loads):.1f} "
                 f"(the machine was shared: steps/s and wall times are pessimistic)"
             )
-    commits = sorted({short_commit(recorded_state(r)) for r in all_runs if r["status"] in ("ok", "failed")})
+    commits = sorted(
+        {short_commit(recorded_state(r)) for r in all_runs if r["status"] in ("ok", "failed")}
+    )
     lines.append(
         f"- code: git commit(s) {', '.join(commits)} (+dirty: uncommitted changes in the code the run used; "
         "each run's state is in the Runs table)"
@@ -277,193 +314,228 @@ def report_text(
 ) -> tuple[str, dict, int]:
     """REPORT.md's text, the verdict counts and the number of plots drawn."""
     out_dir = results_dir / suite.name
-    lines = []  # the title and the date go on top at the end: the date is the last run's, so that the same runs give the same report
-    if not suite.runnable:
-        lines += [f"**Declared, not runnable here:** {suite.not_runnable_reason}", ""]
-    lines += [
-        *LEGEND_FILE.read_text()
-        .format(
-            resamples=f"{BOOTSTRAP_RESAMPLES:,}",
-            many_seeds=MANY_SEEDS,
-            verdict_seeds=VERDICT_SEEDS,
-            suite=suite.name,
-        )
-        .splitlines(),
+    counts = {
+        k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")
+    }
+    all_runs = [r for j in judged for r in j.runs.values()]
+    ref_ids = cited_references(judged, refs)
+    drawn = draw_curves(judged, refs, out_dir) if plots else []
+    lines = [
+        *title_lines(suite, all_runs, selection),
+        *legend_lines(suite),
+        *tally_lines(suite, judged, left_out, counts),
+        *cell_table(judged, refs, ref_ids),
+        *time_section(judged),
+        *references_section(ref_ids, refs),
+        *curves_section(drawn, out_dir),
+        *failures_section(judged, out_dir),
+        *runs_section(judged, out_dir),
+        *settings_section(judged),
+        *speed_section(results_dir / "speed"),
+        *machine_section(all_runs),
+    ]
+    return "\n".join(lines), counts, len(drawn)
+
+
+def cited_references(judged: list[Judged], refs: dict) -> list[str]:
+    """The ids of the known references the cells cite, in order of first citation: the References' numbers."""
+    return list(dict.fromkeys(rid for j in judged for rid in j.cell.references if rid in refs))
+
+
+def draw_curves(judged: list[Judged], refs: dict, out_dir: Path) -> list[tuple[Cell, Path]]:
+    """Draws each cell's learning curves into `out_dir`/plots; returns the cells drawn with their PNG."""
+    drawn = []
+    for j in judged:
+        png = out_dir / "plots" / f"{j.cell.slug}.png"
+        cell_refs = [refs[rid] for rid in j.cell.references if rid in refs]
+        if j.shown and plot_cell(j.cell, j.shown, cell_refs, png, stale=j.shown_stale):
+            drawn.append((j.cell, png))
+    return drawn
+
+
+def title_lines(suite: Suite, all_runs: list[dict], selection: str) -> list[str]:
+    """The title, the command that wrote the report and when its runs finished; why it cannot run here."""
+    # the runs' dates, not today's: the same runs give the same report
+    dates = sorted(str(r["finished"])[:10] for r in all_runs if r.get("finished"))
+    when = f"runs finished {dates[0]} to {dates[-1]}" if dates else "no finished runs yet"
+    lines = [
+        f"# Benchmark report: `{suite.name}`",
+        "",
+        (f"{suite.description}. " if suite.description else "")
+        + f"Written by `python benchmarks/report.py --suite {suite.name}{selection}` from `runs/` ({when}).",
         "",
     ]
+    if not suite.runnable:
+        lines += [f"**Declared, not runnable here:** {suite.not_runnable_reason}", ""]
+    return lines
 
-    every_seed = any(j.cell.pass_rule == "all" for j in judged)  # a suite whose cells must solve every seed
-    table = [
-        md_row(
-            [
-                "algo",
-                "env",
-                "steps",
-                "seeds ok",
-                "eval: mean [95% CI]",
-                "train (last 10)",
-                "steps/s",
-                "wall/run",
-                "threshold",
-                *["least margin"] * every_seed,
-                "references",
-                "verdict",
-            ]
-        ),
-        "|---" * (11 + every_seed) + "|",
-    ]
-    ref_ids, details, all_runs, drawn = [], [], [], []
-    counts = {k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")}
-    labels = machine_labels([r for j in judged for r in j.runs.values()])
-    measured_seconds, est_missing = (
-        0.0,
-        [],
-    )  # est_missing: (cell, seeds without a current run, mean wall of its runs or None)
-    for j in judged:
-        cell, runs = j.cell, j.runs
-        all_runs += list(runs.values())
-        summaries = [r["summary"] for r in j.shown.values()]
-        ref_ids += [rid for rid in cell.references if rid in refs and rid not in ref_ids]
-        cell_refs = [
-            f"{ref_label(refs[rid])} [{ref_ids.index(rid) + 1}]"
-            if rid in refs
-            else f"unknown reference {rid}"
-            for rid in cell.references
-        ]
-        walls = [r["summary"]["wall_seconds"] for r in runs.values() if r["status"] == "ok"]
-        measured_seconds += sum(walls)
-        if missing_seeds := len([s for s in cell.seeds if s not in j.current_ok]):
-            est_missing.append((cell, missing_seeds, statistics.fmean(walls) if walls else None))
-        verdict_txt = f"**{j.verdict}**" + (f": {j.reason.removeprefix('partial: ')}" if j.reason else "")
-        if cell.note and (j.verdict == "FAIL" or cell.threshold is None):  # why it fails, or what to know
-            verdict_txt += f". {'Why' if j.verdict == 'FAIL' else 'Note'}: {cell.note}"
-        evals = [s["eval_return_mean"] for s in summaries]
-        eval_txt = ("*stale*: " if j.shown_stale else "") + fmt_eval(evals)
-        if evals and cell.threshold is not None:
-            eval_txt += (
-                f"<br>{sum(x >= cell.threshold for x in evals)}/{len(evals)} seeds ≥ {cell.threshold:g}"
-            )
-        train_txt = fmt_ms(
-            [s["train_return_last10"] for s in summaries if s.get("train_return_last10") is not None]
-        )
-        if any(
-            refs.get(rid, {}).get("convention") == "train100" for rid in cell.references
-        ):  # the reference's own convention beside ours
-            values = [
-                x for x in (train_last(r["dir"], 100) for _, r in sorted(j.shown.items())) if x is not None
-            ]
-            train_txt += f"<br>last 100: {fmt_ms(values)}" if values else ""
-        stale_ok = len([r for r in runs.values() if r["status"] == "ok" and r.get("stale")])
-        table.append(
-            md_row(
-                [
-                    cell.algo,
-                    cell.env,
-                    fmt_steps(cell.steps),
-                    f"{len(j.current_ok)}/{len(cell.seeds)}" + (f" (+{stale_ok} stale)" if stale_ok else ""),
-                    eval_txt,
-                    train_txt,
-                    fmt_ms([s["sps"] for s in summaries], lambda x: f"{x:.0f}").split(" ±")[0],
-                    fmt_seconds(statistics.fmean(s["wall_seconds"] for s in summaries)) if summaries else "-",
-                    "-" if cell.threshold is None else f"{cell.threshold:g} ({cell.pass_rule})",
-                    *[least_margin(evals, cell.threshold)] * every_seed,
-                    "<br>".join(cell_refs) or "-",
-                    verdict_txt,
-                ]
-            )
-        )
-        for seed, r in sorted(runs.items()):
-            s = r.get("summary") or {}
-            rel = r["dir"].relative_to(out_dir)
-            ev, tr = (
-                fmt_ms([s[k]] if s.get(k) is not None else [])
-                for k in ("eval_return_mean", "train_return_last10")
-            )
-            code = short_commit(recorded_state(r)) if r["status"] in ("ok", "failed") else "-"
-            code = (
-                f"**stale**: {r['stale']}"
-                if r.get("stale")
-                else code + f": {r['current_by']}"
-                if r.get("current_by")
-                else code
-            )
-            where = labels.get(machine_kind(r), "-") if r["status"] in ("ok", "failed") else "-"
-            details.append(
-                md_row(
-                    [
-                        cell.algo,
-                        cell.env,
-                        seed,
-                        r["status"],
-                        ev,
-                        tr,
-                        s.get("sps", "-"),
-                        s.get("wall_seconds", "-"),
-                        where,
-                        code.replace("|", "\\|"),
-                        str(r.get("error") or "").replace("|", "\\|")[:200] or "-",
-                        f"[{rel.name}]({rel.as_posix()})",
-                    ]
-                )
-            )
-        if j.older or j.smoke:
-            ignored = [f"{j.older} run(s) with older settings"] * bool(j.older) + [
-                f"{j.smoke} smoke tr{'ies' if j.smoke > 1 else 'y'}"
-            ] * bool(j.smoke)
-            details.append(
-                f"| {cell.algo} | {cell.env} | - | {' and '.join(ignored)} ignored | | | | | | | | |"
-            )
-        png = out_dir / "plots" / f"{cell.slug}.png"
-        if (
-            plots
-            and j.shown
-            and plot_cell(
-                cell, j.shown, [refs[i] for i in cell.references if i in refs], png, stale=j.shown_stale
-            )
-        ):
-            drawn.append((cell, png))
 
+def legend_lines(suite: Suite) -> list[str]:
+    """What the columns and verdicts mean (LEGEND_FILE, filled in with the suite and the constants)."""
+    legend = LEGEND_FILE.read_text().format(
+        resamples=f"{BOOTSTRAP_RESAMPLES:,}",
+        many_seeds=MANY_SEEDS,
+        verdict_seeds=VERDICT_SEEDS,
+        suite=suite.name,
+    )
+    return [*legend.splitlines(), ""]
+
+
+def tally_lines(
+    suite: Suite, judged: list[Judged], left_out: list[Cell], counts: dict
+) -> list[str]:
+    """The verdicts counted over the listed cells, and the cells not listed for want of runs."""
     listed = (
         f"{len(judged)} of the suite's {len(suite.cells)} cells"
         if left_out or len(judged) != len(suite.cells)
         else f"{len(judged)} cell{'s' if len(judged) != 1 else ''}"
     )
-    lines += [
+    lines = [
         f"**{listed}: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['partial']} partial, "
         f"{counts['stale']} stale (runs on other code), {counts['n/a']} without threshold.**",
         "",
     ]
     if left_out:
+        names = ", ".join(f"{c.algo} {c.env}" for c in left_out)
         lines += [
-            f"Not listed: {len(left_out)} cell{'s' if len(left_out) > 1 else ''} without runs ("
-            + ", ".join(f"{c.algo} {c.env}" for c in left_out)
-            + "); `--algos` / `--envs` list them.",
+            f"Not listed: {len(left_out)} cell{'s' if len(left_out) > 1 else ''} without runs ({names}); "
+            "`--algos` / `--envs` list them.",
             "",
         ]
-    lines += [*table, ""]
+    return lines
 
-    # time: measured, and an estimate for what is left from the same algorithm's measured speed
-    left = sum(n * wall for _, n, wall in est_missing if wall is not None)
-    unknown = [f"{cell.algo} {cell.env}" for cell, _, wall in est_missing if wall is None]
-    lines += [
+
+def cell_table(judged: list[Judged], refs: dict, ref_ids: list[str]) -> list[str]:
+    """The table of cells: a row per cell with its figures over the seeds, its references and its verdict."""
+    every_seed = any(
+        j.cell.pass_rule == "all" for j in judged
+    )  # a suite whose cells must solve every seed
+    header = [
+        "algo",
+        "env",
+        "steps",
+        "seeds ok",
+        "eval: mean [95% CI]",
+        "train (last 10)",
+        "steps/s",
+        "wall/run",
+        "threshold",
+        *["least margin"] * every_seed,
+        "references",
+        "verdict",
+    ]
+    rows = [cell_row(j, refs, ref_ids, every_seed) for j in judged]
+    return [md_row(header), "|---" * len(header) + "|", *rows, ""]
+
+
+def cell_row(j: Judged, refs: dict, ref_ids: list[str], every_seed: bool) -> str:
+    """A cell's row of the table of cells, from the runs it shows."""
+    cell = j.cell
+    summaries = [r["summary"] for r in j.shown.values()]
+    evals = [s["eval_return_mean"] for s in summaries]
+    stale_ok = len([r for r in j.runs.values() if r["status"] == "ok" and r.get("stale")])
+    cell_refs = [
+        f"{ref_label(refs[rid])} [{ref_ids.index(rid) + 1}]"
+        if rid in refs
+        else f"unknown reference {rid}"
+        for rid in cell.references
+    ]
+    return md_row(
+        [
+            cell.algo,
+            cell.env,
+            fmt_steps(cell.steps),
+            f"{len(j.current_ok)}/{len(cell.seeds)}"
+            + (f" (+{stale_ok} stale)" if stale_ok else ""),
+            eval_text(j, evals),
+            train_text(j, refs),
+            fmt_ms([s["sps"] for s in summaries], lambda x: f"{x:.0f}").split(" ±")[0],
+            fmt_seconds(statistics.fmean(s["wall_seconds"] for s in summaries))
+            if summaries
+            else "-",
+            "-" if cell.threshold is None else f"{cell.threshold:g} ({cell.pass_rule})",
+            *[least_margin(evals, cell.threshold)] * every_seed,
+            "<br>".join(cell_refs) or "-",
+            verdict_text(j),
+        ]
+    )
+
+
+def eval_text(j: Judged, evals: list[float]) -> str:
+    """The eval column: the shown seeds' evals (marked when stale), then how many reach the threshold."""
+    text = ("*stale*: " if j.shown_stale else "") + fmt_eval(evals)
+    threshold = j.cell.threshold
+    if evals and threshold is not None:
+        text += f"<br>{sum(x >= threshold for x in evals)}/{len(evals)} seeds ≥ {threshold:g}"
+    return text
+
+
+def train_text(j: Judged, refs: dict) -> str:
+    """The train column: the last 10 training episodes, and the last 100 beside a *train100* reference."""
+    summaries = [r["summary"] for r in j.shown.values()]
+    text = fmt_ms(
+        [s["train_return_last10"] for s in summaries if s.get("train_return_last10") is not None]
+    )
+    if any(refs.get(rid, {}).get("convention") == "train100" for rid in j.cell.references):
+        last100 = [
+            x
+            for x in (train_last(r["dir"], 100) for _, r in sorted(j.shown.items()))
+            if x is not None
+        ]
+        text += f"<br>last 100: {fmt_ms(last100)}" if last100 else ""
+    return text
+
+
+def verdict_text(j: Judged) -> str:
+    """The verdict column: the verdict, its reason, and the cell's note on why it fails or what to know."""
+    text = f"**{j.verdict}**" + (f": {j.reason.removeprefix('partial: ')}" if j.reason else "")
+    if j.cell.note and (j.verdict == "FAIL" or j.cell.threshold is None):
+        text += f". {'Why' if j.verdict == 'FAIL' else 'Note'}: {j.cell.note}"
+    return text
+
+
+def time_section(judged: list[Judged]) -> list[str]:
+    """The run time measured, and an estimate for the seeds still without a current finished run."""
+    measured_seconds = 0.0
+    missing_seeds = 0  # seeds of the listed cells without a current finished run
+    seconds_left = 0.0  # the estimate for those whose cell has a finished run
+    cells_not_estimated = []  # cells with such seeds and no finished run to estimate from
+    for j in judged:
+        walls = [r["summary"]["wall_seconds"] for r in j.runs.values() if r["status"] == "ok"]
+        measured_seconds += sum(walls)
+        cell_missing = len([s for s in j.cell.seeds if s not in j.current_ok])
+        missing_seeds += cell_missing
+        if cell_missing and walls:
+            seconds_left += cell_missing * statistics.fmean(walls)
+        elif cell_missing:
+            cells_not_estimated.append(f"{j.cell.algo} {j.cell.env}")
+    lines = [
         "## Time",
         "",
         f"- Measured: {fmt_seconds(measured_seconds)} of run time over the finished runs (sum of wall times, "
         "one run at a time per worker).",
     ]
-    if est_missing:
+    if missing_seeds:
         lines.append(
-            f"- Without a current finished run: {sum(n for _, n, _ in est_missing)} seed(s) of the listed cells"
+            f"- Without a current finished run: {missing_seeds} seed(s) of the listed cells"
             + (
-                f"; from the wall time of the cell's finished runs, about {fmt_seconds(left)} to run them"
-                if left
+                f"; from the wall time of the cell's finished runs, about {fmt_seconds(seconds_left)} to run them"
+                if seconds_left
                 else ""
             )
-            + (f"; no seed of the cell finished yet for: {', '.join(unknown)}" if unknown else "")
+            + (
+                f"; no seed of the cell finished yet for: {', '.join(cells_not_estimated)}"
+                if cells_not_estimated
+                else ""
+            )
             + "."
         )
+    return lines + [""]
 
-    lines += ["", "## References", ""]
+
+def references_section(ref_ids: list[str], refs: dict) -> list[str]:
+    """The references the table cites, numbered: their result, source, link and env."""
+    lines = ["## References", ""]
     for i, rid in enumerate(ref_ids, 1):
         r = refs[rid]
         detail = f"{r['seeds']} seed{'s' if r['seeds'] > 1 else ''}, {'tuned' if r['tuned'] else 'untuned'}"
@@ -471,23 +543,36 @@ def report_text(
             f"{i}. `{rid}`: {r['algo']} {r['env']}, {r['steps']:,} steps: {ref_label(r, detail)}. "
             f"{r['source']}, <{r['url']}>. Env: {r['env_note']}."
         )
-    lines += ["", "All references with their conventions: `benchmarks/references.toml`.", ""]
+    return lines + ["", "All references with their conventions: `benchmarks/references.toml`.", ""]
 
-    if drawn:
-        lines += [
-            "## Learning curves",
-            "",
-            "Mean over seeds with a ±1 std band, of the runs the table's figures come from; training returns are "
-            "averaged per 1% of the run; greedy evaluations every 5% of the run; the threshold is dashed, references dotted.",
-            "",
-            *(f"![{cell.algo} {cell.env}]({png.relative_to(out_dir).as_posix()})" for cell, png in drawn),
-            "",
-        ]
 
-    failures = [
-        (j.cell, seed, r) for j in judged for seed, r in sorted(j.runs.items()) if r["status"] != "ok"
+def curves_section(drawn: list[tuple[Cell, Path]], out_dir: Path) -> list[str]:
+    """The learning-curve plots drawn, if any."""
+    if not drawn:
+        return []
+    return [
+        "## Learning curves",
+        "",
+        "Mean over seeds with a ±1 std band, of the runs the table's figures come from; training returns are "
+        "averaged per 1% of the run; greedy evaluations every 5% of the run; the threshold is dashed, references dotted.",
+        "",
+        *(
+            f"![{cell.algo} {cell.env}]({png.relative_to(out_dir).as_posix()})"
+            for cell, png in drawn
+        ),
+        "",
     ]
-    lines += ["## Failures", "", *([] if failures else ["No run crashed."])]
+
+
+def failures_section(judged: list[Judged], out_dir: Path) -> list[str]:
+    """Each run that did not finish ok: its error, a link to its log and the end of its traceback."""
+    failures = [
+        (j.cell, seed, r)
+        for j in judged
+        for seed, r in sorted(j.runs.items())
+        if r["status"] != "ok"
+    ]
+    lines = ["## Failures", "", *([] if failures else ["No run crashed."])]
     for cell, seed, r in failures:
         rel = r["dir"].relative_to(out_dir).as_posix()
         lines.append(
@@ -497,33 +582,69 @@ def report_text(
         )
         if tb := r.get("traceback") or "\n".join(r.get("log_tail") or []):
             lines += ["", "  ```", *("  " + x for x in tb.strip().splitlines()[-8:]), "  ```"]
+    return lines + [""]
 
-    lines += [
-        "",
+
+def runs_section(judged: list[Judged], out_dir: Path) -> list[str]:
+    """The table of runs: a row per seed's run, and a row per cell for the runs it ignores."""
+    labels = machine_labels([r for j in judged for r in j.runs.values()])
+    lines = [
         "## Runs",
         "",
         "| algo | env | seed | status | eval | train (last 10) | steps/s | wall s | machine | code | error | folder |",
         "|---" * 12 + "|",
-        *details,
-        "",
-        "## Settings of each cell",
-        "",
-        *(settings_line(j.cell) for j in judged),
-        "",
     ]
-    lines += speed_section(results_dir / "speed")
-    lines += machine_section(all_runs)
+    for j in judged:
+        lines += [run_row(j.cell, seed, r, out_dir, labels) for seed, r in sorted(j.runs.items())]
+        if j.older or j.smoke:
+            lines.append(ignored_row(j))
+    return lines + [""]
 
-    finished = sorted(str(r["finished"]).replace("T", " ")[:16] for r in all_runs if r.get("finished"))
-    when = f"runs finished {finished[0][:10]} to {finished[-1][:10]}" if finished else "no finished runs yet"
-    lines[0:0] = [
-        f"# Benchmark report: `{suite.name}`",
-        "",
-        (f"{suite.description}. " if suite.description else "") + f"Written by "
-        f"`python benchmarks/report.py --suite {suite.name}{selection}` from `runs/` ({when}).",
-        "",
-    ]
-    return "\n".join(lines), counts, len(drawn)
+
+def run_row(cell: Cell, seed: int, r: dict, out_dir: Path, labels: dict[str, str]) -> str:
+    """A run's row of the table of runs: its figures, machine, code, error and folder."""
+    s = r.get("summary") or {}
+    rel = r["dir"].relative_to(out_dir)
+    finished = r["status"] in ("ok", "failed")
+    return md_row(
+        [
+            cell.algo,
+            cell.env,
+            seed,
+            r["status"],
+            fmt_ms([s["eval_return_mean"]] if s.get("eval_return_mean") is not None else []),
+            fmt_ms([s["train_return_last10"]] if s.get("train_return_last10") is not None else []),
+            s.get("sps", "-"),
+            s.get("wall_seconds", "-"),
+            labels.get(machine_kind(r), "-") if finished else "-",
+            run_code(r).replace("|", "\\|"),
+            str(r.get("error") or "").replace("|", "\\|")[:200] or "-",
+            f"[{rel.name}]({rel.as_posix()})",
+        ]
+    )
+
+
+def run_code(r: dict) -> str:
+    """The code column: why the run is stale, or the commit it ran on and what makes it current."""
+    if r.get("stale"):
+        return f"**stale**: {r['stale']}"
+    code = short_commit(recorded_state(r)) if r["status"] in ("ok", "failed") else "-"
+    return code + f": {r['current_by']}" if r.get("current_by") else code
+
+
+def ignored_row(j: Judged) -> str:
+    """The table of runs' row of a cell's runs that do not count: older settings and smoke tries."""
+    ignored = []
+    if j.older:
+        ignored.append(f"{j.older} run(s) with older settings")
+    if j.smoke:
+        ignored.append(f"{j.smoke} smoke tr{'ies' if j.smoke > 1 else 'y'}")
+    return f"| {j.cell.algo} | {j.cell.env} | - | {' and '.join(ignored)} ignored | | | | | | | | |"
+
+
+def settings_section(judged: list[Judged]) -> list[str]:
+    """Each cell's settings, where they come from, and its first seed's command line."""
+    return ["## Settings of each cell", "", *(settings_line(j.cell) for j in judged), ""]
 
 
 def settings_line(cell: Cell) -> str:
@@ -538,7 +659,11 @@ def settings_line(cell: Cell) -> str:
     return (
         f"- `{cell.algo}` `{cell.env}` (hash `{cell.digest}`), settings from {cell.settings_source or '-'}; "
         f"threshold from {cell.threshold_source or '-'}"
-        + (f"; every seed must reach it, as in {cell.pass_rule_source}" if cell.pass_rule == "all" else "")
+        + (
+            f"; every seed must reach it, as in {cell.pass_rule_source}"
+            if cell.pass_rule == "all"
+            else ""
+        )
         + f". One seed by hand:\n  `{command}`"
     )
 
@@ -566,12 +691,16 @@ def short_verdict(j: Judged) -> str:
     return "no threshold"
 
 
-def readme_table(suite_name: str, results_dir: Path, suites_file: Path | str, checker: Checker) -> str:
+def readme_table(
+    suite_name: str, results_dir: Path, suites_file: Path | str, checker: Checker
+) -> str:
     """The README's block for a suite: per cell with runs its eval, train return, reference, verdict."""
     suite = load_suite(suite_name, suites_file)
     refs = load_references()
     judged, _ = judge_suite(suite, results_dir / suite.name / "runs", checker)
-    counts = {k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")}
+    counts = {
+        k: sum(j.verdict == k for j in judged) for k in ("PASS", "FAIL", "partial", "stale", "n/a")
+    }
     report = (results_dir / suite.name / "REPORT.md").resolve()
     report = report.relative_to(ROOT).as_posix() if report.is_relative_to(ROOT) else str(report)
     lines = [
@@ -588,8 +717,12 @@ def readme_table(suite_name: str, results_dir: Path, suites_file: Path | str, ch
         # a stale cell's numbers came from other code: its report keeps them, the README shows none
         summaries = [] if j.shown_stale else [j.shown[s]["summary"] for s in sorted(j.shown)]
         evals = [s["eval_return_mean"] for s in summaries]
-        trains = [s["train_return_last10"] for s in summaries if s.get("train_return_last10") is not None]
-        ev = fmt_ms(evals, fmt_num) + (f" ({', '.join(fmt_num(x) for x in evals)})" if len(evals) > 1 else "")
+        trains = [
+            s["train_return_last10"] for s in summaries if s.get("train_return_last10") is not None
+        ]
+        ev = fmt_ms(evals, fmt_num) + (
+            f" ({', '.join(fmt_num(x) for x in evals)})" if len(evals) > 1 else ""
+        )
         if evals and cell.threshold is not None:
             ev += f"; {sum(x >= cell.threshold for x in evals)}/{len(evals)} ≥ {cell.threshold:g}"
         if (
@@ -603,7 +736,9 @@ def readme_table(suite_name: str, results_dir: Path, suites_file: Path | str, ch
         ref = f"{r['source'].split(' (')[0].split(',')[0]} {ref_label(r)}" if r else "-"
         minutes = [s["wall_seconds"] / 60 for s in summaries]
         wall = (
-            f"{statistics.fmean(minutes):.{0 if statistics.fmean(minutes) >= 10 else 1}f}" if minutes else "-"
+            f"{statistics.fmean(minutes):.{0 if statistics.fmean(minutes) >= 10 else 1}f}"
+            if minutes
+            else "-"
         )
         lines.append(
             md_row(
@@ -623,9 +758,87 @@ def readme_table(suite_name: str, results_dir: Path, suites_file: Path | str, ch
     return "\n".join(lines) + "\n"
 
 
-def readme_text(text: str, results_dir: Path = RESULTS_DIR, suites_file: Path | str = SUITES_FILE) -> str:
+def readme_text(
+    text: str, results_dir: Path = RESULTS_DIR, suites_file: Path | str = SUITES_FILE
+) -> str:
     """`text` (the README) with every `<!-- results:SUITE:start -->` ... `end` block rewritten."""
     checker = Checker()
     return MARKER.sub(
-        lambda m: m.group(1) + readme_table(m.group(2), results_dir, suites_file, checker) + m.group(4), text
+        lambda m: (
+            m.group(1) + readme_table(m.group(2), results_dir, suites_file, checker) + m.group(4)
+        ),
+        text,
+    )
+
+
+def algo_table(
+    algo: str,
+    results_dir: Path,
+    suites_file: Path | str,
+    checker: Checker,
+    page_dir: Path = ALGO_PAGES,
+) -> str:
+    """An algorithm page's block: each suite cell of `algo` with runs, its greedy eval over the seeds, the
+    threshold, the verdict, and links to the suite's report and the cell's learning curves."""
+    lines = [
+        f"Written by `python benchmarks/report.py --readme` from the committed runs of every suite with a "
+        f"`{algo}` cell (a stale cell ran on older code: its report keeps its numbers, this table shows none).",
+        "",
+        "| suite | env | steps | greedy eval: mean ± std (seeds; worst) | threshold | verdict | curves |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def rel(path: Path) -> str:
+        path = path.resolve()
+        return Path(os.path.relpath(path, page_dir.resolve())).as_posix()
+
+    without = []  # cells with no run of the current settings
+    for name in load_suites(suites_file):
+        suite = load_suite(name, suites_file)
+        if not any(c.algo == algo for c in suite.cells):
+            continue
+        judged, _ = judge_suite(suite, results_dir / suite.name / "runs", checker, [algo])
+        for j in judged:
+            if not j.runs:
+                without.append(f"{suite.name} {j.cell.env}")
+                continue
+            cell = j.cell
+            summaries = [] if j.shown_stale else [j.shown[s]["summary"] for s in sorted(j.shown)]
+            evals = [s["eval_return_mean"] for s in summaries]
+            ev = f"{fmt_ms(evals, fmt_num)} ({len(evals)}; {fmt_num(min(evals))})" if evals else "-"
+            png = results_dir / suite.name / "plots" / f"{cell.slug}.png"
+            report = results_dir / suite.name / "REPORT.md"
+            lines.append(
+                md_row(
+                    [
+                        f"[{suite.name}]({rel(report)})" if report.exists() else suite.name,
+                        cell.env,
+                        fmt_steps(cell.steps),
+                        ev,
+                        "-" if cell.threshold is None else f"{cell.threshold:g}",
+                        "*stale*: ran on older code" if j.verdict == "stale" else short_verdict(j),
+                        f"[png]({rel(png)})" if png.exists() else "-",
+                    ]
+                )
+            )
+    if without:
+        lines += ["", f"Cells without runs of their current settings: {', '.join(without)}."]
+    return "\n".join(lines) + "\n"
+
+
+def algo_page_text(
+    text: str,
+    results_dir: Path = RESULTS_DIR,
+    suites_file: Path | str = SUITES_FILE,
+    page_dir: Path = ALGO_PAGES,
+) -> str:
+    """`text` (an algorithm page) with its `<!-- algo-results:ALGO:start -->` ... `end` block rewritten."""
+    checker = Checker()
+    return ALGO_MARKER.sub(
+        lambda m: (
+            m.group(1)
+            + algo_table(m.group(2), results_dir, suites_file, checker, page_dir)
+            + m.group(4)
+        ),
+        text,
     )

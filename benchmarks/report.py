@@ -1,6 +1,7 @@
 """Turn a suite's results into its REPORT.md and learning curves, and the README's result tables.
 
-Writes benchmarks/results/<suite>/REPORT.md and plots/*.png (`--suite`), or the README's tables (`--readme`).
+Writes benchmarks/results/<suite>/REPORT.md and plots/*.png (`--suite`), or the README's and the algorithm
+pages' tables (`--readme`).
 What it shows and which runs count: benchmarks/README.md, "The report".
 """
 
@@ -13,20 +14,33 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # also the parts' names most used from here (tests, notebooks): report.verdict, report.bootstrap_ci, ...
 from provenance import CODE_DIRS, Checker, code_state  # noqa: E402
-from render import MARKER, README, fmt_eval, readme_text, report_text, train_last  # noqa: E402,F401
+from render import (  # noqa: E402,F401
+    ALGO_MARKER,
+    ALGO_PAGES,
+    MARKER,
+    README,
+    algo_page_text,
+    fmt_eval,
+    readme_text,
+    report_text,
+    train_last,
+)
 from selection import BOOTSTRAP_SEED, Judged, bootstrap_ci, iqm, judge_suite, verdict  # noqa: E402,F401
-from suite import RESULTS_DIR, SUITES_FILE, load_references, load_suite  # noqa: E402
+from suite import RESULTS_DIR, ROOT, SUITES_FILE, load_references, load_suite  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--suite", help="the suite to report (required unless --readme)")
-    p.add_argument("--algos", nargs="+", help="list only these algorithms' cells (with runs or not)")
+    p.add_argument(
+        "--algos", nargs="+", help="list only these algorithms' cells (with runs or not)"
+    )
     p.add_argument("--envs", nargs="+", help="list only these envs' cells (with runs or not)")
     p.add_argument(
         "--readme",
         action="store_true",
-        help="rewrite the README's result tables (between <!-- results:SUITE:start --> and end) from the committed runs",
+        help="rewrite the README's result tables (between <!-- results:SUITE:start --> and end) and the algorithm "
+        "pages' (docs/algorithms/*.md, between <!-- algo-results:ALGO:start --> and end) from the committed runs",
     )
     p.add_argument("--suites-file", default=str(SUITES_FILE), help=argparse.SUPPRESS)
     p.add_argument("--results-dir", default=str(RESULTS_DIR))
@@ -40,6 +54,15 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{'rewrote' if new != text else 'unchanged:'} {README}'s result tables for {', '.join(blocks) or 'no suite (no markers)'}"
         )
+        for page in sorted(ALGO_PAGES.glob("*.md")):
+            text = page.read_text()
+            new = algo_page_text(text, Path(a.results_dir), a.suites_file)
+            page.write_text(new)
+            algos = (
+                ", ".join(m.group(2) for m in ALGO_MARKER.finditer(text))
+                or "no script (no markers)"
+            )
+            print(f"{'rewrote' if new != text else 'unchanged:'} {page}'s results for {algos}")
     if not a.suite:
         return 0 if a.readme else p.error("--suite is required (or --readme)")
 
@@ -57,11 +80,19 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     judged, left_out = judge_suite(suite, out_dir / "runs", checker, a.algos, a.envs)
-    selection = "".join(f" --{k} {' '.join(v)}" for k, v in (("algos", a.algos), ("envs", a.envs)) if v)
-    text, counts, plots = report_text(
-        suite, results_dir, judged, left_out, load_references(), not a.no_plots, selection
+    selection = "".join(
+        f" --{k} {' '.join(v)}" for k, v in (("algos", a.algos), ("envs", a.envs)) if v
     )
-    if not a.no_plots and not selection:  # a plot of a cell no longer listed would stay beside the report
+    folder = ""  # the title's command names the folder it read, where not the default
+    if results_dir.resolve() != RESULTS_DIR.resolve():
+        where = results_dir.resolve()
+        folder = f" --results-dir {where.relative_to(ROOT) if where.is_relative_to(ROOT) else a.results_dir}"
+    text, counts, plots = report_text(
+        suite, results_dir, judged, left_out, load_references(), not a.no_plots, selection + folder
+    )
+    if (
+        not a.no_plots and not selection
+    ):  # a plot of a cell no longer listed would stay beside the report
         drawn = {f"{j.cell.slug}.png" for j in judged if j.shown}
         for png in (out_dir / "plots").glob("*.png"):
             if png.name not in drawn:

@@ -19,9 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli import NO_SUBMITIT, OneLineParser, add_slurm_flags, fail, flags_error, no_slurm  # noqa: E402
 from job import Job, end_processes, fmt_time, print_end, stop_on_signals  # noqa: E402
 from provenance import code_state  # noqa: E402
-from suite import RESULTS_DIR, ROOT, SUITES_FILE, load_suite, read_result, script_path  # noqa: E402
+from suite import RESULTS_DIR, ROOT, SUITES_FILE, load_suite, load_suites, read_result, script_path  # noqa: E402
 
-SMOKE_DIR = ROOT / "runs" / "smoke"  # --total-timesteps without --results-dir: untracked (.gitignore's runs/)
+SMOKE_DIR = (
+    ROOT / "runs" / "smoke"
+)  # --total-timesteps without --results-dir: untracked (.gitignore's runs/)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,10 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--suite",
-        help="suite name in the suites file (classic, continuous, mujoco, minatar, atari, atari_cpu)",
-    )
+    p.add_argument("--suite", help=f"suite name in the suites file ({', '.join(load_suites())})")
     p.add_argument("--algos", nargs="+", help="only these algorithms")
     p.add_argument("--envs", nargs="+", help="only these env ids")
     p.add_argument("--seeds", nargs="+", type=int, help="these seeds instead of the cell's")
@@ -63,9 +62,13 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="seconds before a run is stopped and recorded as failed (0: none)",
     )
-    p.add_argument("--status-every", type=float, default=30.0, help="seconds between progress lines")
     p.add_argument(
-        "--dry-run", action="store_true", help="list the runs and what would happen to each, run nothing"
+        "--status-every", type=float, default=30.0, help="seconds between progress lines"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the runs and what would happen to each, run nothing",
     )
     p.add_argument("--suites-file", default=str(SUITES_FILE), help=argparse.SUPPRESS)
     p.add_argument(
@@ -84,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     a.results_dir = a.results_dir or str(SMOKE_DIR if a.total_timesteps else RESULTS_DIR)
     error = (
-        flags_error(a, workers=1, checkpoint_every=0, total_timesteps=1) if a.suite else "--suite is required"
+        flags_error(a, workers=1, checkpoint_every=0, total_timesteps=1)
+        if a.suite
+        else "--suite is required"
     )
     if error:
         return fail("run", error)
@@ -166,11 +171,19 @@ def main(argv: list[str] | None = None) -> int:
             return fail("run", problem)
     start = time.time()
     with stop_on_signals():  # SIGTERM too: the runs are stopped (with a checkpoint), not left going
-        ran = cluster.run_jobs(suite.name, todo, a) if a.backend == "slurm" else run_local(todo, a, start)
-    return 130 if ran is None else closing(suite.name, a, ran, done_ok, known_failed, missing, start)
+        ran = (
+            cluster.run_jobs(suite.name, todo, a)
+            if a.backend == "slurm"
+            else run_local(todo, a, start)
+        )
+    return (
+        130 if ran is None else closing(suite.name, a, ran, done_ok, known_failed, missing, start)
+    )
 
 
-def run_local(todo: list[Job], a: argparse.Namespace, start: float) -> list[tuple[Job, dict]] | None:
+def run_local(
+    todo: list[Job], a: argparse.Namespace, start: float
+) -> list[tuple[Job, dict]] | None:
     """Run the runs as processes here, `--workers` at a time; (job, result) per run, None if interrupted."""
     pending, running, finished = list(todo), [], []
     last_status = 0.0
@@ -205,7 +218,9 @@ def run_local(todo: list[Job], a: argparse.Namespace, start: float) -> list[tupl
                 )
             time.sleep(0.2)
             for job in list(running):
-                timed_out = a.timeout and job.proc.poll() is None and time.time() - job.started > a.timeout
+                timed_out = (
+                    a.timeout and job.proc.poll() is None and time.time() - job.started > a.timeout
+                )
                 if timed_out:
                     end_processes([job.proc], signal.SIGTERM, 30)
                 if job.proc.poll() is None:
@@ -219,7 +234,8 @@ def run_local(todo: list[Job], a: argparse.Namespace, start: float) -> list[tupl
                     error = f"timed out after {a.timeout:.0f} s (--timeout)"
                     result.update(
                         status="preempted" if resumable else "failed",
-                        error=error + ("; it resumes from its checkpoint next time" if resumable else ""),
+                        error=error
+                        + ("; it resumes from its checkpoint next time" if resumable else ""),
                     )
                     (job.dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
                 finished.append((job, result))
@@ -241,7 +257,9 @@ def run_local(todo: list[Job], a: argparse.Namespace, start: float) -> list[tupl
     return finished
 
 
-def closing(suite: str, a: argparse.Namespace, finished, done_ok, known_failed, missing, start: float) -> int:
+def closing(
+    suite: str, a: argparse.Namespace, finished, done_ok, known_failed, missing, start: float
+) -> int:
     """The sweep's last lines (either backend): what ran, what failed, the report command; the exit status."""
     failed = [(j, r) for j, r in finished if r["status"] != "ok"] + known_failed
     print(
@@ -252,18 +270,25 @@ def closing(suite: str, a: argparse.Namespace, finished, done_ok, known_failed, 
         print(f"  FAILED {job.label}: {r.get('error')}  (log: {job.dir / 'log.txt'})")
     for job in missing:
         print(f"  MISSING algos/{job.cell.algo}.py: {job.label} not run")
-    if a.total_timesteps:  # no report counts a smoke try: say what it is for and where its results are
+    if (
+        a.total_timesteps
+    ):  # no report counts a smoke try: say what it is for and where its results are
         runs = Path(a.results_dir) / suite / "runs"
         print(
             f"smoke try: it checks that the selected cells run end to end; no report counts it. Each run's figures: "
             f"{runs}/<run>/result.json (status, the script's summary) and its run folder (metrics.csv, summary.json)"
         )
     else:  # the report command, with the runner's --suites-file and --results-dir where not the defaults
-        flags = {"--suites-file": (a.suites_file, SUITES_FILE), "--results-dir": (a.results_dir, RESULTS_DIR)}
+        flags = {
+            "--suites-file": (a.suites_file, SUITES_FILE),
+            "--results-dir": (a.results_dir, RESULTS_DIR),
+        }
         print(
             f"report: python benchmarks/report.py --suite {suite}"
             + "".join(
-                f" {k} {v}" for k, (v, default) in flags.items() if Path(v).resolve() != default.resolve()
+                f" {k} {v}"
+                for k, (v, default) in flags.items()
+                if Path(v).resolve() != default.resolve()
             )
         )
     return 1 if failed or missing else 0

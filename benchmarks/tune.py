@@ -23,6 +23,7 @@ import statistics
 import sys
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import tomllib
@@ -50,16 +51,16 @@ try:  # optional (benchmarks/requirements-cluster.txt): main() says so in one li
     from optuna.storages.journal import JournalFileBackend
     from optuna.trial import TrialState
 
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the retry callback's
+    warnings.filterwarnings(
+        "ignore", category=optuna.exceptions.ExperimentalWarning
+    )  # the retry callback's
 except ImportError:
     optuna = None
 
-SPACES = tomllib.loads(
-    (BENCH / "spaces.toml").read_text()
-)  # the built-in search spaces, in `--space FILE`'s format
-STUDIES_DIR = (
-    ROOT / "runs" / "tuning"
-)  # the default: untracked (.gitignore's runs/); committed studies live in benchmarks/results/tuning/
+# the built-in search spaces, in `--space FILE`'s format
+SPACES = tomllib.loads((BENCH / "spaces.toml").read_text())
+# the default: untracked (.gitignore's runs/); committed studies live in benchmarks/results/tuning/
+STUDIES_DIR = ROOT / "runs" / "tuning"
 
 
 class RunFailed(RuntimeError):
@@ -78,7 +79,8 @@ def check_space(algo: str, space: dict, origin: str) -> dict:
                 f"{origin}: {name!r} is not a flag of algos/{algo}.py (its Args has no field {name})"
             )
         if not isinstance(spec, dict) or not (
-            {"choices"} == set(spec) or {"low", "high"} <= set(spec) <= {"low", "high", "log", "step"}
+            {"choices"} == set(spec)
+            or {"low", "high"} <= set(spec) <= {"low", "high", "log", "step"}
         ):
             raise BadInput(
                 f"{origin}: {name} needs {{choices = [...]}} or {{low = ..., high = ...}} (optional log, step), got {spec!r}"
@@ -127,7 +129,11 @@ def sample(trial, space: dict) -> dict:
             )
         elif isinstance(spec["low"], int) and isinstance(spec["high"], int):
             values[name] = trial.suggest_int(
-                name, spec["low"], spec["high"], step=spec.get("step", 1), log=spec.get("log", False)
+                name,
+                spec["low"],
+                spec["high"],
+                step=spec.get("step", 1),
+                log=spec.get("log", False),
             )
         else:
             x = trial.suggest_float(
@@ -172,35 +178,31 @@ def objective(trial, config: dict, state: dict) -> float:
         return run_trial(trial, config, state)
     except KeyboardInterrupt:
         trial.set_user_attr("interrupted", True)
-        optuna.logging.set_verbosity(
-            optuna.logging.ERROR
-        )  # the process is stopping: our own line says so, not a traceback
+        # the process is stopping: our own line says so, not a traceback
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
         raise
 
 
 def run_trial(trial, config: dict, state: dict) -> float:
     baseline = bool(trial.user_attrs.get("baseline"))  # the cell's own settings, nothing drawn
-    settings = (
-        dict(config["cell"]["settings"])
-        if baseline
-        else {**config["cell"]["settings"], **sample(trial, config["space"])}
-    )
+    drawn = {} if baseline else sample(trial, config["space"])
+    settings = {**config["cell"]["settings"], **drawn}
     trial.set_user_attr("settings", settings)
     cell = Cell(**{**config["cell"], "settings": settings})
-    seeds, per_seed = (
-        config["seeds"],
-        points(cell) + 1,
-    )  # Optuna steps per seed: its evaluations and the final one
-    at_point: dict[int, list[float]] = {}  # an evaluation's point -> the returns there of the seeds so far
+    seeds = config["seeds"]
+    per_seed = points(cell) + 1  # Optuna steps per seed: its evaluations and the final one
+    at_point: dict[
+        int, list[float]
+    ] = {}  # an evaluation's point -> the returns there of the seeds so far
     evals: dict[str, float] = {}
     state["trial"] = trial.number
     for i, seed in enumerate(seeds):
         job = Job(f"{trial.number:04d}", cell, seed, Path(config["study_dir"]) / "trials")
-        seen, t0 = 0, time.time()
+        seen = 0
+        t0 = time.time()
         try:
-            job.start(
-                code_state(), fresh=True
-            )  # inside: a stop that comes while it starts still ends the run
+            # inside the try: a stop that comes while it starts still ends the run
+            job.start(code_state(), fresh=True)
             state["proc"] = job.proc
             while True:
                 ended = job.proc.poll() is not None
@@ -211,12 +213,13 @@ def run_trial(trial, config: dict, state: dict) -> float:
                     k = min(step // cell.eval_every, points(cell)) if cell.eval_every else 0
                     at_point.setdefault(k, []).append(value)
                     trial.report(statistics.fmean(at_point[k]), i * per_seed + k)
-                    last = (
-                        i == len(seeds) - 1 and step >= cell.steps
-                    )  # the last seed's final evaluation: the objective itself
+                    # the last seed's final evaluation is the objective itself
+                    last = i == len(seeds) - 1 and step >= cell.steps
                     if not last and not baseline and trial.should_prune():
                         trial.set_user_attr("pruned_at", f"seed {seed}, step {step:,}")
-                        print(f"trial {trial.number} pruned at seed {seed}, step {step:,}", flush=True)
+                        print(
+                            f"trial {trial.number} pruned at seed {seed}, step {step:,}", flush=True
+                        )
                         raise optuna.TrialPruned(
                             f"seed {seed} at step {step:,}: {statistics.fmean(at_point[k]):.1f}"
                         )
@@ -225,20 +228,18 @@ def run_trial(trial, config: dict, state: dict) -> float:
                     break
                 time.sleep(1.0)
         finally:
-            if (
-                job.proc is not None and job.proc.poll() is None
-            ):  # pruned, or the worker is being stopped: the run is not needed
+            # pruned, or the worker is being stopped: the run is not needed
+            if job.proc is not None and job.proc.poll() is None:
                 job.proc.kill()
                 job.proc.wait()
-            result = (
-                job.finish() if job.proc is not None else None
-            )  # None only on the way out with an exception
+            # None only on the way out with an exception
+            result = job.finish() if job.proc is not None else None
             state["proc"] = None
-        if result["status"] in (
-            "preempted",
-            "interrupted",
-        ):  # the run was stopped by a signal (Ctrl-C, SLURM's scancel)
-            raise KeyboardInterrupt(f"trial {trial.number} seed {seed}: the run was {result['status']}")
+        # the run was stopped by a signal (Ctrl-C, SLURM's scancel)
+        if result["status"] in ("preempted", "interrupted"):
+            raise KeyboardInterrupt(
+                f"trial {trial.number} seed {seed}: the run was {result['status']}"
+            )
         if result["status"] != "ok":
             trial.set_user_attr("error", f"seed {seed}: {result.get('error')}")
             raise RunFailed(
@@ -258,15 +259,18 @@ def open_study(config: dict, worker: int = 0):
     """The study in the config's journal file, with the median pruner and the TPE sampler, seeded per worker
     and past the trials the study holds (a continued study draws anew)."""
     storage = JournalStorage(JournalFileBackend(str(Path(config["study_dir"]) / "journal.log")))
-    pruner = (
-        optuna.pruners.MedianPruner(
-            n_startup_trials=config["prune_after"], n_warmup_steps=points(Cell(**config["cell"])) // 2
+    pruner = optuna.pruners.NopPruner()
+    if config["prune_after"] >= 0:
+        warmup = points(Cell(**config["cell"])) // 2  # the first half of the first seed
+        pruner = optuna.pruners.MedianPruner(
+            n_startup_trials=config["prune_after"], n_warmup_steps=warmup
         )
-        if config["prune_after"] >= 0
-        else optuna.pruners.NopPruner()
-    )
     study = optuna.create_study(
-        study_name=config["name"], storage=storage, pruner=pruner, direction="maximize", load_if_exists=True
+        study_name=config["name"],
+        storage=storage,
+        pruner=pruner,
+        direction="maximize",
+        load_if_exists=True,
     )
     seed = config["sampler_seed"] + 1000 * worker + len(study.get_trials(deepcopy=False))
     study.sampler = optuna.samplers.TPESampler(n_startup_trials=5, seed=seed)
@@ -289,7 +293,9 @@ def counted(study) -> int:
         {
             t.system_attrs.get("failed_trial", t.user_attrs.get("retry_of", t.number))
             for t in trials
-            if t.state != TrialState.WAITING and t.number not in again and not t.user_attrs.get("baseline")
+            if t.state != TrialState.WAITING
+            and t.number not in again
+            and not t.user_attrs.get("baseline")
         }
     )
 
@@ -306,7 +312,9 @@ def retry(study, trials) -> list[int]:
     again = retried(study.get_trials(deepcopy=False))
     stopped = [copy.copy(t) for t in trials if t.number not in again]
     for t in stopped:
-        t.user_attrs = {k: t.user_attrs[k] for k in ("baseline", "settings") if t.user_attrs.get("baseline")}
+        t.user_attrs = {
+            k: t.user_attrs[k] for k in ("baseline", "settings") if t.user_attrs.get("baseline")
+        }
         Retry()(study, t)
     return [t.number for t in stopped]
 
@@ -332,9 +340,8 @@ def work(
     """One worker: trials one at a time until none is left to run (every worker's count); first, a trial its
     SLURM task was stopped in is failed and queued again. The number of trials it ran."""
     state = {} if state is None else state
-    optuna.logging.set_verbosity(
-        optuna.logging.WARNING
-    )  # our own lines per seed and trial; failures still show
+    # our own lines per seed and trial; failures still show
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(config, worker)
     stopped = [t for t in study.get_trials(deepcopy=False) if t.number == interrupted_trial]
     if stopped and stopped[0].state == TrialState.RUNNING:
@@ -348,151 +355,169 @@ def work(
 
 
 def _work_process(config: dict, worker: int) -> None:  # a local worker process
-    with stop_on_signals(), contextlib.suppress(KeyboardInterrupt):  # SIGTERM (from anyone): the trial fails
+    with (
+        stop_on_signals(),
+        contextlib.suppress(KeyboardInterrupt),
+    ):  # SIGTERM (from anyone): the trial fails
         work(config, worker)
 
 
-def fmt(x) -> str:
+def one_decimal(x) -> str:
+    """A score or minutes as the table shows them: one decimal, "-" for none (or NaN)."""
     return "-" if x is None or x != x else f"{x:.1f}"  # x != x: NaN
 
 
 def study_markdown(study, config: dict) -> tuple[str, str | None]:
     """STUDY.md's text, and the best trial's settings block (None without a completed trial)."""
-    cell, seeds, space, trials = (
-        config["cell"],
-        config["seeds"],
-        config["space"],
-        study.get_trials(deepcopy=False),
+    trials = study.get_trials(deepcopy=False)
+    table = trials_lines(trials, config["seeds"], config["space"])
+    best_lines, block = best_trial_lines(study, config, trials)
+    return "\n".join([*setup_lines(study, config), *table, *best_lines]), block
+
+
+def setup_lines(study, config: dict) -> list[str]:
+    """The heading and what the study does: objective, pruning, search space, the cell's settings, commands."""
+    cell = config["cell"]
+    threshold = ""
+    if cell.get("threshold") is not None:
+        threshold = (
+            f"; the cell's threshold: {cell['threshold']:g} ({cell['pass_rule']} of the suite's seeds "
+            f"{cell['seeds']})"
+        )
+    pruning = "none"
+    if config["prune_after"] >= 0:
+        pruning = (
+            f"Optuna's median rule on the evaluations every {cell['eval_every']:,} steps (the mean over the seeds "
+            f"run so far at each point), after {config['prune_after']} finished trials and from step "
+            f"{cell['steps'] // 2:,} of the first seed"
+        )
+    space = "; ".join(
+        f"`{name}` in {toml_value(spec['choices'])}"
+        if "choices" in spec
+        else f"`{name}` from {spec['low']:g} to {spec['high']:g}{' (log)' if spec.get('log') else ''}"
+        for name, spec in config["space"].items()
     )
-    counts = {s: sum(t.state == s for t in trials) for s in TrialState}
-    again, budget, steps = retried(trials), fmt_steps(cell["steps"]), cell["steps"]
-    threshold = (
-        f"; the cell's threshold: {cell['threshold']:g} ({cell['pass_rule']} of the suite's seeds {cell['seeds']})"
-        if cell.get("threshold") is not None
-        else ""
-    )
-    starts, ends = (
-        [t.datetime_start for t in trials if t.datetime_start],
-        [t.datetime_complete for t in trials if t.datetime_complete],
-    )
-    lines = [
+    return [
         f"# Tuning study: `{cell['algo']}` on `{cell['env']}` (suite `{config['suite']}`)",
         "",
-        f"- **Objective**: the mean over seeds {', '.join(map(str, seeds))} of the final greedy evaluation "
-        f"(eval_return_mean: {cell['settings'].get('eval_episodes', 10)} episodes), each seed trained for the cell's "
-        f"{budget} env steps with the cell's settings and the trial's values{threshold}.",
-        "- **Pruning**: "
-        + (
-            f"Optuna's median rule on the evaluations every {cell['eval_every']:,} steps (the mean over the "
-            f"seeds run so far at each point), after {config['prune_after']} finished trials and from "
-            f"step {steps // 2:,} of the first seed"
-            if config["prune_after"] >= 0
-            else "none"
-        )
-        + "; sampler: TPE.",
-        "- **Search space**: "
-        + "; ".join(
-            f"`{k}` in {toml_value(v['choices'])}"
-            if "choices" in v
-            else f"`{k}` from {v['low']:g} to {v['high']:g}{' (log)' if v.get('log') else ''}"
-            for k, v in space.items()
-        )
-        + ".",
+        f"- **Objective**: the mean over seeds {', '.join(map(str, config['seeds']))} of the final greedy "
+        f"evaluation (eval_return_mean: {cell['settings'].get('eval_episodes', 10)} episodes), each seed "
+        f"trained for the cell's {fmt_steps(cell['steps'])} env steps with the cell's settings and the "
+        f"trial's values{threshold}.",
+        f"- **Pruning**: {pruning}; sampler: TPE.",
+        f"- **Search space**: {space}.",
         f"- **Cell's settings** (kept unless searched): `{settings_line(cell['settings'])}`",
-        "- **Commands** (" + ", ".join(study.user_attrs.get("dates", [])) + "):",
+        f"- **Commands** ({', '.join(study.user_attrs.get('dates', []))}):",
         "",
-        *[f"  `{c}`" for c in study.user_attrs.get("commands", [])],
-        "",
-        f"- **Trials**: {len(trials)} ({counts[TrialState.COMPLETE]} complete, {counts[TrialState.PRUNED]} pruned, "
-        f"{counts[TrialState.FAIL]} failed, {counts[TrialState.RUNNING] + counts[TrialState.WAITING]} unfinished); "
-        + (
-            f"started {min(starts):%Y-%m-%d %H:%M}, last finished {max(ends):%Y-%m-%d %H:%M}; "
-            if starts and ends
-            else ""
-        )
-        + f"{sum(t.duration.total_seconds() for t in trials if t.duration) / 60:.1f} min of trial time in all.",
+        *[f"  `{command}`" for command in study.user_attrs.get("commands", [])],
         "",
     ]
-    header = ["trial", "state", "objective", *[f"seed {s}" for s in seeds], "pruned at", "min", *space]
-    lines += [md_row(header), "|" + "---|" * len(header)]
-    order = {TrialState.COMPLETE: 0, TrialState.PRUNED: 1}
-    for t in sorted(
-        trials,
-        key=lambda t: (order.get(t.state, 2), -t.value if t.state == TrialState.COMPLETE else 0, t.number),
-    ):
-        evals, settings, state = (
-            t.user_attrs.get("evals", {}),
-            t.user_attrs.get("settings", {}),
-            t.state.name.lower(),
-        )
-        if t.state == TrialState.FAIL:
-            state += ": " + (
-                t.user_attrs.get("error") or ("stopped, retried" if t.number in again else "stopped")
-            )
-        elif t.state == TrialState.PRUNED:
-            state += f" (at {fmt(t.intermediate_values.get(t.last_step))})"
-        lines.append(
-            md_row(
-                [
-                    f"{t.number} (the cell's settings)" if t.user_attrs.get("baseline") else t.number,
-                    state.replace("|", "\\|"),
-                    fmt(t.value if t.state == TrialState.COMPLETE else None),
-                    *[fmt(evals.get(str(s))) for s in seeds],
-                    t.user_attrs.get("pruned_at", "-"),
-                    fmt(t.duration.total_seconds() / 60 if t.duration else None),
-                    *[toml_value(settings[k]) if k in settings else "-" for k in space],
-                ]
-            )
-        )
-    lines.append("")
-    searched = [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline")]
-    if not searched:
-        return "\n".join(lines + ["No searched trial has completed yet.", ""]), None
-    best, base = max(searched, key=lambda t: t.value), baseline_trial(study, cell["settings"])
-    base_value = base.value if base is not None and base.state == TrialState.COMPLETE else None
-    table = Path(config["study_dir"]).resolve() / "STUDY.md"
-    where = table.relative_to(ROOT).as_posix() if table.is_relative_to(ROOT) else str(table)
-    reaches = (
-        ""
-        if cell.get("threshold") is None
-        else (
-            f" On these tuning seeds it {'reaches' if best.value >= cell['threshold'] else 'stays below'} the cell's "
-            f"threshold {cell['threshold']:g}; the suite's own runs (seeds {cell['seeds']}) decide the cell's verdict."
-        )
+
+
+def trials_lines(trials, seeds: list[int], space: dict) -> list[str]:
+    """How many trials ended how, when they ran and for how long; then a row for each, in table_order."""
+    count = Counter(t.state for t in trials)
+    unfinished = count[TrialState.RUNNING] + count[TrialState.WAITING]
+    starts = [t.datetime_start for t in trials if t.datetime_start]
+    ends = [t.datetime_complete for t in trials if t.datetime_complete]
+    when = ""
+    if starts and ends:
+        when = f"started {min(starts):%Y-%m-%d %H:%M}, last finished {max(ends):%Y-%m-%d %H:%M}; "
+    minutes = sum(t.duration.total_seconds() for t in trials if t.duration) / 60
+    header = [
+        "trial",
+        "state",
+        "objective",
+        *[f"seed {s}" for s in seeds],
+        "pruned at",
+        "min",
+        *space,
+    ]
+    again = retried(trials)
+    return [
+        f"- **Trials**: {len(trials)} ({count[TrialState.COMPLETE]} complete, {count[TrialState.PRUNED]} "
+        f"pruned, {count[TrialState.FAIL]} failed, {unfinished} unfinished); {when}{minutes:.1f} min of trial "
+        "time in all.",
+        "",
+        md_row(header),
+        "|" + "---|" * len(header),
+        *[trial_row(t, seeds, space, again) for t in sorted(trials, key=table_order)],
+        "",
+    ]
+
+
+def table_order(trial) -> tuple:
+    """Completed trials first, best first; then the pruned; then the rest; each by number."""
+    rank = {TrialState.COMPLETE: 0, TrialState.PRUNED: 1}.get(trial.state, 2)
+    return (rank, -trial.value if trial.state == TrialState.COMPLETE else 0, trial.number)
+
+
+def trial_row(trial, seeds: list[int], space: dict, retried_numbers: set[int]) -> str:
+    """The trial's row: its state (why a failed one failed, a pruned one's last value), scores and values."""
+    state = trial.state.name.lower()
+    if trial.state == TrialState.FAIL:
+        stopped = "stopped, retried" if trial.number in retried_numbers else "stopped"
+        state += ": " + (trial.user_attrs.get("error") or stopped)
+    elif trial.state == TrialState.PRUNED:
+        state += f" (at {one_decimal(trial.intermediate_values.get(trial.last_step))})"
+    evals = trial.user_attrs.get("evals", {})
+    settings = trial.user_attrs.get("settings", {})
+    return md_row(
+        [
+            f"{trial.number} (the cell's settings)"
+            if trial.user_attrs.get("baseline")
+            else trial.number,
+            state.replace("|", "\\|"),
+            one_decimal(trial.value if trial.state == TrialState.COMPLETE else None),
+            *[one_decimal(evals.get(str(s))) for s in seeds],
+            trial.user_attrs.get("pruned_at", "-"),
+            one_decimal(trial.duration.total_seconds() / 60 if trial.duration else None),
+            *[toml_value(settings[name]) if name in settings else "-" for name in space],
+        ]
     )
-    lines += [
-        f"**Best: trial {best.number}**, objective {best.value:.1f} (seeds: "
-        + ", ".join(f"{s}: {fmt(best.user_attrs['evals'].get(str(s)))}" for s in seeds)
-        + f").{reaches}",
+
+
+def best_trial_lines(study, config: dict, trials) -> tuple[list[str], str | None]:
+    """The best searched trial (its score on each seed, against the cell's threshold and current settings), and
+    its settings block where it beats them, else a line that says why there is none."""
+    searched = [
+        t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline")
+    ]
+    if not searched:
+        return ["No searched trial has completed yet.", ""], None
+    cell = config["cell"]
+    best = max(searched, key=lambda t: t.value)
+    base = baseline_trial(study, cell["settings"])
+    scores = ", ".join(
+        f"{s}: {one_decimal(best.user_attrs['evals'].get(str(s)))}" for s in config["seeds"]
+    )
+    threshold = ""
+    if cell.get("threshold") is not None:
+        verdict = "reaches" if best.value >= cell["threshold"] else "stays below"
+        threshold = (
+            f" On these tuning seeds it {verdict} the cell's threshold {cell['threshold']:g}; the suite's own "
+            f"runs (seeds {cell['seeds']}) decide the cell's verdict."
+        )
+    lines = [
+        f"**Best: trial {best.number}**, objective {best.value:.1f} (seeds: {scores}).{threshold}",
         "",
     ]
-    if base_value is not None:
+    if base is not None and base.state == TrialState.COMPLETE:
         lines += [
-            f"The cell's current settings (trial {base.number}) score {base_value:.1f} on the same seeds.",
+            f"The cell's current settings (trial {base.number}) score {base.value:.1f} on the same seeds.",
             "",
         ]
-    no_line = (
-        f"the trials ran {budget} env steps, a smoke try (`--total-timesteps`), not the cell's budget."
-        if not cell.get("comparable", True)
-        else "the cell's current settings have no score on these seeds yet (the next tune.py command on this study runs "
-        "them first)."
-        if base_value is None
-        else "the cell has these settings already."
-        if best.number == base.number
-        else f"no trial scores above the cell's current settings ({base_value:.1f})."
-        if best.value <= base_value
-        else None
+    if reason := why_no_settings_line(cell, best, base):
+        return [*lines, f"No settings line: {reason}", ""], None
+    table = Path(config["study_dir"]).resolve() / "STUDY.md"
+    where = table.relative_to(ROOT).as_posix() if table.is_relative_to(ROOT) else str(table)
+    source = (
+        f"{where}: best of {counted(study)} trials (trial {best.number}, mean greedy eval {best.value:.1f} over "
+        f"seeds {', '.join(map(str, config['seeds']))}, where the settings it replaces score {base.value:.1f})"
     )
-    if no_line:
-        return "\n".join(lines + [f"No settings line: {no_line}", ""]), None
-    block = "\n".join(
-        [
-            settings_line(best.user_attrs["settings"]),
-            f'settings_source = "{where}: best of {counted(study)} trials (trial {best.number}, mean greedy eval '
-            f'{best.value:.1f} over seeds {", ".join(map(str, seeds))}, where the settings it replaces score {base_value:.1f})"',
-        ]
-    )
-    lines += [
+    block = f'{settings_line(best.user_attrs["settings"])}\nsettings_source = "{source}"'
+    return [
+        *lines,
         "Its settings, to paste into the cell in `benchmarks/suites.toml` (replacing `settings` and "
         "`settings_source`; the new settings give the cell new run folders):",
         "",
@@ -500,17 +525,37 @@ def study_markdown(study, config: dict) -> tuple[str, str | None]:
         block,
         "```",
         "",
-    ]
-    return "\n".join(lines), block
+    ], block
 
 
-def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
+def why_no_settings_line(cell: dict, best, base) -> str | None:
+    """Why the best trial's settings are not offered to the cell; None where they beat the cell's own."""
+    if not cell.get("comparable", True):
+        return (
+            f"the trials ran {fmt_steps(cell['steps'])} env steps, a smoke try (`--total-timesteps`), not the "
+            "cell's budget."
+        )
+    if base is None or base.state != TrialState.COMPLETE:
+        return (
+            "the cell's current settings have no score on these seeds yet (the next tune.py command on this "
+            "study runs them first)."
+        )
+    if best.number == base.number:
+        return "the cell has these settings already."
+    if best.value <= base.value:
+        return f"no trial scores above the cell's current settings ({base.value:.1f})."
+    return None
+
+
+def build_parser() -> OneLineParser:
     p = OneLineParser(
         prog="benchmarks/tune.py",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--suite", required=True, help="suite holding the cell (classic, continuous, ...)")
+    p.add_argument(
+        "--suite", required=True, help="suite holding the cell (classic, continuous, ...)"
+    )
     p.add_argument("--algo", required=True, help="the cell's algorithm")
     p.add_argument("--env", required=True, help="the cell's env id")
     p.add_argument(
@@ -526,7 +571,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
         default=[1001, 1002, 1003],
         help="seeds of each trial (default 1001 1002 1003)",
     )
-    p.add_argument("--workers", type=int, default=1, help="trials at a time: local processes, or SLURM tasks")
+    p.add_argument(
+        "--workers", type=int, default=1, help="trials at a time: local processes, or SLURM tasks"
+    )
     p.add_argument(
         "--backend",
         choices=("local", "slurm"),
@@ -546,7 +593,10 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
         help="finished trials before pruning starts (-1: never prune; default 5)",
     )
     p.add_argument(
-        "--sampler-seed", type=int, default=0, help="seed of the TPE sampler (worker w: seed + 1000 w)"
+        "--sampler-seed",
+        type=int,
+        default=0,
+        help="seed of the TPE sampler (worker w: seed + 1000 w)",
     )
     p.add_argument(
         "--study-dir",
@@ -562,19 +612,33 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
     )
     p.add_argument("--suites-file", default=str(SUITES_FILE), help=argparse.SUPPRESS)
     add_slurm_flags(p)
-    a = p.parse_args(argv)
+    return p
 
+
+def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
+    """The flags, and the study's config; BadInput names the first problem."""
+    a = build_parser().parse_args(argv)
+    return a, study_config(a, checked_cell(a))
+
+
+def checked_cell(a: argparse.Namespace) -> Cell:
+    """The suite's cell of --algo and --env, once the flags are checked; BadInput names what is wrong."""
     if len(set(a.seeds)) != len(a.seeds):
         raise BadInput(f"--seeds has repeats: {a.seeds}")
     if error := flags_error(a, trials=1, workers=1, total_timesteps=1):
         raise BadInput(error)
     try:
         suite = load_suite(a.suite, a.suites_file)
-    except (OSError, SystemExit) as e:  # a missing file, an unknown suite or a bad cell: suite.py's words
+    except (
+        OSError,
+        SystemExit,
+    ) as e:  # a missing file, an unknown suite or a bad cell: suite.py's words
         raise BadInput(str(e)) from None
     algos = sorted({c.algo for c in suite.cells})
     if a.algo not in algos:
-        raise BadInput(f"unknown algorithm {a.algo!r} in suite {a.suite}; its algorithms: {', '.join(algos)}")
+        raise BadInput(
+            f"unknown algorithm {a.algo!r} in suite {a.suite}; its algorithms: {', '.join(algos)}"
+        )
     if a.algo not in SPACES and not a.space:
         raise BadInput(f"no built-in search space for {a.algo}; give one with --space FILE")
     cell = next((c for c in suite.cells if c.algo == a.algo and c.env == a.env), None)
@@ -583,6 +647,12 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
         raise BadInput(
             f"unknown env {a.env!r} for {a.algo} in suite {a.suite}; its envs there: {', '.join(envs)}"
         )
+    return cell
+
+
+def study_config(a: argparse.Namespace, cell: Cell) -> dict:
+    """What every worker needs: the study's name and folder, its cell (on the budget of --total-timesteps
+    for a smoke try), the checked search space, seeds and trials, pruning and sampler."""
     space = load_space(a.algo, a.space, a.params)
     name = f"{a.suite}__{cell.slug}"
     if a.total_timesteps:
@@ -590,8 +660,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
             raise BadInput(
                 f"--total-timesteps {a.total_timesteps:,} must be below the cell's budget ({cell.steps:,})"
             )
-        cell, name = cell.with_budget(a.total_timesteps), f"{name}__steps{a.total_timesteps}"
-    config = {
+        cell = cell.with_budget(a.total_timesteps)
+        name = f"{name}__steps{a.total_timesteps}"
+    return {
         "name": name,
         "suite": a.suite,
         "cell": dataclasses.asdict(cell),
@@ -602,14 +673,15 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
         "sampler_seed": a.sampler_seed,
         "study_dir": str(Path(a.study_dir or STUDIES_DIR / name)),
     }
-    return a, config
 
 
 def unsearched(config: dict) -> dict:
     """A study's config without the cell's settings the space draws (every trial overrides them): a cell that
     took a study's best settings can continue it."""
     cell = config.get("cell", {})
-    settings = {k: v for k, v in cell.get("settings", {}).items() if k not in config.get("space", {})}
+    settings = {
+        k: v for k, v in cell.get("settings", {}).items() if k not in config.get("space", {})
+    }
     return {**config, "cell": {**cell, "settings": settings}}
 
 
@@ -647,7 +719,9 @@ def run_workers(a: argparse.Namespace, config: dict, todo: int) -> int | None:
         work(config)
     elif todo > 0:
         ctx = multiprocessing.get_context("spawn")
-        procs = [ctx.Process(target=_work_process, args=(config, w)) for w in range(min(a.workers, todo))]
+        procs = [
+            ctx.Process(target=_work_process, args=(config, w)) for w in range(min(a.workers, todo))
+        ]
         try:
             for proc in procs:
                 proc.start()
@@ -662,54 +736,76 @@ def run_workers(a: argparse.Namespace, config: dict, todo: int) -> int | None:
     return None
 
 
+def check_same_study(study, config: dict) -> None:
+    """A new study records what its trials' numbers depend on; a study continued must have the same (BadInput
+    names what changed)."""
+    same = {
+        "cell": {k: config["cell"][k] for k in ("algo", "env", "steps", "settings", "eval_every")},
+        "space": config["space"],
+        "seeds": config["seeds"],
+    }
+    made = study.user_attrs.get("config")
+    if made is None:
+        study.set_user_attr("config", same)
+    elif unsearched(made) != (now := unsearched(json.loads(json.dumps(same)))):
+        changed = [k for k in now if now[k] != unsearched(made).get(k)]
+        raise BadInput(
+            f"the study in {config['study_dir']} was made with another {', '.join(changed)}; "
+            "give a new --study-dir, or the same flags and cell as before"
+        )
+
+
+def write_study_md(study, config: dict) -> None:
+    """Write STUDY.md; print the settings line for the cell, or why there is none."""
+    path = Path(config["study_dir"]) / "STUDY.md"
+    text, block = study_markdown(study, config)
+    path.write_text(text)
+    print(f"\nwrote {path}")
+    no_line = next((x for x in text.splitlines() if x.startswith("No ")), "")
+    print("settings for the cell in suites.toml:\n" + block if block else no_line)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         a, config = parse(argv)
         if optuna is None:
-            raise BadInput("tune.py needs optuna: pip install -r benchmarks/requirements-cluster.txt")
+            raise BadInput(
+                "tune.py needs optuna: pip install -r benchmarks/requirements-cluster.txt"
+            )
         study_dir = Path(config["study_dir"])
         study_dir.mkdir(parents=True, exist_ok=True)
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own line per seed and per trial
         study = open_study(config)
-        same = {
-            "cell": {k: config["cell"][k] for k in ("algo", "env", "steps", "settings", "eval_every")},
-            "space": config["space"],
-            "seeds": config["seeds"],
-        }  # what the trials' numbers depend on
-        made = study.user_attrs.get("config")
-        if made is None:
-            study.set_user_attr("config", same)
-        elif unsearched(made) != (now := unsearched(json.loads(json.dumps(same)))):
-            changed = [k for k in now if now[k] != unsearched(made).get(k)]
-            raise BadInput(
-                f"the study in {study_dir} was made with another {', '.join(changed)}; "
-                "give a new --study-dir, or the same flags and cell as before"
-            )
+        check_same_study(study, config)
     except BadInput as e:
         return fail("tune", e)
 
     command = "python benchmarks/tune.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     study.set_user_attr("commands", [*study.user_attrs.get("commands", []), command])
-    study.set_user_attr("dates", sorted({*study.user_attrs.get("dates", []), time.strftime("%Y-%m-%d")}))
+    study.set_user_attr(
+        "dates", sorted({*study.user_attrs.get("dates", []), time.strftime("%Y-%m-%d")})
+    )
     stopped = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
     again = retry(study, [t for t in stopped if t.user_attrs.get("interrupted")])
     # a trial of the cell's settings, unless run, queued, running or stopped (then retry queues them)
     t = baseline_trial(study, config["cell"]["settings"])
-    if baseline := t is None or (t.state == TrialState.FAIL and not t.user_attrs.get("interrupted")):
-        study.enqueue_trial({}, user_attrs={"baseline": True, "settings": config["cell"]["settings"]})
+    if baseline := t is None or (
+        t.state == TrialState.FAIL and not t.user_attrs.get("interrupted")
+    ):
+        study.enqueue_trial(
+            {}, user_attrs={"baseline": True, "settings": config["cell"]["settings"]}
+        )
     todo = to_run(study, config["trials"])
-    print(
+    plan = (
         f"study {config['name']} in {study_dir}: {counted(study)} trials so far, {todo} to run with "
         f"{a.workers} worker(s); each: {len(config['seeds'])} seeds x {config['cell']['steps']:,} steps; "
         f"searching {', '.join(config['space'])}"
-        + ("; first the cell's own settings, the baseline a settings line must beat" if baseline else "")
-        + (
-            f"; trying again the parameters of trial(s) {', '.join(map(str, again))}, stopped before"
-            if again
-            else ""
-        ),
-        flush=True,
     )
+    if baseline:
+        plan += "; first the cell's own settings, the baseline a settings line must beat"
+    if again:
+        plan += f"; trying again the parameters of trial(s) {', '.join(map(str, again))}, stopped before"
+    print(plan, flush=True)
     with stop_on_signals():  # SIGTERM stops the study as Ctrl-C does
         try:
             if (status := run_workers(a, config, todo)) is not None:
@@ -721,11 +817,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             status = 130
-        text, block = study_markdown(study, config)  # within: a second stop leaves no half-written table
-        (study_dir / "STUDY.md").write_text(text)
-        print(f"\nwrote {study_dir / 'STUDY.md'}")
-        no_line = next((x for x in text.splitlines() if x.startswith("No ")), "")
-        print("settings for the cell in suites.toml:\n" + block if block else no_line)
+        write_study_md(study, config)  # within: a second stop leaves no half-written table
         completed = any(
             t.state == TrialState.COMPLETE and not t.user_attrs.get("baseline")
             for t in study.get_trials(deepcopy=False)

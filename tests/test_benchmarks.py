@@ -95,7 +95,9 @@ def test_runner_runs_each_seed_in_its_folder(tiny):
         assert (p / "log.txt").stat().st_size > 0
         assert list(p.glob("*/metrics.csv")), "the script's run folder lives inside the runner's"
         assert result["machine"]["versions"]["torch"]
-        machine = result["summary"]["machine"]  # where the run's floats were made (harness.run.machine)
+        machine = result["summary"][
+            "machine"
+        ]  # where the run's floats were made (harness.run.machine)
         assert machine["torch_threads"] == 1 and machine["kind"] == result["machine"]["kind"]
         assert machine["vendor"] and machine["cpu"] and machine["capability"] and "blas" in machine
         code = (
@@ -156,12 +158,18 @@ def test_report_has_table_verdicts_and_plot(tiny, current):
     ), "a suite with a rule-all cell shows each cell's least margin"
     row = next(x for x in text.splitlines() if x.startswith("| dqn | CartPole-v1 |"))
     assert "| 2/2 |" in row and "488.69 ± 16.11" in row
-    assert "**partial**: 2 seeds; a verdict needs 5 finished seeds" in row or "below threshold" in row, row
-    assert re.search(r"\| \d+\.\d \[\d+\.\d, \d+\.\d\]<br>std \d+\.\d<br>\d/2 seeds ≥ 10 \|", row), (
-        "eval: mean [CI], the std, and how many seeds reach the threshold"
+    assert (
+        "**partial**: 2 seeds; a verdict needs 5 finished seeds" in row or "below threshold" in row
+    ), row
+    assert re.search(
+        r"\| \d+\.\d \[\d+\.\d, \d+\.\d\]<br>std \d+\.\d<br>\d/2 seeds ≥ 10 \|", row
+    ), "eval: mean [CI], the std, and how many seeds reach the threshold"
+    assert "every seed must reach it, as in a published result" in text, (
+        "an 'all' cell names its source"
     )
-    assert "every seed must reach it, as in a published result" in text, "an 'all' cell names its source"
-    assert re.search(r"\| 10 \(all\) \| [+-]\d+\.\d \([+-]\d+\.\d%\) \|", row), "its worst seed against 10"
+    assert re.search(r"\| 10 \(all\) \| [+-]\d+\.\d \([+-]\d+\.\d%\) \|", row), (
+        "its worst seed against 10"
+    )
     bad = next(x for x in text.splitlines() if x.startswith("| dqn | Acrobot-v1 |"))
     assert "**FAIL**" in bad and "crashed" in bad and "batch-size must be positive" in bad
     assert "Why: the batch size is zero on purpose" in bad, "a cell's note is shown beside its FAIL"
@@ -232,13 +240,20 @@ def test_a_note_shows_beside_a_cell_without_threshold(tiny, tmp_path, current):
     )  # verdict fields only: the same runs count
     results = tmp_path / "results"
     shutil.copytree(tiny["results"], results)
-    assert report.main(["--suite", "tiny", "--suites-file", str(suites), "--results-dir", str(results)]) == 0
+    assert (
+        report.main(
+            ["--suite", "tiny", "--suites-file", str(suites), "--results-dir", str(results)]
+        )
+        == 0
+    )
     row = next(
         x
         for x in (results / "tiny" / "REPORT.md").read_text().splitlines()
         if x.startswith("| dqn | CartPole-v1 |")
     )
-    assert "| 2/2 |" in row and "**n/a**" in row and row.endswith("Note: seeds 3-4 were run by hand |"), row
+    assert (
+        "| 2/2 |" in row and "**n/a**" in row and row.endswith("Note: seeds 3-4 were run by hand |")
+    ), row
 
 
 @pytest.mark.slow
@@ -261,12 +276,20 @@ def test_a_smoke_try_is_not_comparable_and_never_counts(tiny, tmp_path, capsys, 
         "1",
     ]
     assert run.main([*argv, "--total-timesteps", "300"]) == 2
-    assert "must be below the budget of every selected cell: dqn CartPole-v1 (300)" in capsys.readouterr().err
+    assert (
+        "must be below the budget of every selected cell: dqn CartPole-v1 (300)"
+        in capsys.readouterr().err
+    )
     assert run.main([*argv, "--total-timesteps", "200"]) == 0
     out = capsys.readouterr().out
     assert "smoke try: 200 env steps per run, not comparable" in out
-    assert "report: " not in out, "a report of smoke runs shows nothing: the runner does not offer one"
-    assert f"no report counts it. Each run's figures: {results / 'tiny' / 'runs'}/<run>/result.json" in out
+    assert "report: " not in out, (
+        "a report of smoke runs shows nothing: the runner does not offer one"
+    )
+    assert (
+        f"no report counts it. Each run's figures: {results / 'tiny' / 'runs'}/<run>/result.json"
+        in out
+    )
     (smoke,) = (results / "tiny" / "runs").iterdir()
     cell = load_suite("tiny", tiny["common"][3]).cells[0]
     assert smoke.name != cell.run_name(1) and smoke.name == cell.with_budget(200).run_name(1)
@@ -313,7 +336,8 @@ def test_a_smoke_try_goes_to_an_untracked_folder_by_default(tiny, capsys):
     assert run.main([*argv, "--total-timesteps", "100"]) == 0
     assert f"-> {run.SMOKE_DIR / 'tiny' / 'runs'}" in capsys.readouterr().out
     ignored = subprocess.run(
-        ["git", "check-ignore", "-q", str(run.SMOKE_DIR / "tiny" / "runs" / "x" / "result.json")], cwd=ROOT
+        ["git", "check-ignore", "-q", str(run.SMOKE_DIR / "tiny" / "runs" / "x" / "result.json")],
+        cwd=ROOT,
     )
     assert ignored.returncode == 0, "runs/smoke/ is ignored by git"
 
@@ -367,14 +391,19 @@ def test_eta_of_a_resumed_run_is_from_this_attempts_speed(tmp_path, monkeypatch)
 def test_verdict_rules():
     five = [1, 2, 3, 4, 5]
     assert (
-        report.verdict(_cell(seeds=five), {s: _ok(v) for s, v in zip(five, [100, 120, 500, 200, 300])})[0]
+        report.verdict(
+            _cell(seeds=five), {s: _ok(v) for s, v in zip(five, [100, 120, 500, 200, 300])}
+        )[0]
         == "PASS"
     )
-    v, why = report.verdict(_cell(seeds=five), {s: _ok(v) for s, v in zip(five, [99, 120, 500, 200, 300])})
+    v, why = report.verdict(
+        _cell(seeds=five), {s: _ok(v) for s, v in zip(five, [99, 120, 500, 200, 300])}
+    )
     assert v == "FAIL" and "seed 1: 99.0 < 100" in why
     assert (
         report.verdict(
-            _cell(pass_rule="mean", seeds=five), {s: _ok(v) for s, v in zip(five, [99, 120, 500, 200, 300])}
+            _cell(pass_rule="mean", seeds=five),
+            {s: _ok(v) for s, v in zip(five, [99, 120, 500, 200, 300])},
         )[0]
         == "PASS"
     )
@@ -394,7 +423,9 @@ def test_verdict_rules():
     )
     v, why = report.verdict(_cell(), {1: _ok(200), 2: {"status": "incomplete"}})
     assert v == "partial" and "unfinished: seed 2 incomplete" in why
-    v, why = report.verdict(_cell(), {1: _ok(200), 2: _ok(200), 3: {"status": "failed", "error": "boom"}})
+    v, why = report.verdict(
+        _cell(), {1: _ok(200), 2: _ok(200), 3: {"status": "failed", "error": "boom"}}
+    )
     assert v == "FAIL" and "seed 3 crashed: boom" in why
     assert report.verdict(_cell(threshold=None), {1: _ok(1), 2: _ok(2), 3: _ok(3)})[0] == "n/a"
 
@@ -413,7 +444,10 @@ def test_a_cell_passes_only_with_5_current_seeds():
     v, why = report.verdict(_cell(pass_rule="mean", seeds=four), {s: _ok(50) for s in four})
     assert v == "partial" and "mean so far 50.0 (< 100)" in why
     five = [*four, 5]
-    assert report.verdict(_cell(pass_rule="mean", seeds=five), {s: _ok(500) for s in five})[0] == "PASS"
+    assert (
+        report.verdict(_cell(pass_rule="mean", seeds=five), {s: _ok(500) for s in five})[0]
+        == "PASS"
+    )
     v, why = report.verdict(_cell(pass_rule="mean", seeds=five), {s: _ok(50) for s in five})
     assert v == "FAIL" and why.startswith("below threshold: mean 50.0 < 100")
 
@@ -424,10 +458,15 @@ def test_a_stale_run_takes_the_pass_away_and_says_why():
     assert report.verdict(_cell(seeds=five), runs)[0] == "PASS"
     runs[3] = {**_ok(500), "stale": "commit abc1234: algos/dqn.py changed since"}
     v, why = report.verdict(_cell(seeds=five), runs)
-    assert (v, why) == ("stale", "1 run on other code: seed 3: commit abc1234: algos/dqn.py changed since")
+    assert (v, why) == (
+        "stale",
+        "1 run on other code: seed 3: commit abc1234: algos/dqn.py changed since",
+    )
     runs[1] = {"status": "failed", "error": "boom"}  # a current crash is a FAIL, stale runs or not
     v, why = report.verdict(_cell(seeds=five), runs)
-    assert v == "FAIL" and why.startswith("seed 1 crashed: boom") and "seed 3: commit abc1234" in why
+    assert (
+        v == "FAIL" and why.startswith("seed 1 crashed: boom") and "seed 3: commit abc1234" in why
+    )
 
 
 def test_bootstrap_ci_of_the_mean():
@@ -449,11 +488,15 @@ def test_bootstrap_ci_of_the_mean():
 
 
 def test_iqm_is_the_mean_of_the_middle_half():
-    assert report.iqm([10.0, 1.0, 3.0, 2.0]) == pytest.approx(2.5)  # n = 4: the middle two of 1, 2, 3, 10
+    assert report.iqm([10.0, 1.0, 3.0, 2.0]) == pytest.approx(
+        2.5
+    )  # n = 4: the middle two of 1, 2, 3, 10
     # n = 5: each value holds 20% of the sample; 1 lies at 20-40%, 2 at 40-60%, 10 at 60-80%, so the
     # middle half (25-75%) holds 15% of 1, all of 2 and 15% of 10: (.15 * 1 + .2 * 2 + .15 * 10) / .5
     assert report.iqm([100.0, 2.0, 0.0, 10.0, 1.0]) == pytest.approx(4.1)
-    assert report.iqm([50.0, 3.0, -5.0, 100.0, 1.0, 0.0, 4.0, 2.0]) == pytest.approx(2.5)  # n = 8: 1, 2, 3, 4
+    assert report.iqm([50.0, 3.0, -5.0, 100.0, 1.0, 0.0, 4.0, 2.0]) == pytest.approx(
+        2.5
+    )  # n = 8: 1, 2, 3, 4
     assert report.iqm([7.0]) == pytest.approx(7.0)
     rows = np.array([[100.0, 2.0, 0.0, 10.0, 1.0], [1.0, 2.0, 3.0, 4.0, 5.0]])
     assert report.iqm(rows) == pytest.approx([4.1, 3.0]), "one IQM per row, as the bootstrap asks"
@@ -467,7 +510,9 @@ def test_the_report_statistics_are_the_same_on_every_cpu_and_in_every_order_of_t
     def exact_iqm(v):  # the weights in quarters of 1/n, all products and the sum in rationals
         n = len(v)
         weights = (max(0.0, min(i + 1, 0.75 * n) - max(i, 0.25 * n)) for i in range(n))
-        return float(sum(Fraction(w) * Fraction(x) for w, x in zip(weights, sorted(v))) / Fraction(n, 2))
+        return float(
+            sum(Fraction(w) * Fraction(x) for w, x in zip(weights, sorted(v))) / Fraction(n, 2)
+        )
 
     # the a2c MinAtar/SpaceInvaders-v1 seeds whose IQM, 126.85 exactly rounded, a dot product writes
     # 126.85000000000001 on some CPUs, which prints 126.9 instead of 126.8
@@ -476,12 +521,16 @@ def test_the_report_statistics_are_the_same_on_every_cpu_and_in_every_order_of_t
     rng = np.random.default_rng(3)
     for n in (5, 8, 10, 17):
         x = rng.normal(100.0, 30.0, size=n).round(1)
-        assert report.iqm(x) == exact_iqm(x) and selection.mean(x) == float(sum(map(Fraction, x)) / n)
+        assert report.iqm(x) == exact_iqm(x) and selection.mean(x) == float(
+            sum(map(Fraction, x)) / n
+        )
         for perm in (x[::-1], rng.permutation(x)):
             assert report.iqm(perm) == report.iqm(x) and selection.mean(perm) == selection.mean(x)
         resamples = x[rng.integers(0, n, size=(200, n))]  # [R, n], as bootstrap_ci draws them
         in_python = [functools.reduce(operator.add, sorted(row)) / n for row in resamples.tolist()]
-        assert selection.mean(resamples).tolist() == in_python, "each resample's sum: sorted, left to right"
+        assert selection.mean(resamples).tolist() == in_python, (
+            "each resample's sum: sorted, left to right"
+        )
 
 
 def test_iqm_is_rliables_where_n_is_a_multiple_of_4():
@@ -509,10 +558,17 @@ def test_verdict_judges_5_seeds_by_the_mean_and_says_what_the_ci_shows():
     cell = _cell(pass_rule="mean", threshold=450.0, seeds=[1, 2, 3, 4, 5])
     lucky = {s: _ok(v) for s, v in zip(cell.seeds, [480.0, 480.0, 480.0, 480.0, 400.0])}
     v, why = report.verdict(cell, lucky)  # mean 464; a resample with three 400s has mean 432
-    assert v == "PASS" and why.startswith("mean 464.0 ≥ 450; CI lower bound ") and why.endswith(" below it")
+    assert (
+        v == "PASS"
+        and why.startswith("mean 464.0 ≥ 450; CI lower bound ")
+        and why.endswith(" below it")
+    )
     assert float(why.split("CI lower bound ")[1].split()[0]) < 450
     firm = {s: _ok(v) for s, v in zip(cell.seeds, [480.0, 490.0, 500.0, 485.0, 495.0])}
-    assert report.verdict(cell, firm) == ("PASS", "mean 490.0 ≥ 450; CI lower bound 484.0 clears it too")
+    assert report.verdict(cell, firm) == (
+        "PASS",
+        "mean 490.0 ≥ 450; CI lower bound 484.0 clears it too",
+    )
     close = {s: _ok(v) for s, v in zip(cell.seeds, [400.0, 400.0, 400.0, 400.0, 500.0])}
     v, why = report.verdict(cell, close)
     assert (
@@ -521,14 +577,17 @@ def test_verdict_judges_5_seeds_by_the_mean_and_says_what_the_ci_shows():
         and why.endswith(" reaches it")
     )
     v, why = report.verdict(_cell(pass_rule="mean"), {1: _ok(150), 2: _ok(120), 3: _ok(130)})
-    assert v == "partial" and "a verdict needs 5 finished seeds" in why, "under 5 seeds there is no verdict"
+    assert v == "partial" and "a verdict needs 5 finished seeds" in why, (
+        "under 5 seeds there is no verdict"
+    )
 
 
 def test_pass_rule_all_needs_a_published_source(tmp_path):
     suites = tmp_path / "suites.toml"
     suites.write_text(
         TINY.replace(
-            'pass_rule_source = "a published result that asks the threshold of every seed (test)"\n', ""
+            'pass_rule_source = "a published result that asks the threshold of every seed (test)"\n',
+            "",
         )
     )
     with pytest.raises(SystemExit, match="needs a pass_rule_source"):
@@ -561,7 +620,9 @@ def test_suites_declare_every_algorithm_on_its_canonical_tasks():
             assert (algo, env) in classic
     mujoco = {(c.algo, c.env) for c in load_suite("mujoco").cells}
     assert {
-        (a, e) for a in ("ddpg", "naf", "a2c") for e in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")
+        (a, e)
+        for a in ("ddpg", "naf", "a2c")
+        for e in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")
     } <= mujoco
     continuous = load_suite("continuous")
     assert all(c.env not in ("CartPole-v1", "Acrobot-v1") for c in continuous.cells)
@@ -570,22 +631,167 @@ def test_suites_declare_every_algorithm_on_its_canonical_tasks():
 def test_every_reference_exists_and_every_setting_is_an_args_field():
     refs = load_references()
     for r in refs.values():
-        assert r["convention"] in ("train", "eval", "train100") and r["source"] and r["url"] and r["env_note"]
+        assert (
+            r["convention"] in ("train", "eval", "train100")
+            and r["source"]
+            and r["url"]
+            and r["env_note"]
+        )
     for name in ("classic", "continuous", "mujoco", "atari", "atari_cpu", "minatar"):
         for cell in load_suite(name).cells:
             assert set(cell.references) <= set(refs), (name, cell.algo, cell.env)
-            assert cell.threshold is None or cell.threshold_source, "a threshold says where it comes from"
+            assert cell.threshold is None or cell.threshold_source, (
+                "a threshold says where it comes from"
+            )
             if script_path(cell.algo).exists():
-                fields = {f.name for f in dataclasses.fields(importlib.import_module(cell.algo).Args)}
-                assert set(cell.settings) <= fields, (name, cell.algo, cell.env, set(cell.settings) - fields)
+                fields = {
+                    f.name for f in dataclasses.fields(importlib.import_module(cell.algo).Args)
+                }
+                assert set(cell.settings) <= fields, (
+                    name,
+                    cell.algo,
+                    cell.env,
+                    set(cell.settings) - fields,
+                )
 
 
-def test_speed_parses_ratios_from_the_scripts_output():
-    out = "run 1/1 ours: 9,000 steps/s\nrun 1/1  sb3: 3,000 steps/s\nDQN CartPole-v1 500,000 steps: ours 9,000 steps/s, SB3 3,000 steps/s, ratio 3.00x\n"
-    closing, ratios = speed.parse(out)
-    assert ratios == [3.0] and closing[-1].endswith("ratio 3.00x")
-    out = "repeat 1: ours 100 steps/s\n\nA2C CartPole-v1\n ours: median 5 steps/s\nratio ours/sb3: 2.50x\n"
-    assert speed.parse(out)[1] == [2.5]
+def test_speed_records_the_ratios_its_summary_shows(tmp_path, monkeypatch, capsys):
+    """A comparison ends with one JSON line (`--json-line`): its closing lines and each pair's median ratio as
+    its line shows it; run_one puts them in the record and leaves the line out of the log. A child that never
+    gets there (timed out) leaves its last lines and no ratio."""
+    rates = {"ours": [1000.0, 1000.0, 1000.0], "sb3": [300.0, 290.0, 310.0]}  # per repeat
+
+    def run_side(opts, side, setting, seed, scratch):  # a run's record, as a child process gives it
+        rate = rates[side][int(scratch.name)] * int(setting)
+        times = {"cpu_seconds": 1.0, "wall_seconds": 1.0}
+        return {
+            "side": side,
+            "setting": setting,
+            "seed": seed,
+            **times,
+            "returncode": 0,
+            "rate": rate,
+        }
+
+    monkeypatch.setattr(speed, "run_side", run_side)
+    raw = tmp_path / "raw.json"
+    argv = ["dqn", "--repeats", "3", "--threads", "1", "2", "--out", str(raw), "--json-line"]
+    assert speed.main(argv) == 0
+    stdout = capsys.readouterr().out
+    closing = json.loads(stdout.splitlines()[-1])
+    assert closing["summary_lines"] == json.loads(raw.read_text())["summary"]
+    assert stdout.splitlines()[-len(closing["summary_lines"]) - 1 : -1] == closing["summary_lines"]
+    shown = [
+        float(x)
+        for line in closing["summary_lines"]
+        for x in re.findall(r"ratio .* (\d+\.\d\d)x", line)
+    ]
+    assert closing["ratios"] == shown == [3.33, 3.33]
+
+    def child(argv, **kwargs):  # the comparison's child process, as run_one runs it
+        assert argv[-1] == "--json-line"
+        return subprocess.CompletedProcess(argv, 0, stdout, "a warning\n")
+
+    monkeypatch.setattr(speed.subprocess, "run", child)
+    opts = speed.argparse.Namespace(quick=True, cleanrl=None, cleanrl_python=None, timeout=0)
+    record = speed.run_one("dqn", opts, tmp_path)
+    assert record["summary_lines"] == closing["summary_lines"] and record["ratios"] == [3.33, 3.33]
+    assert "--json-line" not in record["command"] and record["returncode"] == 0
+    assert json.loads((tmp_path / "dqn.json").read_text()) == record
+    log = (tmp_path / "dqn.log").read_text()
+    assert log == stdout[: stdout.rindex(stdout.splitlines()[-1])] + "a warning\n"
+
+    def timed_out(argv, **kwargs):
+        raise subprocess.TimeoutExpired(
+            argv, 5, output=b"header\nrun 1/3 a\nrun 2/3 b\nrun 3/3 c\n"
+        )
+
+    monkeypatch.setattr(speed.subprocess, "run", timed_out)
+    record = speed.run_one(
+        "dqn", speed.argparse.Namespace(**{**vars(opts), "timeout": 5}), tmp_path
+    )
+    assert (
+        record["summary_lines"] == ["run 1/3 a", "run 2/3 b", "run 3/3 c"]
+        and record["ratios"] == []
+    )
+    assert record["returncode"] is None and record["error"] == "timed out after 5 s"
+
+
+def test_speed_sides_of_ours_name_their_scripts_args():
+    """speed.toml: each side says what runs it, and our sides' settings are their scripts' Args fields (a
+    misspelt one would fail only when the comparison runs). dqn-atari's MSE side leaves clip_grad_norm at
+    dqn's default, no clipping, as its description says."""
+    for name, comparison in speed.COMPARISONS.items():
+        for side, spec in comparison.get("sides", {}).items():
+            assert len({"script", "sb3", "cleanrl", "about"} & set(spec)) == 1, (name, side)
+            if "script" in spec:
+                fields = {
+                    f.name for f in dataclasses.fields(importlib.import_module(spec["script"]).Args)
+                }
+                assert set(spec) - {"script"} <= fields, (name, side, set(spec) - fields)
+    assert "clip_grad_norm" not in speed.COMPARISONS["dqn-atari"]["sides"]["ours-mse"]
+    assert importlib.import_module("dqn").Args().clip_grad_norm is None
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch", "torch-linear"])
+def test_speed_gemm_launcher_prints_one_json_line(lib):
+    r = subprocess.run(
+        [sys.executable, str(speed.LAUNCHERS / "gemm.py"), lib, "8"], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    figures = json.loads(r.stdout)
+    assert figures["lib"] == lib and figures["us"] > 0 and figures["gflops"] >= 0
+
+
+def test_speed_cleanrl_launcher_runs_the_script_as_itself_and_times_its_loop(tmp_path):
+    """cleanrl_loop.py runs a script as `python SCRIPT FLAGS` would (its name, its flags, __main__), and
+    adds one JSON line: the CPU seconds from its first vector-env reset on."""
+    script = tmp_path / "peer.py"
+    script.write_text(
+        "import sys\nimport gymnasium as gym\n"
+        "envs = gym.vector.SyncVectorEnv([lambda: gym.make('CartPole-v1')])\n"
+        "envs.reset(seed=1)\nenvs.reset(seed=2)\nprint(__name__, sys.argv)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, str(speed.LAUNCHERS / "cleanrl_loop.py"), str(script), "--env-id", "x"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"__main__ {[str(script), '--env-id', 'x']}"
+    assert list(speed.last_json(r.stdout)) == ["loop_cpu_seconds"] and len(lines) == 2
+
+
+def test_speed_minatar_launcher_sets_the_peers_frames_before_its_main(tmp_path):
+    peer = tmp_path / "examples" / "dqn.py"
+    peer.parent.mkdir()
+    peer.write_text(
+        "import json, sys\nimport torch\nNUM_FRAMES = 5_000_000\n"
+        "def main():\n"
+        "    out = {'frames': NUM_FRAMES, 'argv': sys.argv, 'threads': torch.get_num_threads()}\n"
+        "    open(sys.argv[-1] + '_data_and_weights', 'w').write(json.dumps(out))\n"
+    )
+    output = tmp_path / "peer"
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(speed.LAUNCHERS / "minatar_peer.py"),
+            str(peer),
+            "seaquest",
+            str(output),
+            "1200",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    seen = json.loads((tmp_path / "peer_data_and_weights").read_text())
+    assert seen == {
+        "frames": 1200,
+        "argv": ["dqn.py", "--game", "seaquest", "--output", str(output)],
+        "threads": 1,
+    }
 
 
 @pytest.mark.slow
@@ -621,12 +827,14 @@ def test_report_of_a_partial_run_says_partial(tiny, tmp_path, current):
 
 def test_speed_quick_shortens_every_comparison():
     for name in speed.COLLECTED:
-        full, quick = speed.COMPARISONS[name]["full"], speed.COMPARISONS[name]["quick"]
-        assert quick is not None, f"{name} has no --quick budget"
+        assert "quick" in speed.COMPARISONS[name], f"{name} has no --quick budget"
+        full, quick = (speed.COMPARISONS[name][k].split() for k in ("full", "quick"))
         assert "--total-timesteps" in quick, name
         steps = int(quick[quick.index("--total-timesteps") + 1])
         assert steps <= 3000 and (
-            steps < int(full[full.index("--total-timesteps") + 1]) if "--total-timesteps" in full else True
+            steps < int(full[full.index("--total-timesteps") + 1])
+            if "--total-timesteps" in full
+            else True
         ), name
 
 
@@ -666,6 +874,9 @@ def test_committed_report_is_what_report_py_writes_from_the_committed_runs(tmp_p
         plots = ["--no-plots"]
     assert report.main(["--suite", suite, "--results-dir", str(tmp_path), *plots]) == 0
     written = (tmp_path / suite / "REPORT.md").read_text()
+    # the title's command names the folder read: here a temporary one, in the committed report its own
+    own = "" if committed == RESULTS else f" --results-dir {committed.relative_to(ROOT)}"
+    written = written.replace(f" --results-dir {tmp_path}", own, 1)
     expected = (committed / suite / "REPORT.md").read_text()
     if plots and "## Learning curves" in expected:
         head, rest = expected.split("## Learning curves", 1)
@@ -697,7 +908,8 @@ def test_speed_devices_rate_is_taken_between_the_logged_rows_past_the_heatup(tmp
 
 
 @pytest.mark.skipif(
-    importlib.import_module("torch").cuda.is_available(), reason="the refusal is for machines without CUDA"
+    importlib.import_module("torch").cuda.is_available(),
+    reason="the refusal is for machines without CUDA",
 )
 def test_speed_devices_refuses_cuda_without_a_gpu():
     r = subprocess.run(
@@ -771,7 +983,9 @@ def test_a_smoke_sweep_ends_with_where_its_runs_are_not_a_report_command(tmp_pat
     import argparse
     import time
 
-    a = argparse.Namespace(total_timesteps=200, results_dir=str(tmp_path), suites_file=str(run.SUITES_FILE))
+    a = argparse.Namespace(
+        total_timesteps=200, results_dir=str(tmp_path), suites_file=str(run.SUITES_FILE)
+    )
     assert run.closing("classic", a, [], [], [], [], time.time()) == 0
     out = capsys.readouterr().out
     assert (

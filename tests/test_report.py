@@ -107,7 +107,13 @@ def first(repo: Path) -> str:
 
 
 CELL = Cell(
-    algo="dqn", env="Toy-v0", steps=100, settings={}, seeds=[1, 2, 3, 4, 5], eval_every=50, threshold=5.0
+    algo="dqn",
+    env="Toy-v0",
+    steps=100,
+    settings={},
+    seeds=[1, 2, 3, 4, 5],
+    eval_every=50,
+    threshold=5.0,
 )
 
 
@@ -154,10 +160,14 @@ def judge(runs_dir: Path, checker: provenance.Checker) -> report.Judged:
 def test_deciding_files_are_the_script_and_what_it_imports(repo):
     first(repo)
     checker = provenance.Checker(repo, equivalence_file=None)
-    assert sorted(checker.today("dqn")) == ["algos/dqn.py", "common/__init__.py", "common/scale.py"], (
-        "its imports, the package's __init__ too; not common/unused.py"
-    )
-    assert provenance.imported_modules("from . import a\nfrom .b import c\nimport x.y\n", "pkg.sub") == [
+    assert sorted(checker.today("dqn")) == [
+        "algos/dqn.py",
+        "common/__init__.py",
+        "common/scale.py",
+    ], "its imports, the package's __init__ too; not common/unused.py"
+    assert provenance.imported_modules(
+        "from . import a\nfrom .b import c\nimport x.y\n", "pkg.sub"
+    ) == [
         "pkg",
         "pkg.sub",
         "pkg.sub.a",
@@ -173,7 +183,9 @@ def test_the_optional_files_that_can_move_a_run_decide_it_in_this_repository(alg
     """The files a run loads only with a flag (--compile's harness/extras.py, --resume's harness/resume.py and
     the checkpoint writer) still decide its numbers: harness/run.py imports them so that provenance sees it."""
     checker = provenance.Checker(ROOT, equivalence_file=None)
-    assert {"harness/extras.py", "harness/resume.py", "harness/checkpoint.py"} <= set(checker.today(algo))
+    assert {"harness/extras.py", "harness/resume.py", "harness/checkpoint.py"} <= set(
+        checker.today(algo)
+    )
 
 
 def test_a_run_from_another_commit_turns_a_passing_cell_stale(repo, tmp_path):
@@ -184,7 +196,9 @@ def test_a_run_from_another_commit_turns_a_passing_cell_stale(repo, tmp_path):
     assert judged.verdict == "PASS", judged.reason
 
     commit(
-        repo, {"README.md": "toy, documented\n", "common/unused.py": "X = 2\n"}, "files that decide nothing"
+        repo,
+        {"README.md": "toy, documented\n", "common/unused.py": "X = 2\n"},
+        "files that decide nothing",
     )
     judged = judge(runs, provenance.Checker(repo, equivalence_file=None))
     assert judged.verdict == "PASS", "only the files that decide the run's numbers count"
@@ -254,7 +268,8 @@ def test_a_run_from_a_dirty_tree_is_stale(repo, tmp_path):
     judged = judge(runs, provenance.Checker(repo, equivalence_file=None))
     assert (
         judged.verdict == "stale"
-        and f"commit {a[:7]} with a dirty tree (uncommitted changes to common/scale.py)" in judged.reason
+        and f"commit {a[:7]} with a dirty tree (uncommitted changes to common/scale.py)"
+        in judged.reason
     )
     fake_runs(runs, {"commit": a[:7] + "+dirty"})  # an older runner's record: which files, unknown
     judged = judge(runs, provenance.Checker(repo, equivalence_file=None))
@@ -300,17 +315,27 @@ def test_an_equivalence_check_makes_an_older_commits_runs_current(repo, tmp_path
         "the default prefix: half the budget"
     )
     (r,) = json.loads(record.read_text())["records"]
-    assert (r["old"]["commit"], r["new"]["commit"], r["steps"], r["hash"]) == (a, b, 50, CELL.digest)
+    assert (r["old"]["commit"], r["new"]["commit"], r["steps"], r["hash"]) == (
+        a,
+        b,
+        50,
+        CELL.digest,
+    )
     assert (
         r["new"]["files"] == provenance.Checker(repo, equivalence_file=None).today("dqn")
         and r["machine"]["cpu_count"]
     )
     judged = judge(runs, provenance.Checker(repo, equivalence_file=record))
     assert judged.verdict == "PASS", judged.reason
-    assert judged.runs[1]["current_by"] == f"current by equivalence check of {a[:7]} with {b[:7]}, 50 steps"
+    assert (
+        judged.runs[1]["current_by"]
+        == f"current by equivalence check of {a[:7]} with {b[:7]}, 50 steps"
+    )
 
     assert equivalence.check("toy", "dqn", "Toy-v0", a, 5, record, suites, root=repo) == 1
-    assert "took no gradient step" in capsys.readouterr().out, "a prefix without learning proves nothing"
+    assert "took no gradient step" in capsys.readouterr().out, (
+        "a prefix without learning proves nothing"
+    )
     assert len(json.loads(record.read_text())["records"]) == 1
 
     commit(repo, {"common/scale.py": "SCALE = 2.0\n"}, "a change that moves the numbers")
@@ -417,11 +442,33 @@ def test_the_readme_tables_are_what_report_py_writes():
     assert report.readme_text(text) == text, "regenerate them: python benchmarks/report.py --readme"
 
 
+def test_the_algorithm_pages_tables_are_what_report_py_writes():
+    checker = provenance.Checker()
+    if checker.head is None or checker.error:
+        pytest.skip(f"the runs' commits cannot be checked: {checker.error}")
+    pages = sorted(report.ALGO_PAGES.glob("*.md"))
+    assert pages
+    for page in pages:
+        text = page.read_text()
+        assert [m.group(2) for m in report.ALGO_MARKER.finditer(text)] == [page.stem], page.name
+        assert report.algo_page_text(text) == text, (
+            f"regenerate {page.name}: python benchmarks/report.py --readme"
+        )
+
+
+def test_a_hand_edit_of_an_algorithm_page_table_is_caught():
+    text = (report.ALGO_PAGES / "dqn.md").read_text()
+    edited = text.replace("| CartPole-v1 |", "| CartPole-v1 (by hand) |", 1)
+    assert edited != text and report.algo_page_text(edited) != edited
+
+
 def test_generated_tables_live_only_where_report_py_writes_them():
     """report.py --readme rewrites the README's blocks; a block in a docs/ page would go stale unseen
     (the docs pages link each suite's report instead, which holds its table)."""
     for page in sorted((ROOT / "docs").glob("*.md")):
-        assert not report.MARKER.search(page.read_text()), f"{page.name}: link the suite's REPORT.md instead"
+        assert not report.MARKER.search(page.read_text()), (
+            f"{page.name}: link the suite's REPORT.md instead"
+        )
     linked = "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
     for suite_report in sorted((ROOT / "benchmarks" / "results").glob("*/REPORT.md")):
         assert f"../benchmarks/results/{suite_report.parent.name}/REPORT.md" in linked, (
@@ -433,7 +480,9 @@ def test_a_hand_edit_of_a_readme_table_is_caught():
     text = report.README.read_text()
     start = text.index("<!-- results:defaults:start -->")
     row = text.index("| dqn | CartPole-v1 |", start)
-    edited = text[:row] + text[row:].replace("| dqn | CartPole-v1 |", "| dqn | CartPole-v1 (by hand) |", 1)
+    edited = text[:row] + text[row:].replace(
+        "| dqn | CartPole-v1 |", "| dqn | CartPole-v1 (by hand) |", 1
+    )
     assert report.readme_text(edited) != edited
 
 

@@ -118,8 +118,14 @@ def test_study_writes_its_storage_its_table_and_a_settings_line(study, files):
     for t in trials:  # the objective is the run's own final greedy evaluation (one seed here)
         (run_dir,) = (study["dir"] / "trials" / f"{t.number:04d}" / "runs").iterdir()
         result = json.loads((run_dir / "result.json").read_text())
-        assert result["status"] == "ok" and result["spec"]["seed"] == 7 and result["spec"]["steps"] == 2_000
-        assert result["spec"]["settings"] == t.user_attrs["settings"], "the run ran the trial's settings"
+        assert (
+            result["status"] == "ok"
+            and result["spec"]["seed"] == 7
+            and result["spec"]["steps"] == 2_000
+        )
+        assert result["spec"]["settings"] == t.user_attrs["settings"], (
+            "the run ran the trial's settings"
+        )
         assert t.value == result["summary"]["eval_return_mean"] == t.user_attrs["evals"]["7"]
         if t is not base:
             assert t.user_attrs["settings"]["num_envs"] == 4 and set(t.params) == {
@@ -130,13 +136,17 @@ def test_study_writes_its_storage_its_table_and_a_settings_line(study, files):
     best = max(searched(trials), key=lambda t: t.value)
 
     text = (study["dir"] / "STUDY.md").read_text()
-    rows = [x for x in text.splitlines() if x.startswith("| ") and x.split("|")[1].strip().isdigit()]
+    rows = [
+        x for x in text.splitlines() if x.startswith("| ") and x.split("|")[1].strip().isdigit()
+    ]
     assert len(rows) == 3 and rows[0].startswith(f"| {best.number} | complete | {best.value:.1f} |")
     assert f"| 0 (the cell's settings) | complete | {base.value:.1f} |" in text
     assert "python benchmarks/tune.py --suite tiny" in text and "--trials 3" in text, (
         "the command that made it"
     )
-    assert f"The cell's current settings (trial 0) score {base.value:.1f} on the same seeds." in text
+    assert (
+        f"The cell's current settings (trial 0) score {base.value:.1f} on the same seeds." in text
+    )
     if best.value <= base.value:  # no line from a trial that does not beat the cell's settings
         assert (
             "```toml" not in text
@@ -145,7 +155,10 @@ def test_study_writes_its_storage_its_table_and_a_settings_line(study, files):
         return
     block = text.split("```toml\n", 1)[1].split("```", 1)[0]
     pasted = tomllib.loads(block)
-    assert pasted["settings"] == {**{"num_envs": 4, "eval_episodes": 2}, **best.user_attrs["settings"]}
+    assert pasted["settings"] == {
+        **{"num_envs": 4, "eval_episodes": 2},
+        **best.user_attrs["settings"],
+    }
     assert set(best.user_attrs["settings"]) == {
         "num_envs",
         "eval_episodes",
@@ -153,7 +166,10 @@ def test_study_writes_its_storage_its_table_and_a_settings_line(study, files):
         "n_steps",
         "hidden_sizes",
     }
-    assert f"trial {best.number}, mean greedy eval {best.value:.1f} over seeds 7" in pasted["settings_source"]
+    assert (
+        f"trial {best.number}, mean greedy eval {best.value:.1f} over seeds 7"
+        in pasted["settings_source"]
+    )
 
 
 def _config(tmp_path, cell: dict) -> dict:
@@ -167,14 +183,18 @@ def _config(tmp_path, cell: dict) -> dict:
     }
 
 
-def test_a_settings_line_is_offered_only_from_a_trial_that_beats_the_cells_settings(files, tmp_path):
+def test_a_settings_line_is_offered_only_from_a_trial_that_beats_the_cells_settings(
+    files, tmp_path
+):
     _, config = tune.parse(argv(files, tmp_path / "study"))
     cell = config["cell"]
 
     def study_with(*trials):
         s = optuna.create_study(direction="maximize")
         for value, attrs in trials:
-            s.add_trial(optuna.trial.create_trial(value=value, user_attrs={"evals": {"7": value}, **attrs}))
+            s.add_trial(
+                optuna.trial.create_trial(value=value, user_attrs={"evals": {"7": value}, **attrs})
+            )
         return s
 
     base = (50.0, {"baseline": True, "settings": cell["settings"]})
@@ -182,7 +202,8 @@ def test_a_settings_line_is_offered_only_from_a_trial_that_beats_the_cells_setti
     better = (60.0, {"settings": {**cell["settings"], "learning_rate": 0.002}})
     text, block = tune.study_markdown(study_with(base, worse), _config(tmp_path, cell))
     assert (
-        block is None and "No settings line: no trial scores above the cell's current settings (50.0)" in text
+        block is None
+        and "No settings line: no trial scores above the cell's current settings (50.0)" in text
     )
     text, block = tune.study_markdown(study_with(worse), _config(tmp_path, cell))
     assert block is None and "the cell's current settings have no score on these seeds yet" in text
@@ -201,7 +222,9 @@ def test_a_settings_line_is_offered_only_from_a_trial_that_beats_the_cells_setti
 
 
 @pytest.mark.slow
-def test_studies_go_to_an_untracked_folder_unless_told_and_a_smoke_study_is_its_own(files, tmp_path):
+def test_studies_go_to_an_untracked_folder_unless_told_and_a_smoke_study_is_its_own(
+    files, tmp_path
+):
     """Not into the committed benchmarks/results/tuning/ by default; --total-timesteps makes a study of its own."""
     _, config = tune.parse(argv(files, tmp_path / "study")[:-2])  # no --study-dir
     assert Path(config["study_dir"]) == tune.ROOT / "runs" / "tuning" / "tiny__a2c__CartPole-v1"
@@ -237,13 +260,20 @@ def test_help_says_where_a_study_goes(capsys):
 @pytest.mark.slow
 def test_running_the_study_again_adds_no_trial_and_a_changed_one_is_refused(study, files, capsys):
     before = (study["dir"] / "journal.log").stat().st_size
-    assert tune.main(argv(files, study["dir"], "--trials", "3", "--seeds", "7", "--prune-after", "-1")) == 0
+    assert (
+        tune.main(argv(files, study["dir"], "--trials", "3", "--seeds", "7", "--prune-after", "-1"))
+        == 0
+    )
     assert "3 trials so far, 0 to run" in capsys.readouterr().out
     assert len(load(study["dir"]).trials) == 4
     assert (study["dir"] / "journal.log").stat().st_size > before  # only the command was recorded
     assert tune.main(argv(files, study["dir"], "--trials", "3", "--seeds", "8")) == 2
     err = capsys.readouterr().err
-    assert err.startswith("tune: error: ") and "made with another seeds" in err and err.count("\n") == 1
+    assert (
+        err.startswith("tune: error: ")
+        and "made with another seeds" in err
+        and err.count("\n") == 1
+    )
 
 
 @pytest.mark.slow
@@ -254,7 +284,8 @@ def test_a_cell_that_took_the_best_settings_continues_its_study_and_another_cell
     adopted = tmp_path / "adopted.toml"  # the cell with the best trial's settings line pasted in
     adopted.write_text(
         TINY.replace(
-            "settings = { num_envs = 4, eval_episodes = 2 }", tune.settings_line(best.user_attrs["settings"])
+            "settings = { num_envs = 4, eval_episodes = 2 }",
+            tune.settings_line(best.user_attrs["settings"]),
         )
     )
     assert (
@@ -262,21 +293,44 @@ def test_a_cell_that_took_the_best_settings_continues_its_study_and_another_cell
         == best.user_attrs["settings"]
     )
     assert (
-        tune.main([*argv({**files, "suites": str(adopted)}, study["dir"]), "--trials", "3", "--seeds", "7"])
+        tune.main(
+            [
+                *argv({**files, "suites": str(adopted)}, study["dir"]),
+                "--trials",
+                "3",
+                "--seeds",
+                "7",
+            ]
+        )
         == 0
     )
     assert "3 trials so far, 0 to run" in capsys.readouterr().out, (
         "the trial that drew these settings is their baseline"
     )
-    assert "No settings line: the cell has these settings already." in (study["dir"] / "STUDY.md").read_text()
-    changed = tmp_path / "changed.toml"  # a setting the space does not draw changes the trials' numbers
+    assert (
+        "No settings line: the cell has these settings already."
+        in (study["dir"] / "STUDY.md").read_text()
+    )
+    changed = (
+        tmp_path / "changed.toml"
+    )  # a setting the space does not draw changes the trials' numbers
     changed.write_text(adopted.read_text().replace("eval_episodes = 2", "eval_episodes = 3"))
     assert (
-        tune.main([*argv({**files, "suites": str(changed)}, study["dir"]), "--trials", "3", "--seeds", "7"])
+        tune.main(
+            [
+                *argv({**files, "suites": str(changed)}, study["dir"]),
+                "--trials",
+                "3",
+                "--seeds",
+                "7",
+            ]
+        )
         == 2
     )
     err = capsys.readouterr().err
-    assert err.startswith("tune: error: ") and "made with another cell" in err and err.count("\n") == 1
+    assert (
+        err.startswith("tune: error: ") and "made with another cell" in err and err.count("\n") == 1
+    )
 
 
 class _Folder:  # what eval_rows reads of a job.Job
@@ -288,13 +342,17 @@ def test_a_trial_below_the_median_is_pruned_at_an_evaluation(files, tmp_path):
     """An earlier trial that scored 1000 at every evaluation point: the new trial's first evaluation
     past the warmup (the first half of the first seed) is below that median, so it is pruned there."""
     study_dir = tmp_path / "study"
-    _, config = tune.parse(argv(files, study_dir, "--trials", "2", "--seeds", "7", "8", "--prune-after", "1"))
+    _, config = tune.parse(
+        argv(files, study_dir, "--trials", "2", "--seeds", "7", "8", "--prune-after", "1")
+    )
     study_dir.mkdir()
     s = tune.open_study(config)
     steps = config["cell"]["steps"]
     per_seed = tune.points(tune.Cell(**config["cell"])) + 1
     s.add_trial(
-        optuna.trial.create_trial(value=1000.0, intermediate_values={k: 1000.0 for k in range(2 * per_seed)})
+        optuna.trial.create_trial(
+            value=1000.0, intermediate_values={k: 1000.0 for k in range(2 * per_seed)}
+        )
     )
     assert tune.work(config) == 1
     (t,) = [t for t in load(study_dir).get_trials() if t.number == 1]
@@ -310,17 +368,21 @@ def test_a_trial_below_the_median_is_pruned_at_an_evaluation(files, tmp_path):
     assert t.intermediate_values == {
         step // config["cell"]["eval_every"]: value for step, value in evals[: len(reported)]
     }, "reported: the run's own evaluations from metrics.csv, keyed by their index in the run"
-    assert [p.name.split("__")[2] for p in (study_dir / "trials" / "0001" / "runs").iterdir()] == ["s7"], (
-        "seed 8 never ran"
-    )
+    assert [p.name.split("__")[2] for p in (study_dir / "trials" / "0001" / "runs").iterdir()] == [
+        "s7"
+    ], "seed 8 never ran"
 
 
 @pytest.mark.slow
-def test_trials_whose_rollouts_differ_in_size_report_their_evaluations_at_the_same_steps(files, tmp_path):
+def test_trials_whose_rollouts_differ_in_size_report_their_evaluations_at_the_same_steps(
+    files, tmp_path
+):
     """4 envs x 5 steps evaluate at env steps 1,000 and 2,000; 4 envs x 16 steps at 1,024 and 2,048.
     Both report at the same Optuna steps (the evaluations' indices), where the pruner compares them."""
     study_dir = tmp_path / "study"
-    _, config = tune.parse(argv(files, study_dir, "--trials", "2", "--seeds", "7", "--prune-after", "-1"))
+    _, config = tune.parse(
+        argv(files, study_dir, "--trials", "2", "--seeds", "7", "--prune-after", "-1")
+    )
     study_dir.mkdir()
     s = tune.open_study(config)
     for n_steps in ("5", "16"):
@@ -357,7 +419,10 @@ def test_a_trial_stopped_by_slurm_is_failed_and_its_parameters_tried_again(files
     trials = load(study_dir).get_trials()
     assert len(trials) == 2
     assert trials[0].state == optuna.trial.TrialState.FAIL
-    assert trials[1].state == optuna.trial.TrialState.COMPLETE and Retry.retried_trial_number(trials[1]) == 0
+    assert (
+        trials[1].state == optuna.trial.TrialState.COMPLETE
+        and Retry.retried_trial_number(trials[1]) == 0
+    )
     assert trials[1].params == trials[0].params
 
 
@@ -417,7 +482,9 @@ def test_sigterm_stops_the_study_its_workers_and_their_runs(tmp_path):
         "--workers",
         "2",
     ]
-    study = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    study = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.time() + 180
     while len(specs := list(study_dir.glob("trials/*/runs/*/spec.json"))) < 2 or not all(
         probes.pid_of_run(f) for f in specs
@@ -427,9 +494,10 @@ def test_sigterm_stops_the_study_its_workers_and_their_runs(tmp_path):
     pids = [probes.pid_of_run(f) for f in specs]
     study.send_signal(signal.SIGTERM)
     out, _ = study.communicate(timeout=120)
-    assert study.returncode == 130 and "interrupted: the trials in progress are recorded as failed" in out, (
-        out
-    )
+    assert (
+        study.returncode == 130
+        and "interrupted: the trials in progress are recorded as failed" in out
+    ), out
     assert "Traceback" not in out, out
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids), "a trial's run was left going"
     trials = load(study_dir).get_trials()
@@ -468,7 +536,9 @@ def test_a_trial_whose_run_a_signal_stopped_is_interrupted_not_failed(tmp_path):
         "--seeds",
         "7",
     ]
-    study = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    study = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.time() + 180
     while not (specs := list(study_dir.glob("trials/*/runs/*/spec.json"))) or not (
         pid := probes.pid_of_run(specs[0])
@@ -490,7 +560,8 @@ def test_a_trial_whose_run_a_signal_stopped_is_interrupted_not_failed(tmp_path):
         and "error" not in t.user_attrs
     )
     assert (
-        json.loads(next(study_dir.glob("trials/*/runs/*/result.json")).read_text())["status"] == "preempted"
+        json.loads(next(study_dir.glob("trials/*/runs/*/result.json")).read_text())["status"]
+        == "preempted"
     )
 
 
@@ -505,7 +576,9 @@ def test_trials_count_once_each_however_often_a_stopped_one_was_queued_again():
     stopped = s.get_trials(states=(optuna.trial.TrialState.FAIL,))
     assert tune.counted(s) == 1 and tune.retry(s, stopped) == [0] and tune.retry(s, stopped) == []
     assert tune.counted(s) == 0, "a stopped trial queued again counts when its retry runs"
-    Retry()(s, s.trials[0])  # the other command's, which read the trials before the first retry was queued
+    Retry()(
+        s, s.trials[0]
+    )  # the other command's, which read the trials before the first retry was queued
     s.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=3)
     assert [Retry.retried_trial_number(t) for t in s.trials] == [None, 0, 0, None]
     assert tune.counted(s) == 2
@@ -515,7 +588,9 @@ def test_built_in_spaces_draw_valid_arguments_of_each_script():
     for algo, space in tune.SPACES.items():
         tune.check_space(algo, space, algo)
         module = importlib.import_module(algo)
-        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0), direction="maximize")
+        study = optuna.create_study(
+            sampler=optuna.samplers.RandomSampler(seed=0), direction="maximize"
+        )
         for _ in range(20):
             trial = study.ask()
             values = tune.sample(trial, space)
@@ -534,7 +609,9 @@ def test_built_in_spaces_draw_valid_arguments_of_each_script():
                     "eval_every": 0,
                 },
             )
-            if hasattr(module, "eval_episodes_for"):  # ddpg, naf: train() resolves eval_episodes=0 first
+            if hasattr(
+                module, "eval_episodes_for"
+            ):  # ddpg, naf: train() resolves eval_episodes=0 first
                 args = dataclasses.replace(
                     args, eval_episodes=args.eval_episodes or module.eval_episodes_for(env)
                 )
@@ -555,7 +632,9 @@ def test_runs_get_one_torch_thread_unless_the_cell_names_it(algo):
         "run_dir": "unused",
         "eval_every": 0,
     }
-    assert job.build_args(module, spec).torch_threads == 1  # whatever the script's default (ddpg, naf: 2)
+    assert (
+        job.build_args(module, spec).torch_threads == 1
+    )  # whatever the script's default (ddpg, naf: 2)
     assert job.build_args(module, {**spec, "settings": {"torch_threads": 2}}).torch_threads == 2
 
 
@@ -578,7 +657,10 @@ def test_settings_line_is_toml_for_every_kind_of_value():
     "extra, message",
     [
         (["--algo", "nope"], "unknown algorithm 'nope' in suite tiny; its algorithms: a2c"),
-        (["--env", "Nope-v0"], "unknown env 'Nope-v0' for a2c in suite tiny; its envs there: CartPole-v1"),
+        (
+            ["--env", "Nope-v0"],
+            "unknown env 'Nope-v0' for a2c in suite tiny; its envs there: CartPole-v1",
+        ),
         (["--space", "EMPTY"], "the search space is empty"),
         (["--params"], "the search space is empty"),
         (["--params", "gamma"], "--params gamma: not in"),
@@ -600,7 +682,8 @@ def test_slurm_backend_without_slurm_is_one_line_and_exit_2(files, tmp_path, cap
     assert tune.main(argv(files, tmp_path / "study", "--trials", "1", "--backend", "slurm")) == 2
     err = capsys.readouterr().err
     assert (
-        err.startswith("tune: error: --backend slurm: no SLURM on this machine") and err.count("\n") == 1
+        err.startswith("tune: error: --backend slurm: no SLURM on this machine")
+        and err.count("\n") == 1
     ), err
 
 
