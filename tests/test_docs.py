@@ -19,7 +19,8 @@ from suite import load_suite  # noqa: E402
 PAGES = [
     ROOT / "README.md",
     *sorted((ROOT / "docs").glob("*.md")),
-]  # the README and the pages it links by subject
+    *sorted((ROOT / "docs" / "algorithms").glob("*.md")),
+]  # the README and the pages it links by subject and by script
 DOCS = [
     *PAGES,
     ROOT / "benchmarks" / "README.md",
@@ -33,7 +34,12 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 def tracked_files() -> list[Path]:
     try:
         out = subprocess.run(
-            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=30
+            ["git", "ls-files", "-z"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
         ).stdout
         return [ROOT / p for p in out.split("\0") if p]
     except (OSError, subprocess.SubprocessError):  # not a git checkout: every file
@@ -97,7 +103,12 @@ def test_the_wording_check_can_fail():
         "in the previous session",
     ):
         assert WORDING.search(bad), bad
-    for fine in ("known issues", "a target network", "the env's reward_threshold", "references.toml"):
+    for fine in (
+        "known issues",
+        "a target network",
+        "the env's reward_threshold",
+        "references.toml",
+    ):
         assert not WORDING.search(fine), fine
 
 
@@ -105,7 +116,9 @@ def readme_block(heading: str, page: str = "README.md") -> str:
     """The first bash block after `heading` in the README (or in another page, e.g. docs/tools.md)."""
     text = (ROOT / page).read_text()
     section = text[text.index(heading) :]
-    return section[section.index("```bash") + 7 : section.index("```", section.index("```bash") + 7)]
+    return section[
+        section.index("```bash") + 7 : section.index("```", section.index("```bash") + 7)
+    ]
 
 
 @pytest.mark.slow
@@ -113,7 +126,9 @@ def test_readme_quick_start_runs_and_evaluate_scores_its_run_folder(tmp_path):
     """The quick start's train command with a tiny budget (exit 0, a run folder with model.pt), then
     tools/evaluate.py on that folder, as the README shows them."""
     block = readme_block("## Quick start")
-    train = next(x for x in block.splitlines() if x.startswith("python algos/dqn.py --env CartPole-v1"))
+    train = next(
+        x for x in block.splitlines() if x.startswith("python algos/dqn.py --env CartPole-v1")
+    )
     assert "--save-model" in train and any(
         x.startswith("python tools/evaluate.py runs/") for x in block.splitlines()
     )
@@ -126,7 +141,9 @@ def test_readme_quick_start_runs_and_evaluate_scores_its_run_folder(tmp_path):
         str(tmp_path),
         "--no-progress",
     ]
-    r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stderr
     (folder,) = tmp_path.iterdir()
     assert folder.name.startswith("CartPole-v1__dqn__1__") and (folder / "model.pt").exists()
@@ -146,13 +163,19 @@ def test_readme_tensorboard_commands_follow_from_the_quick_start():
     folders that a command before it writes: the export takes runs trained without --tensorboard,
     tools/plot.py runs that exist."""
     trained = {}  # seed -> trained with --tensorboard, for every dqn CartPole-v1 command up to here
-    for block in (readme_block("## Quick start"), readme_block("## TensorBoard and plots", "docs/tools.md")):
+    for block in (
+        readme_block("## Quick start"),
+        readme_block("## TensorBoard and plots", "docs/tools.md"),
+    ):
         for line in block.splitlines():
             argv = shlex.split(line.split("#")[0])
             if argv[:2] == ["python", "algos/dqn.py"] and "--help" not in argv:
                 seed = argv[argv.index("--seed") + 1] if "--seed" in argv else "1"
                 trained[seed] = trained.get(seed, False) or "--tensorboard" in argv
-            elif argv[:2] in (["python", "tools/tensorboard_export.py"], ["python", "tools/plot.py"]):
+            elif argv[:2] in (
+                ["python", "tools/tensorboard_export.py"],
+                ["python", "tools/plot.py"],
+            ):
                 folders = [a for a in argv[2:] if a.startswith("runs/")]
                 assert folders, line
                 for folder in folders:
@@ -173,7 +196,8 @@ def test_the_readme_links_every_docs_page_and_names_every_extra():
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 300
     for page in PAGES[1:]:
-        assert f"](docs/{page.name}" in text, f"the README does not link docs/{page.name}"
+        rel = page.relative_to(ROOT).as_posix()
+        assert f"]({rel}" in text, f"the README does not link {rel}"
     for extra, where in (
         ("requirements/requirements-box2d.txt", "LunarLander"),
         ("requirements/requirements-mujoco.txt", "HalfCheetah"),
@@ -272,14 +296,18 @@ def test_every_script_command_the_pages_show_parses():
 def test_readme_benchmark_command_runs_the_cell_in_a_new_folder(tmp_path, capsys):
     """The committed results count as done: the README's command must still have something to run."""
     line = next(
-        x for x in readme_block("## Benchmarks").splitlines() if x.startswith("python benchmarks/run.py")
+        x
+        for x in readme_block("## Benchmarks").splitlines()
+        if x.startswith("python benchmarks/run.py")
     )
     argv = shlex.split(line.split("#")[0])[2:]
     assert "--results-dir" in argv
     argv[argv.index("--results-dir") + 1] = str(tmp_path / "my_results")
     assert run.main([*argv, "--dry-run"]) == 0
     out = capsys.readouterr().out
-    seeds = next(c.seeds for c in load_suite("classic").cells if (c.algo, c.env) == ("dqn", "CartPole-v1"))
+    seeds = next(
+        c.seeds for c in load_suite("classic").cells if (c.algo, c.env) == ("dqn", "CartPole-v1")
+    )
     assert len(seeds) >= 3  # every seed of the cell, none skipped as done
     assert (
         "0 already ok" in out
@@ -291,7 +319,10 @@ def test_readme_benchmark_command_runs_the_cell_in_a_new_folder(tmp_path, capsys
 def test_readme_test_commands_are_what_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text()
     tests_section = readme_block("## Tests")
-    for command in ("pip install -r requirements/requirements-dev.txt", "python -m pytest -q tests"):
+    for command in (
+        "pip install -r requirements/requirements-dev.txt",
+        "python -m pytest -q tests",
+    ):
         assert command in tests_section and command in ci
 
 
@@ -300,3 +331,169 @@ def test_readme_gives_the_fast_subset_and_the_marker_is_registered(pytestconfig)
     tests_section = text[text.index("## Tests") :]
     assert 'python -m pytest -q -m "not slow" tests' in tests_section
     assert any(line.startswith("slow:") for line in pytestconfig.getini("markers"))
+
+
+ALGO_PAGES = sorted((ROOT / "docs" / "algorithms").glob("*.md"))
+SCRIPTS = sorted(p.stem for p in (ROOT / "algos").glob("*.py"))
+# [`name`](../../algos/dqn.py#L120) or #L120-L140: `name` must be on line 120 of that file
+LINE_LINK = re.compile(
+    r"\[`([^`]+)`[^\]]*\]\(((?:\.\./)+(?:algos|common|harness)/[\w/]+\.py)#L(\d+)(?:-L(\d+))?\)"
+)
+
+
+def test_every_script_has_a_page_linked_from_the_readme():
+    assert [p.stem for p in ALGO_PAGES] == SCRIPTS
+    text = (ROOT / "README.md").read_text()
+    for script in SCRIPTS:
+        assert f"](docs/algorithms/{script}.md)" in text, (
+            f"the README's algorithm table should link {script}.md"
+        )
+
+
+def line_link_errors(page: Path) -> list[str]:
+    """Each line link's quoted name missing from the line it points at, with where the name is now."""
+    errors = []
+    for name, target, start, end in LINE_LINK.findall(page.read_text()):
+        path = (page.parent / target).resolve()
+        lines = path.read_text().splitlines()
+        start = int(start)
+        if not 1 <= start <= len(lines) or name not in lines[start - 1]:
+            now = [i + 1 for i, line in enumerate(lines) if name in line]
+            errors.append(
+                f"{page.name}: `{name}` is not on {target}#L{start} (it is on lines {now[:5]})"
+            )
+        elif end and not start < int(end) <= len(lines):
+            errors.append(f"{page.name}: {target}#L{start}-L{end} is not a range of the file")
+    return errors
+
+
+def test_every_line_link_of_the_algorithm_pages_points_at_what_it_names():
+    """A page's implementation details link script lines, each with a name or a short quote in backticks
+    that the linked line holds: an edit that moves the lines fails here, naming where they went."""
+    counted = 0
+    for page in ALGO_PAGES:
+        links = LINE_LINK.findall(page.read_text())
+        assert len(links) >= 5, f"{page.name}: its implementation details link the script's lines"
+        counted += len(links)
+    errors = [e for page in ALGO_PAGES for e in line_link_errors(page)]
+    assert not errors, "\n".join(errors)
+
+
+def test_a_line_link_that_moved_is_caught(tmp_path):
+    page = tmp_path / "docs" / "algorithms" / "x.md"
+    page.parent.mkdir(parents=True)
+    (tmp_path / "algos").mkdir()
+    (tmp_path / "algos" / "x.py").write_text("import torch\n\n\ndef dqn_loss():\n    pass\n")
+    page.write_text(
+        "[`dqn_loss`](../../algos/x.py#L4) and [`import torch`](../../algos/x.py#L1-L2)\n"
+    )
+    assert line_link_errors(page) == []
+    page.write_text("[`dqn_loss`](../../algos/x.py#L3)\n")
+    assert line_link_errors(page) == [
+        "x.md: `dqn_loss` is not on ../../algos/x.py#L3 (it is on lines [4])"
+    ]
+
+
+def script_columns(module) -> list[str]:
+    """metrics.csv's columns as the script's train() declares them to Run (caught before a run starts)."""
+
+    class Declared(Exception):
+        pass
+
+    def capture(algo, args, fields, *rest, **kwargs):
+        raise Declared(fields)
+
+    original, module.Run = module.Run, capture
+    try:
+        module.train(module.Args())
+    except Declared as e:
+        fields = e.args[0]
+    finally:
+        module.Run = original
+    return ["global_step", "wall_seconds", *(fields.split() if isinstance(fields, str) else fields)]
+
+
+def test_every_algorithm_page_names_its_metrics_and_flags():
+    """A page says what each of metrics.csv's columns holds (the columns the script declares), and each
+    `--flag` it names is one of the script's flags."""
+    import dataclasses
+    import importlib
+
+    sys.path[:0] = [str(ROOT / "algos"), str(ROOT)]
+    for page in ALGO_PAGES:
+        text = page.read_text()
+        module = importlib.import_module(page.stem)
+        for column in script_columns(module):
+            assert f"`{column}`" in text, (
+                f"{page.name} does not say what metrics.csv's {column} holds"
+            )
+        flags = {"--env", "--help"}
+        for f in dataclasses.fields(module.Args):
+            flags |= {"--" + f.name.replace("_", "-"), "--no-" + f.name.replace("_", "-")}
+        for flag in set(re.findall(r"`(--[a-z][a-z0-9-]*)", text)):
+            assert flag in flags, f"{page.name}: {flag} is not a flag of algos/{page.stem}.py"
+
+
+# docs/ says what holds and links to where it was measured: when, on which commit and beside what load a
+# figure was measured belong to the lab notes (benchmarks/results/*.md) and the suites' reports.
+MONTH = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?"
+    r"|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
+)
+DATED = {
+    "a date": re.compile(
+        rf"\b20\d\d-\d\d-\d\d\b|\b{MONTH} (?:[0-3]?\d(?:st|nd|rd|th)?|20\d\d)\b|\b[0-3]?\d {MONTH} 20\d\d\b"
+    ),
+    "a commit": re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"),
+    "a remark on the machine's load": re.compile(
+        r"\b(?:busy|idle|quiet)\b(?: [\w-]+)?? (?:machine|CPU|VM|box|cores?)\b|\bmachine (?:was|is) (?:busy|idle|quiet)"
+        r"|\bother (?:benchmark )?(?:processes|runs|jobs)\b|\bload average\b|\bunder load\b",
+        re.IGNORECASE,
+    ),
+}
+
+
+def dated(text: str) -> list[str]:
+    """What a docs page must not carry outside its link targets: dates, commit hashes, load remarks."""
+    text = re.sub(r"\]\([^)]*\)", "]()", text)
+    return [
+        f"{what}: {m.group(0)!r}" for what, pattern in DATED.items() for m in pattern.finditer(text)
+    ]
+
+
+def test_the_docs_pages_carry_no_dates_hashes_or_load_remarks():
+    """The docs say what holds and link the lab notes and reports, which say when and on what it was measured."""
+    found = []
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        text = page.read_text()
+        for line_number, line in enumerate(text.splitlines(), 1):
+            found += [f"{page.relative_to(ROOT)}:{line_number}: {hit}" for hit in dated(line)]
+    assert not found, "\n".join(found)
+
+
+def test_the_docs_check_can_fail():
+    for bad in (
+        "seeds 1-5 ended at 4,997 (2026-11-26)",
+        "measured on Nov 28",
+        "in November 2026",
+        "on 28 Nov 2026",
+        "code 34bc63b to 017ef93",
+        "CleanRL at commit fe8d8a03",
+        "frames per CPU second, busy machine (two other benchmark processes)",
+        "2026-11-28, an idle 2-core x86_64 VM",
+        "CPU time, because the 2-core machine was busy with other runs",
+        "degrades gracefully under load",
+    ):
+        assert dated(bad), bad
+    for fine in (
+        "[raw](../benchmarks/results/speed/profiles_dqn_2026-11-25.txt)",
+        "[notes](../benchmarks/results/speed.md#dqn-against-cleanrls-dqnpy-2026-11-25)",
+        "on a 2-core CPU, an AMD EPYC or an Intel Xeon with AVX-512",
+        "beside two CPU-bound processes",
+        "a step size of 2.5e-4 decayed to 0 over 1,000,000 steps",
+        "BreakoutNoFrameskip-v4, seeds 1-10, Table 1",
+        "a run folder such as `ddpg__Pendulum-v1__s1__8ae03d02` (its settings hash)",
+        "deadbeef 1234567",
+        "Decay 20% of the steps",
+    ):
+        assert not dated(fine), fine
