@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -497,3 +498,33 @@ def test_the_docs_check_can_fail():
         "Decay 20% of the steps",
     ):
         assert not dated(fine), fine
+
+
+def test_the_suite_times_in_results_md_are_the_reports():
+    """docs/results.md's "How long a suite takes" gives each suite's run time as its report's Time section
+    measures it: a suite re-run moves the report's figure, and this fails until the page follows."""
+    text = (ROOT / "docs" / "results.md").read_text()
+    section = text[text.index("## How long a suite takes") :]
+    figures = re.findall(r"\(\.\./benchmarks/results/(\w+)/REPORT\.md#time\) ([\d.]+ h)", section)
+    assert len(figures) >= 5, figures
+    for suite, figure in figures:
+        report = (ROOT / "benchmarks" / "results" / suite / "REPORT.md").read_text()
+        measured = re.search(r"Measured: ([\d.]+ h) of run time", report)
+        assert measured and measured.group(1) == figure, (
+            f"results.md gives {suite} {figure}, its report {measured and measured.group(1)}"
+        )
+
+
+def test_the_summary_keys_the_documents_name_exist():
+    """Each `summary.json`'s `KEY` in the README, docs/ and benchmarks/README.md is a key a run writes."""
+    keys = set()
+    for summary in (ROOT / "benchmarks" / "results" / "defaults" / "runs").glob("*/*/summary.json"):
+        keys |= set(json.loads(summary.read_text()))
+    assert {"eval_return_mean", "wall_seconds", "machine"} <= keys
+    named = []
+    for page in [*PAGES, ROOT / "benchmarks" / "README.md"]:
+        named += [
+            (page.name, k) for k in re.findall(r"summary\.json`?'s `(\w+)`", page.read_text())
+        ]
+    assert named
+    assert [n for n in named if n[1] not in keys] == []
