@@ -24,7 +24,6 @@ from typing import Callable, Union, cast
 import torch
 from torch import nn
 from torch.optim import Adam, RMSprop
-from torch.optim.adam import adam as adam_update  # the functional form Adam.step() calls
 
 
 def soft_update(target: nn.Module, online: nn.Module, rate: float) -> None:
@@ -159,8 +158,6 @@ class NetworkWrapper:
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda)
         self.clip_grad_norm = clip_grad_norm
         self.updates = 0
-        # RMSprop's, kept between steps (_rmsprop_step)
-        self._denominator: torch.Tensor | None = None
 
     def train_step(self, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One gradient step on `loss`, a scalar or a per-sample loss [B] that is averaged (weight
@@ -179,66 +176,11 @@ class NetworkWrapper:
         if self.clip_grad_norm is not None:
             # torch's convention: scale by max_norm / (norm + 1e-6) when the norm exceeds max_norm
             self.flat_grad.mul_(torch.clamp(self.clip_grad_norm / (grad_norm + 1e-6), max=1.0))
-        self._step()
+        self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
         self.updates += 1
         return loss.detach(), grad_norm.detach()
-
-    def _step(self) -> None:
-        """The optimizer's step. After the first step (which creates the state the standard way),
-        plain Adam and RMSprop skip `step()`'s per-call bookkeeping (profiler record, hooks,
-        param-group loops): fused Adam through `torch.optim.adam.adam`, the functional form
-        `Adam.step()` calls; RMSprop through torch's own in-place ops in the same order. Both give
-        `step()`'s weights bit for bit (tests/test_common.py; benchmarks/results/speed.md has the
-        gain); step hooks do not run."""
-        state = self.optimizer.state.get(self.flat_param)
-        group = self.optimizer.param_groups[0]
-        if (
-            not state
-            or group.get("maximize")
-            or group.get("capturable")
-            or group.get("differentiable")
-        ):
-            self.optimizer.step()
-            return
-        kind = type(self.optimizer)
-        adam = kind is Adam and group.get("fused") and not group.get("amsgrad")
-        if adam and not group.get("decoupled_weight_decay", False):
-            beta1, beta2 = group["betas"]
-            options = dict(fused=True, amsgrad=False, beta1=beta1, beta2=beta2, maximize=False)
-            options |= {name: group[name] for name in ("lr", "weight_decay", "eps")}
-            # Adam's two; `[]`: no AMSGrad maximum
-            moments = [state["exp_avg"]], [state["exp_avg_sq"]]
-            adam_update(
-                [self.flat_param], [self.flat_grad], *moments, [], [state["step"]], **options
-            )
-        elif kind is RMSprop and group["momentum"] == 0 and group["weight_decay"] == 0:
-            self._rmsprop_step(state, group)
-        else:
-            self.optimizer.step()
-
-    @torch.no_grad()
-    def _rmsprop_step(self, state: dict, group: dict) -> None:
-        """torch's single-tensor RMSprop on the flat parameter (momentum 0, no weight decay)."""
-        if self._denominator is None:
-            self._denominator = torch.empty_like(self.flat_param)
-        grad, square_avg, avg, alpha = (
-            self.flat_grad,
-            state["square_avg"],
-            self._denominator,
-            group["alpha"],
-        )
-        state["step"] += 1
-        square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
-        if group["centered"]:
-            grad_avg = state["grad_avg"]
-            grad_avg.lerp_(grad, 1 - alpha)
-            torch.addcmul(square_avg, grad_avg, grad_avg, value=-1, out=avg).sqrt_()
-        else:
-            torch.sqrt(square_avg, out=avg)
-        avg.add_(group["eps"])
-        self.flat_param.addcdiv_(grad, avg, value=-group["lr"])
 
     def sync(self, rate: float = 1.0) -> None:
         """Move the target towards the online network: rate 1 copies, 0.005 is a soft update."""

@@ -158,7 +158,9 @@ def load_into(target, value, name: str) -> None:
     elif isinstance(target, np.ndarray):
         target[...] = value
     elif isinstance(target, torch.Tensor):
-        target.copy_(torch.as_tensor(value))
+        # a leaf that requires grad (a learned temperature) takes its values too
+        with torch.no_grad():
+            target.copy_(torch.as_tensor(value))
     else:
         raise TypeError(
             f"cannot put the checkpoint's {name!r} back into a {type(target).__name__} in place; "

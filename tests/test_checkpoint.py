@@ -584,3 +584,12 @@ def test_a_checkpoint_each_time_the_step_count_passes_a_multiple_of_checkpoint_e
         harness.resume.load(Path(summary["run_dir"]) / "checkpoint.pt")["global_step"]
         == expected[-1]
     )
+
+
+def test_a_tensor_that_requires_grad_is_put_back_in_place():
+    """A leaf tensor with requires_grad (SAC's log temperature) in checkpoint()'s dict takes the saved
+    values in place and stays a leaf that requires grad."""
+    log_alpha = torch.zeros(3, requires_grad=True)
+    saved = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    harness.resume.load_into(log_alpha, saved, "log_alpha")
+    assert torch.equal(log_alpha, saved) and log_alpha.requires_grad and log_alpha.is_leaf

@@ -264,11 +264,22 @@ def test_check_resume_passes_a_copy_and_catches_one_that_forgets_a_generator(tmp
     project, env = copy_of("dqn", tmp_path)
     for f in ("harness/checkpoint.py", "harness/resume.py"):
         shutil.copy(ROOT / f, project / f)
+    # checkpoint() also names a leaf tensor that requires grad (a learned temperature): it resumes too
+    source = (project / "dqn.py").read_text()
+    with_leaf = re.sub(
+        r'(\n(\s*)"rng": rng,)(?=\n\s*\})', r'\1\n\2"temperature": log_alpha,', source
+    )
+    with_leaf = with_leaf.replace(
+        "    rng = np.random.default_rng(explore_seed)",
+        "    log_alpha = torch.zeros(1, requires_grad=True)\n    rng = np.random.default_rng(explore_seed)",
+    )
+    assert with_leaf.count("log_alpha") == 2
+    (project / "dqn.py").write_text(with_leaf)
     tool = [sys.executable, str(ROOT / "tools" / "check_resume.py"), "dqn.py", *CHECK_RESUME]
     r = subprocess.run(tool, cwd=project, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "resumes exactly" in r.stdout
-    source = (project / "dqn.py").read_text()
+    (project / "dqn.py").write_text(source)
     forgotten = re.sub(
         r'\n\s*"rng": rng,(?=\n\s*\})', "", source
     )  # checkpoint() without the generator
