@@ -225,7 +225,7 @@ def test_a_cell_without_runs_is_listed_when_selected(tiny, tmp_path, current):
     )
     assert (
         "**1 of the suite's 3 cells: 0 PASS, 1 FAIL" in text
-        and "--suite tiny --algos no_such_algo` from" in text
+        and f"--suite tiny --algos no_such_algo --results-dir {results}` from" in text
     )
 
 
