@@ -505,11 +505,13 @@ def test_the_suite_times_in_results_md_are_the_reports():
     measures it: a suite re-run moves the report's figure, and this fails until the page follows."""
     text = (ROOT / "docs" / "results.md").read_text()
     section = text[text.index("## How long a suite takes") :]
-    figures = re.findall(r"\(\.\./benchmarks/results/(\w+)/REPORT\.md#time\) ([\d.]+ h)", section)
+    figures = re.findall(
+        r"\(\.\./benchmarks/results/(\w+)/REPORT\.md#time\) ([\d.]+ (?:h|min))", section
+    )
     assert len(figures) >= 5, figures
     for suite, figure in figures:
         report = (ROOT / "benchmarks" / "results" / suite / "REPORT.md").read_text()
-        measured = re.search(r"Measured: ([\d.]+ h) of run time", report)
+        measured = re.search(r"Measured: ([\d.]+ (?:h|min)) of run time", report)
         assert measured and measured.group(1) == figure, (
             f"results.md gives {suite} {figure}, its report {measured and measured.group(1)}"
         )
