@@ -194,7 +194,8 @@ def command(opts, side: str, threads: int | None, scratch: Path) -> list[str]:
     if side.startswith(
         "cleanrl"
     ):  # timed by CPU: its loop from its first env reset on (cleanrl_loop.py)
-        loop = [str(LAUNCHERS / "cleanrl_loop.py")] if comparison["rate"] == "cpu" else []
+        timed = comparison["rate"] in ("cpu", "loop")
+        loop = [str(LAUNCHERS / "cleanrl_loop.py")] if timed else []
         script = Path(opts.cleanrl).resolve() / comparison["sides"][side]["cleanrl"]
         flags = [
             str(opts.total_timesteps) if a == "steps" else a
@@ -290,6 +291,8 @@ def run_side(opts, side: str, setting: str, seed: int, scratch: Path) -> dict:
         )
     else:  # the figures it printed (--side, cleanrl_loop.py), if any
         result.update(last_json(proc.stdout) or {})
+    if side.startswith("cleanrl") and "loop_wall_seconds" in result:  # its loop's wall time
+        result["sps"] = opts.total_timesteps / result["loop_wall_seconds"]
     loop_seconds = opts.total_timesteps / result["sps"] if result.get("sps") else None
     seconds = {"loop": loop_seconds, "wall": wall, "cpu": cpu}[comparison["rate"]]
     result["rate"] = round(opts.total_timesteps / seconds, 1) if seconds else None
@@ -729,7 +732,7 @@ def run_one(name: str, opts: argparse.Namespace, out_dir: Path) -> dict:
     raw = f"{shown}/speed_{name.replace('-', '_')}_raw.json"  # `{raw}` in the flags: the raw JSON beside the record
     flags = COMPARISONS[name]["quick" if opts.quick else "full"].split()
     argv = [name, *(a.format(raw=raw) for a in flags)]
-    if opts.cleanrl and name == "ddpg":
+    if opts.cleanrl and name in ("dqn", "ddpg"):
         argv += ["--cleanrl", str(Path(opts.cleanrl).resolve())] + (
             ["--cleanrl-python", opts.cleanrl_python] if opts.cleanrl_python else []
         )
@@ -812,7 +815,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--cleanrl",
         default=None,
-        help="a CleanRL checkout: ddpg and dqn-atari also time its scripts",
+        help="a CleanRL checkout: dqn, ddpg and dqn-atari also time its scripts",
     )
     p.add_argument(
         "--cleanrl-python",

@@ -28,7 +28,7 @@ import selection  # noqa: E402
 import speed  # noqa: E402
 from suite import Cell, load_references, load_suite, load_suites, script_path  # noqa: E402
 
-from harness import run as harness_run  # noqa: E402
+from benchmarks.machine import machine  # noqa: E402
 
 TINY = """
 [suites.tiny]
@@ -97,7 +97,7 @@ def test_runner_runs_each_seed_in_its_folder(tiny):
         assert result["machine"]["versions"]["torch"]
         machine = result["summary"][
             "machine"
-        ]  # where the run's floats were made (harness.run.machine)
+        ]  # where the run's floats were made (benchmarks/machine.py, through job.py)
         assert machine["torch_threads"] == 1 and machine["kind"] == result["machine"]["kind"]
         assert machine["vendor"] and machine["cpu"] and machine["capability"] and "blas" in machine
         code = (
@@ -178,7 +178,7 @@ def test_report_has_table_verdicts_and_plot(tiny, current):
     )
     assert "Not listed: 1 cell without runs (no_such_algo CartPole-v1)" in text
     assert "## Failures" in text and "## Machine and versions" in text and "torch 2" in text
-    kind = harness_run.machine()["kind"]
+    kind = machine()["kind"]
     assert "- Runs from 1 machine kind (" in text and f"  - M1: {kind} (" in text, (
         "the report names its machine kinds"
     )
@@ -745,7 +745,7 @@ def test_speed_gemm_launcher_prints_one_json_line(lib):
 
 def test_speed_cleanrl_launcher_runs_the_script_as_itself_and_times_its_loop(tmp_path):
     """cleanrl_loop.py runs a script as `python SCRIPT FLAGS` would (its name, its flags, __main__), and
-    adds one JSON line: the CPU seconds from its first vector-env reset on."""
+    adds one JSON line: the CPU and wall seconds from its first vector-env reset on."""
     script = tmp_path / "peer.py"
     script.write_text(
         "import sys\nimport gymnasium as gym\n"
@@ -760,7 +760,9 @@ def test_speed_cleanrl_launcher_runs_the_script_as_itself_and_times_its_loop(tmp
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == f"__main__ {[str(script), '--env-id', 'x']}"
-    assert list(speed.last_json(r.stdout)) == ["loop_cpu_seconds"] and len(lines) == 2
+    times = speed.last_json(r.stdout)
+    assert list(times) == ["loop_cpu_seconds", "loop_wall_seconds"] and len(lines) == 2
+    assert all(0 <= t < 60 for t in times.values())
 
 
 def test_speed_minatar_launcher_sets_the_peers_frames_before_its_main(tmp_path):
