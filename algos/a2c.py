@@ -39,18 +39,17 @@ Run:
     torchrun --nproc-per-node 2 algos/a2c.py --env CartPole-v1 --seed 1   # 2 workers, one network
     python algos/a2c.py --env MinAtar/Breakout-v1 --shared-torso \
         --total-timesteps 1000000   (pixels extra)
-Uses from common: network, returns, autoreset, pixels, torso, fastpath; from harness: run.
+Uses from common: network, returns, autoreset, pixels, torso, fastpath; from harness: cli, run.
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
 from __future__ import annotations
 
-import functools
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Callable, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Literal, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -68,7 +67,12 @@ from common.fastpath import checked, numpy_mlp, probe_batch  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.returns import n_step_returns  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
-from harness.run import InputError, Run, RunArgs, check, vector_env, main as run_main  # noqa: E402
+
+if TYPE_CHECKING:  # for the type checker; --normalize-obs imports it where it is used
+    from common.normalize import ObsNormalizer
+from harness.cli import RunArgs, check, main as run_main  # noqa: E402
+from harness.errors import InputError  # noqa: E402
+from harness.run import Run, vector_env  # noqa: E402
 
 ALGO = "a2c"
 Policy = Callable[[np.ndarray], np.ndarray]  # obs [B, *obs_shape] -> actions [B] or [B, A]
@@ -133,7 +137,10 @@ def make_env(
     """Vector env with SAME_STEP autoreset (the true final observation in infos["final_obs"]); pixel
     ids preprocessed by common.pixels, `training=False` playing whole Atari games (evaluation);
     Discrete or 1-D Box actions (images: Discrete only), or InputError (harness.run.vector_env)."""
-    make = functools.partial(pixels.make, env_id, training)  # make(render_mode) -> one env
+
+    def make(render_mode: str | None) -> gym.Env:
+        return pixels.make(env_id, training, render_mode)
+
     return vector_env(make, num_envs, ALGO, env_id, video_dir, continuous=True)
 
 
@@ -141,6 +148,11 @@ def make_env(
 class ActorCritic(nn.Module):
     """Policy head (logits [N, A] or Gaussian mean [N, A])
     and value head [N], from an observation."""
+
+    obs_norm: ObsNormalizer | None
+    log_std: nn.Parameter | None
+    mean_center: Tensor | None  # buffers: the bounded mean's, or None
+    mean_half_range: Tensor | None
 
     def __init__(
         self,
@@ -156,7 +168,8 @@ class ActorCritic(nn.Module):
     ):
         super().__init__()
         act = nn.Tanh if activation == "tanh" else nn.ReLU
-        self.discrete, self.obs_shape = discrete, tuple(obs_shape)
+        self.discrete = discrete
+        self.obs_shape = tuple(obs_shape)
         if normalize_obs and is_image(obs_shape):
             raise InputError(
                 "--normalize-obs is for vector observations; these are images of shape "
@@ -171,23 +184,27 @@ class ActorCritic(nn.Module):
         self.critic_torso = (
             None if shared_torso else nn.Sequential(*torso(obs_shape, hidden_sizes, act)[0])
         )
-        self.policy_head, self.value_head = nn.Linear(width, action_dim), nn.Linear(width, 1)
+        self.policy_head = nn.Linear(width, action_dim)
+        self.value_head = nn.Linear(width, 1)
         self.log_std = (
             None if discrete else nn.Parameter(torch.full((action_dim,), float(log_std_init)))
         )
-        low, high = (
-            (None, None)
-            if mean_bounds is None
-            else (torch.as_tensor(b).float() for b in mean_bounds)
-        )
-        self.register_buffer("mean_center", None if low is None else (high + low) / 2)
-        self.register_buffer("mean_half_range", None if low is None else (high - low) / 2)
+        mean_center = None
+        mean_half_range = None
+        if mean_bounds is not None:
+            low = torch.as_tensor(mean_bounds[0]).float()
+            high = torch.as_tensor(mean_bounds[1]).float()
+            mean_center = (high + low) / 2
+            mean_half_range = (high - low) / 2
+        self.register_buffer("mean_center", mean_center)
+        self.register_buffer("mean_half_range", mean_half_range)
         # orthogonal init (Baselines, SB3);
         # a small policy head starts the policy near uniform / zero-mean
         for m in self.modules():
             if isinstance(m, (nn.Linear, nn.Conv2d)):
                 nn.init.orthogonal_(m.weight, math.sqrt(2))
-                nn.init.zeros_(m.bias)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
         nn.init.orthogonal_(self.policy_head.weight, 0.01)
         nn.init.orthogonal_(self.value_head.weight, 1.0)
 
@@ -196,7 +213,8 @@ class ActorCritic(nn.Module):
         h = self.actor_torso(x)
         hv = h if self.critic_torso is None else self.critic_torso(x)
         head = self.policy_head(h)  # [N, A]
-        if self.mean_center is not None:  # --bounded-mean: inside the action bounds
+        # --bounded-mean: inside the action bounds
+        if self.mean_center is not None and self.mean_half_range is not None:
             head = self.mean_center + self.mean_half_range * torch.tanh(head)
         return head, self.value_head(hv).squeeze(-1)  # [N, A], [N]
 
@@ -208,22 +226,42 @@ class ActorCritic(nn.Module):
 
 def build_network(args: Args, envs: gym.vector.VectorEnv) -> ActorCritic:
     space = envs.single_action_space
-    discrete = isinstance(space, gym.spaces.Discrete)
-    # --bounded-mean
-    bounds = (space.low, space.high) if args.bounded_mean and not discrete else None
-    if bounds is not None and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
-        raise InputError(f"--bounded-mean needs finite action bounds; {args.env_id} has {space}")
-    shape, sizes = obs_shape(envs.single_observation_space), tuple(args.hidden_sizes)
-    action_dim = int(space.n) if discrete else int(space.shape[0])
-    # __init__'s order
-    options = (args.shared_torso, args.activation, args.normalize_obs, args.log_std_init)
-    return ActorCritic(shape, action_dim, discrete, sizes, *options, bounds)
+    bounds: tuple[np.ndarray, np.ndarray] | None = None  # --bounded-mean's
+    if isinstance(space, gym.spaces.Discrete):
+        action_dim = int(space.n)
+    else:
+        assert isinstance(space, gym.spaces.Box)  # vector_env refused any other
+        action_dim = int(space.shape[0])
+        if args.bounded_mean:
+            if not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+                raise InputError(
+                    f"--bounded-mean needs finite action bounds; {args.env_id} has {space}"
+                )
+            bounds = (space.low, space.high)
+    return ActorCritic(
+        obs_shape(envs.single_observation_space),
+        action_dim,
+        discrete=isinstance(space, gym.spaces.Discrete),
+        hidden_sizes=tuple(args.hidden_sizes),
+        shared_torso=args.shared_torso,
+        activation=args.activation,
+        normalize_obs=args.normalize_obs,
+        log_std_init=args.log_std_init,
+        mean_bounds=bounds,
+    )
 
 
 # 5. Algorithm -----------------------------------------------------------------------------------
 def a2c_targets(
-    rewards, values, next_values, terminated, truncated, gamma, n=None, gae_lambda=None
-):
+    rewards: Tensor,
+    values: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    gamma: float,
+    n: int | None = None,
+    gae_lambda: float | None = None,
+) -> tuple[Tensor, Tensor]:
     """(advantages, returns), both [T, B], from a rollout's [T, B] tensors; no gradient.
 
     `values[t] = V(s_t)`, `next_values[t] = V(s_{t+1})` at the true next observation. n-step
@@ -264,8 +302,14 @@ def log_prob_entropy(
 
 
 def a2c_loss(
-    logp, entropy, values, advantages, returns, value_coef, entropy_coef
-) -> tuple[Tensor, ...]:
+    logp: Tensor,
+    entropy: Tensor,
+    values: Tensor,
+    advantages: Tensor,
+    returns: Tensor,
+    value_coef: float,
+    entropy_coef: float,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(loss, policy_loss, value_loss, mean entropy);
     tensors [N], advantages and returns without gradient."""
     policy_loss = -(advantages * logp).mean()
@@ -276,12 +320,22 @@ def a2c_loss(
 
 
 def a2c_rollout_loss(
-    ac, rollout, gamma, n, gae_lambda, value_coef, entropy_coef
-) -> tuple[Tensor, ...]:
+    ac: ActorCritic,
+    obs: Tensor,
+    actions: Tensor,
+    rewards: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    gamma: float,
+    n: int | None,
+    gae_lambda: float | None,
+    value_coef: float,
+    entropy_coef: float,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """a2c_loss's (loss, policy_loss, value_loss, mean entropy) of a rollout: obs
     [T, B, *obs_shape], actions [T, B] or [T, B, A], rewards, next_values (V(true s_{t+1}), no
     gradient), terminated, truncated [T, B]."""
-    obs, actions, rewards, next_values, terminated, truncated = rollout
     head, values = ac(obs.flatten(0, 1))  # [T * B, A], [T * B]
     advantages, returns = a2c_targets(
         rewards,
@@ -330,16 +384,18 @@ def numpy_head(net: ActorCritic, device: torch.device) -> Callable[[np.ndarray],
     if mlp is None:  # not on CPU, or not a plain MLP actor
         return head_forward
     norm = net.obs_norm
-    stats = None if norm is None else (norm.mean.numpy(), norm.var.numpy())
-    bounds = (
-        None if net.mean_center is None else (net.mean_center.numpy(), net.mean_half_range.numpy())
-    )
+    # zero-copy views of the running statistics, and the normaliser's constants
+    stats = None if norm is None else (norm.mean.numpy(), norm.var.numpy(), norm.eps, norm.clip)
+    bounds = None
+    if net.mean_center is not None and net.mean_half_range is not None:
+        bounds = (net.mean_center.numpy(), net.mean_half_range.numpy())
 
     def head_numpy(obs: np.ndarray) -> np.ndarray:  # forward(): normalise, the MLP, bound the mean
         x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
         if stats is not None:
-            z = (x - stats[0]) / np.sqrt(stats[1] + norm.eps)
-            x = np.clip(z, -norm.clip, norm.clip).astype(np.float32)
+            mean, var, eps, clip = stats
+            z = (x - mean) / np.sqrt(var + eps)
+            x = np.clip(z, -clip, clip).astype(np.float32)
         x = mlp(x)  # [B, A]
         return x if bounds is None else bounds[0] + bounds[1] * np.tanh(x)
 
@@ -351,31 +407,58 @@ def greedy_policy(net: ActorCritic, device: torch.device, action_space: gym.Spac
     or the Gaussian mean clipped to the bounds [B, A]."""
     head = numpy_head(net, device)
     if isinstance(action_space, gym.spaces.Discrete):
-        return lambda obs: head(obs).argmax(1)
-    low, high = action_space.low, action_space.high
-    return lambda obs: np.clip(head(obs), low, high)
+
+        def argmax(obs: np.ndarray) -> np.ndarray:
+            return head(obs).argmax(1)  # [B]
+
+        return argmax
+    assert isinstance(action_space, gym.spaces.Box)  # vector_env refused any other
+    low = action_space.low
+    high = action_space.high
+
+    def clipped_mean(obs: np.ndarray) -> np.ndarray:
+        return np.clip(head(obs), low, high)  # [B, A]
+
+    return clipped_mean
 
 
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
     columns = (  # of metrics.csv
-        "episodic_return episodic_length loss policy_loss value_loss entropy grad_norm sps "
-        "eval_return eval_return_std"
+        "episodic_return",
+        "episodic_length",
+        "loss",
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "grad_norm",
+        "sps",
+        "eval_return",
+        "eval_return_std",
     )
     # the run folder (rank 0's); torch threads, device;
     # torchrun's workers joined, each with its own seed
     run = Run(ALGO, args, columns, workers=True)
-    device, dist, world = run.device, run.workers, run.world
+    device = run.device
+    dist = run.workers
+    world = run.world
     rng = np.random.default_rng(run.seed)  # action sampling
 
     envs = make_env(args.env_id, args.num_envs)
-    # vectors flattened
-    space, shape = envs.single_action_space, obs_shape(envs.single_observation_space)
-    atari, discrete = pixels.kind(args.env_id) == "atari", isinstance(space, gym.spaces.Discrete)
-    B, T = args.num_envs, args.n_steps
+    space = envs.single_action_space
+    assert space.shape is not None  # Discrete: (), Box: (A,)
+    shape = obs_shape(envs.single_observation_space)  # vectors flattened
+    atari = pixels.kind(args.env_id) == "atari"
+    discrete = isinstance(space, gym.spaces.Discrete)
+    B = args.num_envs
+    T = args.n_steps
     # each update: every worker's rollout
     num_updates = math.ceil(args.total_timesteps / (B * T * world))
+
+    def linear_decay(update: int) -> float:
+        """the step size's multiplier: 1 at the first update, 0 after the last"""
+        return 1.0 - update / num_updates
 
     net = NetworkWrapper(
         build_network(args, envs),
@@ -386,7 +469,7 @@ def train(args: Args) -> dict:
         clip_grad_norm=args.clip_grad_norm,
         device=device,
         workers=dist,
-        lr_lambda=(lambda u: 1.0 - u / num_updates) if args.anneal_lr else None,
+        lr_lambda=linear_decay if args.anneal_lr else None,
     )
     ac = net.online
     if args.normalize_reward:  # common/normalize.py, imported with the flag only
@@ -400,9 +483,13 @@ def train(args: Args) -> dict:
     rollout_actions = np.zeros((T, B, *space.shape), dtype=np.int64 if discrete else np.float32)
     rollout_rewards, rollout_terminated, rollout_truncated = np.zeros((3, T, B), dtype=np.float32)
     rollout = (rollout_obs, rollout_actions, rollout_rewards, rollout_terminated, rollout_truncated)
-    eval_envs = functools.partial(make_env, args.env_id, training=False)
+
+    def eval_envs(num_envs: int, video_dir: str | None) -> gym.vector.VectorEnv:
+        return make_env(args.env_id, num_envs, video_dir, training=False)
+
     # themselves unless --compile
-    acting_net, rollout_loss = run.compile(ac), run.compile(a2c_rollout_loss)
+    acting_net = run.compile(ac)
+    rollout_loss = run.compile(a2c_rollout_loss)
 
     # what the next rollout needs: run.after_step saves it, run.begin restores it
     def checkpoint() -> dict:
@@ -412,9 +499,10 @@ def train(args: Args) -> dict:
     obs, global_step = run.begin(envs, eval_envs, checkpoint())
     obs = obs.reshape(B, *shape)
     # numpy_head checks its fast path against forward() on these weights
-    policy_head, greedy = numpy_head(acting_net, device), greedy_policy(acting_net, device, space)
-    # [A], refreshed after every update
-    std = None if discrete else ac.log_std.detach().exp().cpu().numpy()
+    policy_head = numpy_head(acting_net, device)
+    greedy = greedy_policy(acting_net, device, space)
+    # [A], refreshed after every update (no log_std: Discrete actions)
+    std = None if ac.log_std is None else ac.log_std.detach().exp().cpu().numpy()
     # Ctrl-C, a stop signal or a NaN loss ends the loop there (harness/run.py)
     with run.stoppable():
         while global_step < args.total_timesteps:
@@ -424,10 +512,14 @@ def train(args: Args) -> dict:
             for t in range(T):
                 global_step += B * world  # all workers step in lockstep
                 actions = sample_actions(policy_head(obs), std, rng)
-                env_actions = actions if discrete else np.clip(actions, space.low, space.high)
+                if isinstance(space, gym.spaces.Box):  # the env gets the Gaussian sample clipped
+                    env_actions = np.clip(actions, space.low, space.high)
+                else:
+                    env_actions = actions
                 next_obs, rewards, terminated, truncated, infos = envs.step(env_actions)
                 next_obs = next_obs.reshape(B, *shape)
-                rollout_obs[t], rollout_actions[t] = obs, actions
+                rollout_obs[t] = obs
+                rollout_actions[t] = actions
                 # truncation bootstraps from its value
                 rollout_next_obs[t] = true_next_obs(next_obs, infos)
                 # Atari: rewards clipped to their sign for learning (the paper), not for logging
@@ -435,7 +527,8 @@ def train(args: Args) -> dict:
                 if reward_scaler is not None:
                     learn_rewards = reward_scaler(learn_rewards, terminated | truncated)
                 rollout_rewards[t] = learn_rewards
-                rollout_terminated[t], rollout_truncated[t] = terminated, truncated
+                rollout_terminated[t] = terminated
+                rollout_truncated[t] = truncated
                 obs = next_obs  # already the new episode's first observation where one ended
                 run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))
 
@@ -447,21 +540,25 @@ def train(args: Args) -> dict:
                 next_values = ac.value(
                     torch.as_tensor(rollout_next_obs, device=device).flatten(0, 1)
                 )
-            batch = (obs_t, actions_t, rewards_t, next_values.view(T, B), terminated_t, truncated_t)
             loss, policy_loss, value_loss, entropy_mean = rollout_loss(
                 ac,
-                batch,
-                args.gamma,
-                args.n_step_return,
-                args.gae_lambda,
-                args.value_coef,
-                args.entropy_coef,
+                obs=obs_t,
+                actions=actions_t,
+                rewards=rewards_t,
+                next_values=next_values.view(T, B),
+                terminated=terminated_t,
+                truncated=truncated_t,
+                gamma=args.gamma,
+                n=args.n_step_return,
+                gae_lambda=args.gae_lambda,
+                value_coef=args.value_coef,
+                entropy_coef=args.entropy_coef,
             )
             loss, grad_norm = net.train_step(loss)
             # a NaN policy would feed NaN actions to the envs; grad_norm is shared by all workers,
             # so a NaN on any one of them stops every worker at this same update
             run.stop_if_nan(global_step, loss, gradient_norm=grad_norm)
-            std = None if discrete else ac.log_std.detach().exp().cpu().numpy()
+            std = None if ac.log_std is None else ac.log_std.detach().exp().cpu().numpy()
             # after the update, so the rollout acted and learned with one policy
             if ac.obs_norm is not None:
                 ac.obs_norm.update(dist.gather(obs_t))  # all workers' observations
@@ -485,7 +582,9 @@ def train(args: Args) -> dict:
 
 # main(args), or main() for the command line's;
 # exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
-main = functools.partial(run_main, ALGO, train, Args, __doc__)
+def main(args: Args | None = None) -> int:
+    """Train on the command line's arguments (or `args`); the exit status (harness.cli.main)."""
+    return run_main(ALGO, train, Args, __doc__, args)
 
 
 # Input checks and saved policies -----------------------------------------------------------------
@@ -493,8 +592,9 @@ def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value:
     the env first, then the numbers."""
     make_env(args.env_id, 1).close()  # an unknown id, the wrong action space
-    gae_lambda, n_step = args.gae_lambda, args.n_step_return
-    conditions = [  # checked after harness.run.SHARED_CHECKS
+    gae_lambda = args.gae_lambda
+    n_step = args.n_step_return
+    conditions = [  # checked after harness.cli.SHARED_CHECKS
         (
             gae_lambda is None or 0.0 <= gae_lambda <= 1.0,
             f"--gae-lambda must be in [0, 1], got {gae_lambda}",
@@ -516,13 +616,13 @@ def validate(args: Args) -> None:
             f"--hidden-sizes must be positive, got {args.hidden_sizes}",
         ),
     ]
-    positive = "n_steps n_step_return optimizer_eps learning_rate clip_grad_norm"
+    positive = ("n_steps", "n_step_return", "optimizer_eps", "learning_rate", "clip_grad_norm")
     check(
         args,
         conditions,
         positive=positive,
-        fractions="gamma",
-        nonnegative="value_coef entropy_coef",
+        fractions=("gamma",),
+        nonnegative=("value_coef", "entropy_coef"),
     )
 
 
@@ -530,7 +630,8 @@ def load_policy(args: Args, model_path: str, device: str = "cpu") -> Policy:
     """Greedy policy from a `--save-model` file (observation statistics included),
     for tools/evaluate.py."""
     envs = make_env(args.env_id, 1)
-    net, space = build_network(args, envs), envs.single_action_space
+    net = build_network(args, envs)
+    space = envs.single_action_space
     envs.close()
     net.load_state_dict(torch.load(model_path, map_location=device, weights_only=True))
     return greedy_policy(net.to(device).eval(), torch.device(device), space)

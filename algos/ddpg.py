@@ -23,13 +23,12 @@ Deviations from the paper:
 
 Run:
     python algos/ddpg.py --env Pendulum-v1 --seed 1
-Uses from common: network, replay, autoreset, fastpath; from harness: run.
+Uses from common: network, replay, autoreset, fastpath; from harness: cli, run.
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
 from __future__ import annotations
 
-import functools
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -49,7 +48,8 @@ from common.autoreset import true_next_obs  # noqa: E402
 from common.fastpath import checked, numpy_mlp, probe_batch  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.replay import Batch, ReplayMemory  # noqa: E402
-from harness.run import Run, RunArgs, check, vector_env, main as run_main  # noqa: E402
+from harness.cli import RunArgs, check, main as run_main  # noqa: E402
+from harness.run import Run, vector_env  # noqa: E402
 
 ALGO = "ddpg"
 
@@ -138,7 +138,8 @@ def mlp(in_dim: int, hidden_sizes: tuple[int, ...], out_dim: int) -> nn.Sequenti
     """Linear-ReLU layers, then a linear output layer initialised to U(-3e-3, 3e-3) as in the
     paper (initial actions and Q-values near zero). In-place ReLUs: one [B, 256] buffer less per
     layer, ~5% of an update."""
-    layers, width = [], in_dim
+    layers: list[nn.Module] = []
+    width = in_dim
     for h in hidden_sizes:
         layers += [nn.Linear(width, h), nn.ReLU(inplace=True)]
         width = h
@@ -151,8 +152,12 @@ def mlp(in_dim: int, hidden_sizes: tuple[int, ...], out_dim: int) -> nn.Sequenti
 class Actor(nn.Module):
     """Deterministic policy mu(s) = center + half_range * tanh(MLP(s)), within the action bounds."""
 
+    action_scale: torch.Tensor  # buffers [A]
+    action_bias: torch.Tensor
+
     def __init__(self, obs_dim: int, action_space: gym.spaces.Box, hidden_sizes: tuple[int, ...]):
         super().__init__()
+        self.obs_dim = obs_dim
         self.net = mlp(obs_dim, hidden_sizes, int(np.prod(action_space.shape)))
         low = torch.as_tensor(action_space.low, dtype=torch.float32).flatten()
         high = torch.as_tensor(action_space.high, dtype=torch.float32).flatten()
@@ -165,8 +170,12 @@ class Actor(nn.Module):
 
 def build_actor(args: Args, envs: gym.vector.VectorEnv) -> Actor:
     """The actor for `envs`' spaces; train() and load_policy() both build it here."""
-    obs_dim = int(np.prod(envs.single_observation_space.shape))
-    return Actor(obs_dim, envs.single_action_space, tuple(args.hidden_sizes))
+    obs_space = envs.single_observation_space
+    action_space = envs.single_action_space
+    # vector_env refused any other
+    assert isinstance(obs_space, gym.spaces.Box) and isinstance(action_space, gym.spaces.Box)
+    obs_dim = int(np.prod(obs_space.shape))
+    return Actor(obs_dim, action_space, tuple(args.hidden_sizes))
 
 
 class Critic(nn.Module):
@@ -195,7 +204,10 @@ class ExplorationNoise:
         num_envs: int,
         rng: np.random.Generator,
     ):
-        self.kind, self.theta, self.rng, self.sigma = kind, theta, rng, std * scale  # sigma: [A]
+        self.kind = kind
+        self.theta = theta
+        self.rng = rng
+        self.sigma = std * scale  # [A]
         self.state = np.zeros((num_envs, len(scale)))  # [B, A], OU only
 
     def __call__(self) -> np.ndarray:
@@ -262,12 +274,13 @@ def deterministic_policy(actor: Actor, device: torch.device) -> Callable[[np.nda
     net_numpy = numpy_mlp(list(getattr(actor, "net", [])), device, actor)
     if net_numpy is None:
         return act_forward
-    scale, bias = actor.action_scale.numpy(), actor.action_bias.numpy()  # [A], zero-copy views
+    scale = actor.action_scale.numpy()  # [A], zero-copy views
+    bias = actor.action_bias.numpy()
 
     def act_numpy(obs: np.ndarray) -> np.ndarray:
         return bias + scale * np.tanh(net_numpy(obs))
 
-    return checked(act_numpy, act_forward, f"{ALGO} policy", probe_batch((net_numpy.in_features,)))
+    return checked(act_numpy, act_forward, f"{ALGO} policy", probe_batch((actor.obs_dim,)))
 
 
 # 6. Training ------------------------------------------------------------------------------------
@@ -275,35 +288,67 @@ def train(args: Args) -> dict:
     args = replace(args, eval_episodes=args.eval_episodes or eval_episodes_for(args.env_id))
     validate(args)
     # metrics.csv
-    fields = "episodic_return episodic_length critic_loss actor_loss q_values grad_norm sps"
+    fields = (
+        "episodic_return",
+        "episodic_length",
+        "critic_loss",
+        "actor_loss",
+        "q_values",
+        "grad_norm",
+        "sps",
+        "eval_return",
+        "eval_return_std",
+    )
     # run folder; torch threads, seeds, device
-    run = Run(ALGO, args, fields + " eval_return eval_return_std")
+    run = Run(ALGO, args, fields)
     device = run.device
     # independent streams from one seed
     noise_seed, replay_seed = np.random.SeedSequence(args.seed).spawn(2)
     rng = np.random.default_rng(noise_seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs)
+    obs_space = envs.single_observation_space
     space = envs.single_action_space
-    obs_dim, B = int(np.prod(envs.single_observation_space.shape)), args.num_envs
-    action_shape, action_dim = space.shape, int(np.prod(space.shape))
+    # vector_env refused any other
+    assert isinstance(obs_space, gym.spaces.Box) and isinstance(space, gym.spaces.Box)
+    obs_dim = int(np.prod(obs_space.shape))
+    B = args.num_envs
+    action_shape = space.shape
+    action_dim = int(np.prod(space.shape))
     # [A]
     low, high = (bound.reshape(action_dim).astype(np.float32) for bound in (space.low, space.high))
 
     # both networks: Adam, a target copy, the same gradient clipping
-    both = dict(optimizer="adam", clip_grad_norm=args.clip_grad_norm, target=True, device=device)
-    actor = NetworkWrapper(build_actor(args, envs), lr=args.actor_learning_rate, **both)
-    critic_net = Critic(obs_dim, action_dim, args.hidden_sizes)
-    critic = NetworkWrapper(critic_net, lr=args.critic_learning_rate, l2=args.critic_l2, **both)
+    actor = NetworkWrapper(
+        build_actor(args, envs),
+        lr=args.actor_learning_rate,
+        optimizer="adam",
+        clip_grad_norm=args.clip_grad_norm,
+        target=True,
+        device=device,
+    )
+    critic = NetworkWrapper(
+        Critic(obs_dim, action_dim, args.hidden_sizes),
+        lr=args.critic_learning_rate,
+        l2=args.critic_l2,
+        optimizer="adam",
+        clip_grad_norm=args.clip_grad_norm,
+        target=True,
+        device=device,
+    )
     noise = ExplorationNoise(args.noise, args.noise_std, args.ou_theta, (high - low) / 2, B, rng)
     memory = ReplayMemory(
         args.buffer_size, (obs_dim,), (action_dim,), discrete=False, device=device, seed=replay_seed
     )
     # held before learning (a resume refills them)
     min_stored = min(args.learning_starts, args.buffer_size)
-    eval_envs = functools.partial(make_env, args.env_id)
+
+    def eval_envs(num_envs: int, video_dir: str | None) -> gym.vector.VectorEnv:
+        return make_env(args.env_id, num_envs, video_dir)
+
     acting_net = run.compile(actor.online)  # these three: themselves unless --compile
-    critic_loss_fn, actor_loss_fn = run.compile(critic_loss), run.compile(actor_loss)
+    critic_loss_fn = run.compile(critic_loss)
+    actor_loss_fn = run.compile(actor_loss)
     actor_loss_value = torch.zeros(())
 
     # all the next step depends on: run.after_step saves it, run.begin restores it
@@ -324,7 +369,8 @@ def train(args: Args) -> dict:
     # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness.run)
     with run.stoppable():
         while global_step < args.total_timesteps:
-            prev_step, global_step = global_step, global_step + B
+            prev_step = global_step
+            global_step = global_step + B
             # act: uniform during heatup, then mu(s) + noise, clipped to the bounds
             if global_step <= args.learning_starts:
                 actions = rng.uniform(low, high, size=(B, action_dim)).astype(np.float32)  # [B, A]
@@ -379,7 +425,9 @@ def train(args: Args) -> dict:
 
 # main(args), or main() for the command line's;
 # exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
-main = functools.partial(run_main, ALGO, train, Args, __doc__)
+def main(args: Args | None = None) -> int:
+    """Train on the command line's arguments (or `args`); the exit status (harness.cli.main)."""
+    return run_main(ALGO, train, Args, __doc__, args)
 
 
 # Input checks and saved policies -----------------------------------------------------------------
@@ -387,10 +435,24 @@ def validate(args: Args) -> None:
     """Raise InputError (one line, exit 2) naming the first bad value:
     the env first, then the numbers."""
     make_env(args.env_id, 1).close()  # a pixel env, an unknown id, the wrong action space
-    sizes = "batch_size buffer_size train_every gradient_steps policy_every"
-    positive = f"{sizes} actor_learning_rate critic_learning_rate clip_grad_norm"
-    nonnegative = "noise_std learning_starts critic_l2"  # check() adds harness.run.SHARED_CHECKS
-    check(args, positive=positive, fractions="gamma", nonnegative=nonnegative, single_process=ALGO)
+    positive = (
+        "batch_size",
+        "buffer_size",
+        "train_every",
+        "gradient_steps",
+        "policy_every",
+        "actor_learning_rate",
+        "critic_learning_rate",
+        "clip_grad_norm",
+    )
+    nonnegative = ("noise_std", "learning_starts", "critic_l2")  # check() adds SHARED_CHECKS
+    check(
+        args,
+        positive=positive,
+        fractions=("gamma",),
+        nonnegative=nonnegative,
+        single_process=ALGO,
+    )
 
 
 def load_policy(

@@ -25,13 +25,12 @@ paper's): docs/pixels.md.
 Run:
     python algos/dqn.py --env CartPole-v1 --seed 1
     python algos/dqn.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
-Uses from common: network, replay, autoreset, pixels, torso, fastpath; from harness: run.
+Uses from common: network, replay, autoreset, pixels, torso, fastpath; from harness: cli, run.
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
 from __future__ import annotations
 
-import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +52,8 @@ from common.fastpath import checked, numpy_mlp  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.replay import Batch, ReplayMemory  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
-from harness.run import Run, RunArgs, check, vector_env, main as run_main  # noqa: E402
+from harness.cli import RunArgs, check, main as run_main  # noqa: E402
+from harness.run import Run, vector_env  # noqa: E402
 
 ALGO = "dqn"
 Policy = Callable[[np.ndarray], np.ndarray]  # observations [B, *obs_shape] -> actions [B]
@@ -139,9 +139,16 @@ def make_env(
     """common.pixels.make envs (`training`: a lost life ends an Atari episode), SAME_STEP autoreset
     (the true final observation in infos["final_obs"]); Discrete actions, Box observations, or
     InputError (vector_env)."""
-    make = functools.partial(
-        pixels.make, env_id, training, scale_obs=scale_obs, max_frames=max_frames
-    )
+
+    def make(render_mode: str | None) -> gym.Env:
+        return pixels.make(
+            env_id,
+            training,
+            render_mode,
+            scale_obs=scale_obs,
+            max_frames=max_frames,
+        )
+
     return vector_env(make, num_envs, ALGO, env_id, video_dir)
 
 
@@ -161,7 +168,9 @@ class QNetwork(nn.Module):
 
 def build_network(args: Args, envs: gym.vector.VectorEnv) -> QNetwork:
     """The Q-network for `envs`' spaces; train() and load_policy() both build it here."""
-    n_actions = int(envs.single_action_space.n)
+    action_space = envs.single_action_space
+    assert isinstance(action_space, gym.spaces.Discrete)  # vector_env refused any other
+    n_actions = int(action_space.n)
     return QNetwork(obs_shape(envs.single_observation_space), n_actions, tuple(args.hidden_sizes))
 
 
@@ -187,9 +196,9 @@ def select_actions(
 def dqn_targets(
     q_target: nn.Module,
     q_online: nn.Module,
-    rewards,
-    next_obs,
-    terminated,
+    rewards: Tensor,
+    next_obs: Tensor,
+    terminated: Tensor,
     gamma: float,
     double_dqn: bool,
 ) -> Tensor:
@@ -209,12 +218,23 @@ def dqn_targets(
 
 
 def dqn_loss(
-    q_online: nn.Module, q_target: nn.Module, batch: Batch, gamma: float, double: bool, loss: str
+    q_online: nn.Module,
+    q_target: nn.Module,
+    batch: Batch,
+    gamma: float,
+    double_dqn: bool,
+    loss: str,
 ) -> tuple[Tensor, Tensor]:
-    """Q(s, a) regressed on the targets (MSE or Huber; Double DQN's if `double`),
+    """Q(s, a) regressed on the targets (MSE or Huber; Double DQN's if `double_dqn`),
     and the mean Q (logged)."""
     targets = dqn_targets(
-        q_target, q_online, batch.rewards, batch.next_obs, batch.terminated, gamma, double
+        q_target,
+        q_online,
+        batch.rewards,
+        batch.next_obs,
+        batch.terminated,
+        gamma,
+        double_dqn,
     )
     q = q_online(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)  # [B]
     return (F.mse_loss if loss == "mse" else F.smooth_l1_loss)(q, targets), q.mean()
@@ -232,7 +252,11 @@ def greedy_policy(q_net: QNetwork, device: torch.device) -> Policy:
 
     fast = numpy_mlp(list(getattr(q_net, "net", [])), device, q_net)
     q_values = checked(fast, q_forward, f"{ALGO} greedy policy")
-    return lambda obs: q_values(obs).argmax(1)
+
+    def greedy(obs: np.ndarray) -> np.ndarray:
+        return q_values(obs).argmax(1)  # [B]
+
+    return greedy
 
 
 def evaluation_policy(
@@ -243,15 +267,26 @@ def evaluation_policy(
     if epsilon == 0.0:
         return greedy
     rng = np.random.default_rng([seed, step])
-    return lambda obs: select_actions(greedy, obs, epsilon, n_actions, rng)
+
+    def epsilon_greedy(obs: np.ndarray) -> np.ndarray:
+        return select_actions(greedy, obs, epsilon, n_actions, rng)
+
+    return epsilon_greedy
 
 
 # 6. Training ------------------------------------------------------------------------------------
 def train(args: Args) -> dict:
     validate(args)
-    fields = (
-        "episodic_return episodic_length loss q_values grad_norm epsilon sps "
-        "eval_return eval_return_std"
+    fields = (  # metrics.csv's columns
+        "episodic_return",
+        "episodic_length",
+        "loss",
+        "q_values",
+        "grad_norm",
+        "epsilon",
+        "sps",
+        "eval_return",
+        "eval_return_std",
     )
     run = Run(ALGO, args, fields)  # the run folder; torch threads, seeds, device
     # streams apart from env 0's seed
@@ -260,13 +295,21 @@ def train(args: Args) -> dict:
 
     envs = make_env(args.env_id, args.num_envs, scale_obs=args.scale_obs)
     shape = obs_shape(envs.single_observation_space)  # images as they are, vectors flattened
-    n_actions, B = int(envs.single_action_space.n), args.num_envs
+    action_space = envs.single_action_space
+    assert isinstance(action_space, gym.spaces.Discrete)  # vector_env refused any other
+    n_actions = int(action_space.n)
+    B = args.num_envs
     atari = pixels.kind(args.env_id) == "atari"
 
     learning_rounds = (
         args.total_timesteps // args.train_every - args.learning_starts // args.train_every
     )
     num_updates = max(1, learning_rounds * args.gradient_steps)
+
+    def linear_decay(update: int) -> float:
+        """the step size's multiplier: 1 at the first update, 0 at the last"""
+        return max(0.0, 1.0 - update / num_updates)
+
     q_net = NetworkWrapper(
         build_network(args, envs),
         lr=args.learning_rate,
@@ -277,13 +320,15 @@ def train(args: Args) -> dict:
         clip_grad_norm=args.clip_grad_norm,
         target=True,
         device=run.device,
-        lr_lambda=(lambda u: max(0.0, 1.0 - u / num_updates)) if args.anneal_lr else None,
+        lr_lambda=linear_decay if args.anneal_lr else None,
     )
+    memory: ReplayMemory | FrameMemory
     if atari:  # frame stacks: each frame stored once
         from common.atari import FrameMemory
 
+        stack, height, width = shape  # [C, H, W], C the frames stacked
         memory = FrameMemory(
-            args.buffer_size, shape[1:], shape[0], B, device=run.device, seed=replay_seed
+            args.buffer_size, (height, width), stack, B, device=run.device, seed=replay_seed
         )
     else:  # discrete actions (the default); images stay uint8 (the network converts them)
         dtype = torch.uint8 if is_image(shape) else torch.float32
@@ -292,39 +337,48 @@ def train(args: Args) -> dict:
         )
     # transitions stored before learning starts
     min_memory = min(args.learning_starts, args.buffer_size)
-    eval_envs = functools.partial(
-        make_env,
-        args.env_id,
-        training=False,
-        scale_obs=args.scale_obs,
-        max_frames=args.eval_max_frames,
-    )
+
+    def eval_envs(num_envs: int, video_dir: str | None) -> gym.vector.VectorEnv:
+        return make_env(
+            args.env_id,
+            num_envs,
+            video_dir,
+            training=False,
+            scale_obs=args.scale_obs,
+            max_frames=args.eval_max_frames,
+        )
+
     # themselves unless --compile
-    acting_net, loss_fn = run.compile(q_net.online), run.compile(dqn_loss)
-    loss_fn = functools.partial(loss_fn, gamma=args.gamma, double=args.double_dqn, loss=args.loss)
+    acting_net = run.compile(q_net.online)
+    loss_fn = run.compile(dqn_loss)
 
     # what the next step depends on: run.after_step saves checkpoint(), run.begin restores it
-    checkpoint = lambda: {
-        "q_net": q_net,
-        "memory": memory if args.checkpoint_memory else None,
-        "rng": rng,
-    }
+    def checkpoint() -> dict:
+        return {
+            "q_net": q_net,
+            "memory": memory if args.checkpoint_memory else None,
+            "rng": rng,
+        }
+
     # reset, or a resumed run's put back
     obs, global_step = run.begin(envs, eval_envs, checkpoint())
-    if run.envs_reset and atari:
+    if run.envs_reset and not isinstance(memory, ReplayMemory):  # Atari's FrameMemory
         # after a resume, the new observations must not be stacked onto the old frames
         memory.new_episodes()
     # fast path checked post-load
-    obs, greedy = obs.reshape(B, *shape), greedy_policy(acting_net, run.device)
-    policy_at = functools.partial(
-        evaluation_policy, greedy, args.eval_epsilon, n_actions, args.seed
-    )
+    obs = obs.reshape(B, *shape)
+    greedy = greedy_policy(acting_net, run.device)
+
+    def policy_at(step: int) -> Policy:
+        return evaluation_policy(greedy, args.eval_epsilon, n_actions, args.seed, step)
+
     # epsilon's, from step 0 or heatup's end
     decay_steps = args.exploration_fraction * args.total_timesteps
     # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness.run)
     with run.stoppable():
         while global_step < args.total_timesteps:
-            prev_step, global_step = global_step, global_step + B
+            prev_step = global_step
+            global_step = global_step + B
             # act: uniform during heatup, then epsilon-greedy on the online network
             elapsed = (
                 max(0, global_step - args.learning_starts)
@@ -357,7 +411,12 @@ def train(args: Args) -> dict:
                 rounds = global_step // args.train_every - prev_step // args.train_every
                 for _ in range(rounds * args.gradient_steps):
                     loss, q_mean = loss_fn(
-                        q_net.online, q_net.target, memory.sample(args.batch_size)
+                        q_net.online,
+                        q_net.target,
+                        memory.sample(args.batch_size),
+                        gamma=args.gamma,
+                        double_dqn=args.double_dqn,
+                        loss=args.loss,
                     )
                     loss, grad_norm = q_net.train_step(loss)
                     if q_net.updates % 100 == 0:
@@ -384,7 +443,9 @@ def train(args: Args) -> dict:
 
 # main(args), or main() for the command line's;
 # exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
-main = functools.partial(run_main, ALGO, train, Args, __doc__)
+def main(args: Args | None = None) -> int:
+    """Train on the command line's arguments (or `args`); the exit status (harness.cli.main)."""
+    return run_main(ALGO, train, Args, __doc__, args)
 
 
 # Input checks and saved policies -----------------------------------------------------------------
@@ -397,7 +458,7 @@ def validate(args: Args) -> None:
         args.rmsprop_alpha == 0.99 and not args.rmsprop_centered
     )
     max_frames_ok = args.eval_max_frames is None or pixels.kind(args.env_id) == "atari"
-    conditions = [  # checked after harness.run.SHARED_CHECKS (batch <= buffer, target rate, ...)
+    conditions = [  # checked after harness.cli.SHARED_CHECKS (batch <= buffer, target rate, ...)
         (
             0.0 <= args.rmsprop_alpha < 1.0,
             f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}",
@@ -406,11 +467,25 @@ def validate(args: Args) -> None:
         (max_frames_ok, f"--eval-max-frames is for Atari ids; {args.env_id} is not one"),
     ]
     positive = (
-        "batch_size buffer_size target_every train_every gradient_steps learning_rate optimizer_eps"
+        "batch_size",
+        "buffer_size",
+        "target_every",
+        "train_every",
+        "gradient_steps",
+        "learning_rate",
+        "optimizer_eps",
+        "eval_max_frames",
+        "clip_grad_norm",
     )
-    positive += " eval_max_frames clip_grad_norm"
-    fractions = "start_epsilon end_epsilon gamma eval_epsilon"
-    check(args, conditions, positive, fractions, nonnegative="learning_starts", single_process=ALGO)
+    fractions = ("start_epsilon", "end_epsilon", "gamma", "eval_epsilon")
+    check(
+        args,
+        conditions,
+        positive,
+        fractions,
+        nonnegative=("learning_starts",),
+        single_process=ALGO,
+    )
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Policy:

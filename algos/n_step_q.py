@@ -34,13 +34,12 @@ Run:
     # 2 workers, one network
     torchrun --nproc-per-node 2 algos/n_step_q.py --env CartPole-v1 --seed 1
     python algos/n_step_q.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
-Uses from common: network, returns, autoreset, pixels, torso, fastpath; from harness: run.
+Uses from common: network, returns, autoreset, pixels, torso; from harness: cli, run.
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
 from __future__ import annotations
 
-import functools
 import math
 import sys
 from dataclasses import dataclass
@@ -59,11 +58,11 @@ _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
 from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
-from common.fastpath import checked, numpy_mlp  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.returns import n_step_returns  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
-from harness.run import Run, RunArgs, check, vector_env, main as run_main  # noqa: E402
+from harness.cli import RunArgs, check, main as run_main  # noqa: E402
+from harness.run import Run, vector_env  # noqa: E402
 
 ALGO = "n_step_q"
 Policy = Callable[[np.ndarray], np.ndarray]  # observations [B, *obs_shape] -> actions [B]
@@ -131,8 +130,10 @@ def make_env(
     """common.pixels.make envs, SAME_STEP autoreset (the true final observation in
     infos["final_obs"]); Discrete actions and Box observations, or InputError
     (harness.run.vector_env)."""
-    # make(render_mode)
-    make = functools.partial(pixels.make, env_id, training, scale_obs=scale_obs)
+
+    def make(render_mode: str | None) -> gym.Env:
+        return pixels.make(env_id, training, render_mode, scale_obs=scale_obs)
+
     return vector_env(make, num_envs, ALGO, env_id, video_dir)
 
 
@@ -152,7 +153,9 @@ class QNetwork(nn.Module):
 
 def build_network(args: Args, envs: gym.vector.VectorEnv) -> QNetwork:
     """The Q-network for `envs`' spaces; train() and load_policy() both build it here."""
-    n_actions = int(envs.single_action_space.n)
+    action_space = envs.single_action_space
+    assert isinstance(action_space, gym.spaces.Discrete)  # vector_env refused any other
+    n_actions = int(action_space.n)
     return QNetwork(obs_shape(envs.single_observation_space), n_actions, tuple(args.hidden_sizes))
 
 
@@ -225,20 +228,17 @@ def n_step_q_loss(
 
 
 def greedy_policy(q_net: QNetwork, device: torch.device) -> Policy:
-    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function: through `forward()`, or
-    on CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values (common.fastpath;
-    at a batch of a few envs, torch's per-op dispatch costs more than the arithmetic). Build it
-    again after loading weights."""
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function through `forward()`."""
 
-    def q_forward(obs: np.ndarray) -> np.ndarray:
+    def q_values(obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, device=device)
         with torch.no_grad():
             return q_net(x if x.dtype == torch.uint8 else x.float()).cpu().numpy()  # [B, A]
 
-    # None where it cannot stand in
-    fast = numpy_mlp(list(getattr(q_net, "net", [])), device, q_net)
-    q_values = checked(fast, q_forward, f"{ALGO} greedy policy")
-    return lambda obs: q_values(obs).argmax(1)
+    def greedy(obs: np.ndarray) -> np.ndarray:
+        return q_values(obs).argmax(1)  # [B]
+
+    return greedy
 
 
 # 6. Training ------------------------------------------------------------------------------------
@@ -246,21 +246,39 @@ def train(args: Args) -> dict:
     validate(args)
     # the run folder (rank 0's); torch threads, device;
     # torchrun's workers joined, each with its own seed
-    fields = (
-        "episodic_return episodic_length loss q_values grad_norm epsilon sps "
-        "eval_return eval_return_std"
+    fields = (  # metrics.csv's columns
+        "episodic_return",
+        "episodic_length",
+        "loss",
+        "q_values",
+        "grad_norm",
+        "epsilon",
+        "sps",
+        "eval_return",
+        "eval_return_std",
     )
     run = Run(ALGO, args, fields, workers=True)
-    device, dist, world = run.device, run.workers, run.world
+    device = run.device
+    dist = run.workers
+    world = run.world
     rng = np.random.default_rng(run.seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs, scale_obs=args.scale_obs)
     shape = obs_shape(envs.single_observation_space)  # images as they are, vectors flattened
-    n_actions, B, T = int(envs.single_action_space.n), args.num_envs, args.n_steps
+    action_space = envs.single_action_space
+    assert isinstance(action_space, gym.spaces.Discrete)  # vector_env refused any other
+    n_actions = int(action_space.n)
+    B = args.num_envs
+    T = args.n_steps
     atari = pixels.kind(args.env_id) == "atari"
 
     # each update: every worker's rollout
     num_updates = math.ceil(args.total_timesteps / (T * B * world))
+
+    def linear_decay(update: int) -> float:
+        """the step size's multiplier: 1 at the first update, 0 after the last"""
+        return 1.0 - update / num_updates
+
     q_net = NetworkWrapper(
         build_network(args, envs),
         lr=args.learning_rate,
@@ -268,7 +286,7 @@ def train(args: Args) -> dict:
         eps=args.optimizer_eps,
         alpha=args.rmsprop_alpha,
         centered=args.rmsprop_centered,
-        lr_lambda=(lambda update: 1.0 - update / num_updates) if args.anneal_lr else None,
+        lr_lambda=linear_decay if args.anneal_lr else None,
         clip_grad_norm=args.clip_grad_norm,
         target=True,
         device=device,
@@ -282,14 +300,16 @@ def train(args: Args) -> dict:
     rollout_obs, rollout_next_obs = np.zeros(
         (2, T, B, *shape), np.uint8 if is_image(shape) else np.float32
     )
-    rollout_actions, rollout_rewards = (
-        np.zeros((T, B), dtype=np.int64),
-        np.zeros((T, B), dtype=np.float32),
-    )
+    rollout_actions = np.zeros((T, B), dtype=np.int64)
+    rollout_rewards = np.zeros((T, B), dtype=np.float32)
     rollout_terminated, rollout_truncated = np.zeros((2, T, B), dtype=bool)
-    eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs)
+
+    def eval_envs(num_envs: int, video_dir: str | None) -> gym.vector.VectorEnv:
+        return make_env(args.env_id, num_envs, video_dir, training=False, scale_obs=args.scale_obs)
+
     # compiled with --compile, otherwise themselves
-    acting_net, n_step_q_loss_fn = run.compile(q_net.online), run.compile(n_step_q_loss)
+    acting_net = run.compile(q_net.online)
+    n_step_q_loss_fn = run.compile(n_step_q_loss)
 
     # what the next rollout needs: run.after_step saves it, run.begin restores it
     def checkpoint() -> dict:
@@ -298,7 +318,6 @@ def train(args: Args) -> dict:
     # reset, or a resumed run's put back
     obs, global_step = run.begin(envs, eval_envs, checkpoint())
     obs = obs.reshape(B, *shape)
-    # after any load: the fast path is checked on these weights
     greedy = greedy_policy(acting_net, device)
     # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness.run)
     with run.stoppable():
@@ -362,7 +381,9 @@ def train(args: Args) -> dict:
 
 # main(args), or main() for the command line's;
 # exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
-main = functools.partial(run_main, ALGO, train, Args, __doc__)
+def main(args: Args | None = None) -> int:
+    """Train on the command line's arguments (or `args`); the exit status (harness.cli.main)."""
+    return run_main(ALGO, train, Args, __doc__, args)
 
 
 # Input checks and saved policies -----------------------------------------------------------------
@@ -374,15 +395,16 @@ def validate(args: Args) -> None:
     rmsprop_ok = args.optimizer == "rmsprop" or (
         args.rmsprop_alpha == 0.99 and not args.rmsprop_centered
     )
-    conditions = [  # checked after harness.run.SHARED_CHECKS
+    conditions = [  # checked after harness.cli.SHARED_CHECKS
         (
             0.0 <= args.rmsprop_alpha < 1.0,
             f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}",
         ),
         (rmsprop_ok, "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
     ]
-    positive = "n_steps target_every learning_rate optimizer_eps clip_grad_norm"
-    check(args, conditions, positive=positive, fractions="start_epsilon end_epsilon gamma")
+    positive = ("n_steps", "target_every", "learning_rate", "optimizer_eps", "clip_grad_norm")
+    fractions = ("start_epsilon", "end_epsilon", "gamma")
+    check(args, conditions, positive=positive, fractions=fractions)
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Policy:

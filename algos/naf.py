@@ -30,13 +30,12 @@ Deviations from the paper:
 
 Run:
     python algos/naf.py --env Pendulum-v1 --seed 1
-Uses from common: network, replay, autoreset, fastpath; from harness: run.
+Uses from common: network, replay, autoreset, fastpath; from harness: cli, run.
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
 from __future__ import annotations
 
-import functools
 import math
 import sys
 from dataclasses import dataclass, replace
@@ -57,7 +56,8 @@ from common.autoreset import true_next_obs  # noqa: E402
 from common.fastpath import checked, numpy_mlp, probe_batch  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.replay import Batch, ReplayMemory  # noqa: E402
-from harness.run import Run, RunArgs, check, vector_env, main as run_main  # noqa: E402
+from harness.cli import RunArgs, check, main as run_main  # noqa: E402
+from harness.run import Run, vector_env  # noqa: E402
 
 ALGO = "naf"
 
@@ -149,15 +149,20 @@ class NAFNetwork(nn.Module):
     """Shared trunk (Linear-ReLU layers, or Linear-LayerNorm-ReLU with `layer_norm`)
     with three heads: V(s) [B], mu(s) [B, A] and L(s) [B, A, A]."""
 
+    action_scale: torch.Tensor  # buffers [A]
+    action_bias: torch.Tensor
+
     def __init__(
         self,
         obs_dim: int,
         action_space: gym.spaces.Box,
         hidden_sizes: tuple[int, ...],
-        layer_norm=False,
+        layer_norm: bool = False,
     ):
         super().__init__()
-        layers, width = [], obs_dim
+        self.obs_dim = obs_dim
+        layers: list[nn.Module] = []
+        width = obs_dim
         for h in hidden_sizes:
             norm = [nn.LayerNorm(h)] if layer_norm else []
             # ReLU in place: one buffer less per layer
@@ -185,8 +190,17 @@ class NAFNetwork(nn.Module):
 
 def build_network(args: Args, envs: gym.vector.VectorEnv) -> NAFNetwork:
     """The NAF network for `envs`' spaces; train() and load_policy() both build it here."""
-    obs_dim = int(np.prod(envs.single_observation_space.shape))
-    return NAFNetwork(obs_dim, envs.single_action_space, tuple(args.hidden_sizes), args.layer_norm)
+    obs_space = envs.single_observation_space
+    action_space = envs.single_action_space
+    # vector_env refused any other
+    assert isinstance(obs_space, gym.spaces.Box) and isinstance(action_space, gym.spaces.Box)
+    obs_dim = int(np.prod(obs_space.shape))
+    return NAFNetwork(
+        obs_dim,
+        action_space,
+        tuple(args.hidden_sizes),
+        layer_norm=args.layer_norm,
+    )
 
 
 # 5. Algorithm -----------------------------------------------------------------------------------
@@ -204,7 +218,10 @@ class ExplorationNoise:
         num_envs: int,
         rng: np.random.Generator,
     ):
-        self.kind, self.theta, self.rng, self.sigma = kind, theta, rng, std * scale  # sigma: [A]
+        self.kind = kind
+        self.theta = theta
+        self.rng = rng
+        self.sigma = std * scale  # [A]
         self.state = np.zeros((num_envs, len(scale)))  # [B, A], OU only
 
     def __call__(self) -> np.ndarray:
@@ -219,7 +236,8 @@ class ExplorationNoise:
 
 
 # bounds on L's diagonal before exp (lower_triangular)
-LOG_DIAGONAL_MIN, LOG_DIAGONAL_MAX = -5.0, 10.0
+LOG_DIAGONAL_MIN = -5.0
+LOG_DIAGONAL_MAX = 10.0
 
 
 def lower_triangular(entries: torch.Tensor, action_dim: int) -> torch.Tensor:
@@ -274,12 +292,12 @@ def naf_targets(
 
 
 def naf_loss(
-    q_online: nn.Module,
-    q_target: nn.Module,
+    q_online: NAFNetwork,
+    q_target: NAFNetwork,
     batch: Batch,
     gamma: float,
     reward_scale: float,
-    twin_target: nn.Module | None = None,
+    twin_target: NAFNetwork | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The regression of Q(s, a) on the targets (MSE), and the batch's mean Q(s, a) and mean
     V(s) (logged). With `twin_target`, the targets bootstrap from the smaller of the two
@@ -309,12 +327,13 @@ def deterministic_policy(
     )
     if net_numpy is None:  # act through forward()
         return act_forward
-    scale, bias = net.action_scale.numpy(), net.action_bias.numpy()  # [A], zero-copy views
+    scale = net.action_scale.numpy()  # [A], zero-copy views
+    bias = net.action_bias.numpy()
 
     def act_numpy(obs: np.ndarray) -> np.ndarray:
         return bias + scale * np.tanh(net_numpy(obs))
 
-    return checked(act_numpy, act_forward, f"{ALGO} policy", probe_batch((net_numpy.in_features,)))
+    return checked(act_numpy, act_forward, f"{ALGO} policy", probe_batch((net.obs_dim,)))
 
 
 # 6. Training ------------------------------------------------------------------------------------
@@ -322,8 +341,15 @@ def train(args: Args) -> dict:
     args = replace(args, eval_episodes=args.eval_episodes or eval_episodes_for(args.env_id))
     validate(args)
     columns = (
-        "episodic_return episodic_length loss q_values values grad_norm sps "
-        "eval_return eval_return_std"
+        "episodic_return",
+        "episodic_length",
+        "loss",
+        "q_values",
+        "values",
+        "grad_norm",
+        "sps",
+        "eval_return",
+        "eval_return_std",
     )
     # the run folder (metrics.csv's columns); torch threads, seeds, device
     run = Run(ALGO, args, columns)
@@ -333,13 +359,18 @@ def train(args: Args) -> dict:
     rng = np.random.default_rng(noise_seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs)
+    obs_space = envs.single_observation_space
     space = envs.single_action_space
-    obs_dim, B = int(np.prod(envs.single_observation_space.shape)), args.num_envs
-    action_shape, action_dim = space.shape, int(np.prod(space.shape))
+    # vector_env refused any other
+    assert isinstance(obs_space, gym.spaces.Box) and isinstance(space, gym.spaces.Box)
+    obs_dim = int(np.prod(obs_space.shape))
+    B = args.num_envs
+    action_shape = space.shape
+    action_dim = int(np.prod(space.shape))
     # [A]
     low, high = (bound.reshape(action_dim).astype(np.float32) for bound in (space.low, space.high))
 
-    def make_q() -> NetworkWrapper:  # Adam: NetworkWrapper's default optimizer
+    def make_q() -> NetworkWrapper[NAFNetwork]:  # Adam: NetworkWrapper's default optimizer
         net = build_network(args, envs)
         return NetworkWrapper(
             net,
@@ -358,9 +389,13 @@ def train(args: Args) -> dict:
     )
     # transitions stored before learning starts
     min_memory = min(args.learning_starts, args.buffer_size)
-    eval_envs = functools.partial(make_env, args.env_id)
+
+    def eval_envs(num_envs: int, video_dir: str | None) -> gym.vector.VectorEnv:
+        return make_env(args.env_id, num_envs, video_dir)
+
     # themselves unless --compile
-    acting_net, naf_loss_fn = run.compile(q_net.online), run.compile(naf_loss)
+    acting_net = run.compile(q_net.online)
+    naf_loss_fn = run.compile(naf_loss)
     # its own wrapper: the twin's networks compile a graph of their own
     twin_loss_fn = run.compile(naf_loss)
 
@@ -382,7 +417,8 @@ def train(args: Args) -> dict:
     # Ctrl-C, a stop signal or a NaN loss ends the loop where it happens (harness/run.py)
     with run.stoppable():
         while global_step < args.total_timesteps:
-            prev_step, global_step = global_step, global_step + B
+            prev_step = global_step
+            global_step = global_step + B
             # act: uniform during heatup, then mu(s) + noise, clipped to the bounds
             if global_step <= args.learning_starts:
                 actions = rng.uniform(low, high, size=(B, action_dim)).astype(np.float32)  # [B, A]
@@ -449,7 +485,9 @@ def train(args: Args) -> dict:
 
 # main(args), or main() for the command line's;
 # exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
-main = functools.partial(run_main, ALGO, train, Args, __doc__)
+def main(args: Args | None = None) -> int:
+    """Train on the command line's arguments (or `args`); the exit status (harness.cli.main)."""
+    return run_main(ALGO, train, Args, __doc__, args)
 
 
 # Input checks and saved policies -----------------------------------------------------------------
@@ -459,14 +497,21 @@ def validate(args: Args) -> None:
     make_env(args.env_id, 1).close()  # a pixel env, an unknown id, the wrong action space
     scale_ok = args.reward_scale > 0 and math.isfinite(args.reward_scale)
     conditions = [(scale_ok, f"--reward-scale must be positive, got {args.reward_scale}")]
-    positive = "batch_size buffer_size train_every gradient_steps learning_rate clip_grad_norm"
-    nonnegative = "noise_std learning_starts"
-    # and harness.run.SHARED_CHECKS (batch <= buffer, target rate, hidden sizes, ...)
+    positive = (
+        "batch_size",
+        "buffer_size",
+        "train_every",
+        "gradient_steps",
+        "learning_rate",
+        "clip_grad_norm",
+    )
+    nonnegative = ("noise_std", "learning_starts")
+    # and harness.cli.SHARED_CHECKS (batch <= buffer, target rate, hidden sizes, ...)
     check(
         args,
         conditions,
         positive=positive,
-        fractions="gamma",
+        fractions=("gamma",),
         nonnegative=nonnegative,
         single_process=ALGO,
     )

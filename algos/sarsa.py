@@ -31,13 +31,12 @@ Run:
     # 2 workers, one network
     torchrun --nproc-per-node 2 algos/sarsa.py --env CartPole-v1 --seed 1
     python algos/sarsa.py --env MinAtar/Breakout-v1 --total-timesteps 1000000   (pixels extra)
-Uses from common: network, returns, autoreset, pixels, torso, fastpath; from harness: run.
+Uses from common: network, returns, autoreset, pixels, torso; from harness: cli, run.
 """
 
 # 1. Imports -------------------------------------------------------------------------------------
 from __future__ import annotations
 
-import functools
 import math
 import sys
 from dataclasses import dataclass
@@ -56,16 +55,23 @@ _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE if (_HERE / "common").is_dir() else _HERE.parent))
 from common import pixels  # noqa: E402
 from common.autoreset import true_next_obs  # noqa: E402
-from common.fastpath import checked, numpy_mlp  # noqa: E402
 from common.network import NetworkWrapper  # noqa: E402
 from common.returns import n_step_returns  # noqa: E402
 from common.torso import is_image, obs_shape, torso  # noqa: E402
-from harness.run import Run, RunArgs, check, vector_env, main as run_main  # noqa: E402
+from harness.cli import RunArgs, check, main as run_main  # noqa: E402
+from harness.run import Run, vector_env  # noqa: E402
 
 ALGO = "sarsa"
-METRICS = (
-    "episodic_return episodic_length loss q_values grad_norm epsilon sps "
-    "eval_return eval_return_std"
+METRICS = (  # metrics.csv's columns
+    "episodic_return",
+    "episodic_length",
+    "loss",
+    "q_values",
+    "grad_norm",
+    "epsilon",
+    "sps",
+    "eval_return",
+    "eval_return_std",
 )
 Policy = Callable[[np.ndarray], np.ndarray]  # obs [B, *obs_shape] -> actions [B]
 
@@ -133,8 +139,10 @@ def make_env(
     """common.pixels.make envs, SAME_STEP autoreset (the true final observation in
     infos["final_obs"]); Discrete actions and Box observations, or InputError
     (harness.run.vector_env)."""
-    # make(render_mode)
-    make = functools.partial(pixels.make, env_id, training, scale_obs=scale_obs)
+
+    def make(render_mode: str | None) -> gym.Env:
+        return pixels.make(env_id, training, render_mode, scale_obs=scale_obs)
+
     return vector_env(make, num_envs, ALGO, env_id, video_dir)
 
 
@@ -154,7 +162,9 @@ class QNetwork(nn.Module):
 
 def build_network(args: Args, envs: gym.vector.VectorEnv) -> QNetwork:
     """The Q-network for `envs`' spaces; train() and load_policy() both build it here."""
-    n_actions = int(envs.single_action_space.n)
+    action_space = envs.single_action_space
+    assert isinstance(action_space, gym.spaces.Discrete)  # vector_env refused any other
+    n_actions = int(action_space.n)
     return QNetwork(obs_shape(envs.single_observation_space), n_actions, tuple(args.hidden_sizes))
 
 
@@ -197,12 +207,17 @@ def sarsa_targets(
     termination and bootstraps at a truncation."""
     with torch.no_grad():
         # convolutions take [N, C, H, W]
-        flat_next_obs, lead = next_obs.flatten(0, 1), next_obs.shape[:2]
+        flat_next_obs = next_obs.flatten(0, 1)
+        lead = next_obs.shape[:2]
         next_q = q_values(flat_next_obs).unflatten(0, lead)  # [T, B, A]
         if expected:
+            if epsilon is None:
+                raise ValueError("Expected SARSA needs the acting policy's epsilon")
             # the greedy action: q_values' own, or q_policy's
-            own = q_policy is None or q_policy is q_values
-            policy_q = next_q if own else q_policy(flat_next_obs).unflatten(0, lead)  # [T, B, A]
+            if q_policy is None or q_policy is q_values:
+                policy_q = next_q
+            else:
+                policy_q = q_policy(flat_next_obs).unflatten(0, lead)  # [T, B, A]
             greedy = policy_q.argmax(-1, keepdim=True)  # [T, B, 1]
             # [T, B, A]
             probs = (epsilon / next_q.shape[-1]).unsqueeze(-1).expand_as(next_q).clone()
@@ -219,13 +234,18 @@ def sarsa_loss(
     gamma: float,
     expected: bool,
     loss: str,
-    *rollout: Tensor,
+    obs: Tensor,
+    actions: Tensor,
+    rewards: Tensor,
+    next_obs: Tensor,
+    next_actions: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    epsilon: Tensor,
 ) -> tuple[Tensor, Tensor]:
     """The regression of Q(s_t, a_t) on the references over a rollout (MSE or Huber),
     and mean Q (logged); the references bootstrap from `q_target`, or from the online
-    network where there is none."""
-    # [T, B, ...]
-    obs, actions, rewards, next_obs, next_actions, terminated, truncated, epsilon = rollout
+    network where there is none. The rollout's tensors are [T, B, ...], `epsilon` [T, 1]."""
     q_target = q_online if q_target is None else q_target
     targets = sarsa_targets(
         q_target,
@@ -264,25 +284,24 @@ def next_actions(
     both = select_actions(
         greedy, np.concatenate([next_obs, real_next_obs[cut]]), epsilon, n_actions, rng
     )
-    actions, bootstrap = both[: len(next_obs)], both[: len(next_obs)].copy()  # both: [B + len(cut)]
+    actions = both[: len(next_obs)]  # both: [B + len(cut)]
+    bootstrap = both[: len(next_obs)].copy()
     bootstrap[cut] = both[len(next_obs) :]
     return actions, bootstrap
 
 
 def greedy_policy(q_net: QNetwork, device: torch.device) -> Policy:
-    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B] as a numpy function: through `forward()`, or
-    on CPU through a numpy copy of a plain MLP while it gives forward()'s Q-values
-    (common.fastpath; at a few envs, torch's per-op dispatch costs more than the arithmetic). Build
-    it again after loading weights."""
+    """obs [B, *obs_shape] -> argmax_a Q(obs, a) [B], as a numpy function through `forward()`."""
 
-    def q_forward(obs: np.ndarray) -> np.ndarray:
+    def q_values(obs: np.ndarray) -> np.ndarray:
         x = torch.as_tensor(obs, device=device)
         with torch.no_grad():
             return q_net(x if x.dtype == torch.uint8 else x.float()).cpu().numpy()  # [B, A]
 
-    fast = numpy_mlp(list(getattr(q_net, "net", [])), device, q_net)
-    q_values = checked(fast, q_forward, f"{ALGO} greedy policy")
-    return lambda obs: q_values(obs).argmax(1)
+    def greedy(obs: np.ndarray) -> np.ndarray:
+        return q_values(obs).argmax(1)  # [B]
+
+    return greedy
 
 
 # 6. Training ------------------------------------------------------------------------------------
@@ -291,18 +310,29 @@ def train(args: Args) -> dict:
     # the run folder (rank 0's), METRICS its columns; torch threads, device;
     # torchrun's workers joined
     run = Run(ALGO, args, METRICS, workers=True)  # each worker seeded with its own seed
-    device, dist, world = run.device, run.workers, run.world
+    device = run.device
+    dist = run.workers
+    world = run.world
     rng = np.random.default_rng(run.seed)  # exploration
 
     envs = make_env(args.env_id, args.num_envs, scale_obs=args.scale_obs)
     shape = obs_shape(envs.single_observation_space)  # images as they are, vectors flattened
-    n_actions, B, T = int(envs.single_action_space.n), args.num_envs, args.n_steps
+    action_space = envs.single_action_space
+    assert isinstance(action_space, gym.spaces.Discrete)  # vector_env refused any other
+    n_actions = int(action_space.n)
+    B = args.num_envs
+    T = args.n_steps
     atari = pixels.kind(args.env_id) == "atari"
 
     # each update: every worker's rollout
     num_updates = math.ceil(args.total_timesteps / (T * B * world))
     # epsilon's linear decay, in env steps
     decay_steps = args.exploration_fraction * args.total_timesteps
+
+    def linear_decay(update: int) -> float:
+        """the step size's multiplier: 1 at the first update, 0 after the last"""
+        return 1.0 - update / num_updates
+
     q_net = NetworkWrapper(
         build_network(args, envs),
         lr=args.learning_rate,
@@ -310,7 +340,7 @@ def train(args: Args) -> dict:
         eps=args.optimizer_eps,
         alpha=args.rmsprop_alpha,
         centered=args.rmsprop_centered,
-        lr_lambda=(lambda update: 1.0 - update / num_updates) if args.anneal_lr else None,
+        lr_lambda=linear_decay if args.anneal_lr else None,
         clip_grad_norm=args.clip_grad_norm,
         target=args.target_network,
         device=device,
@@ -323,16 +353,18 @@ def train(args: Args) -> dict:
     )
     # next: at the true next obs
     rollout_actions, rollout_next_actions = np.zeros((2, T, B), dtype=np.int64)
-    rollout_rewards, rollout_epsilon = (
-        np.zeros((T, B), dtype=np.float32),
-        np.zeros((T, 1), dtype=np.float32),
-    )
+    rollout_rewards = np.zeros((T, B), dtype=np.float32)
+    rollout_epsilon = np.zeros((T, 1), dtype=np.float32)
     rollout_terminated, rollout_truncated = np.zeros((2, T, B), dtype=bool)
     # the actions the next step takes (restored in place on resume)
     actions = np.zeros(B, dtype=np.int64)
-    eval_envs = functools.partial(make_env, args.env_id, training=False, scale_obs=args.scale_obs)
+
+    def eval_envs(num_envs: int, video_dir: str | None) -> gym.vector.VectorEnv:
+        return make_env(args.env_id, num_envs, video_dir, training=False, scale_obs=args.scale_obs)
+
     # themselves unless --compile
-    acting_net, loss_fn = run.compile(q_net.online), run.compile(sarsa_loss)
+    acting_net = run.compile(q_net.online)
+    loss_fn = run.compile(sarsa_loss)
 
     # what the next rollout needs: run.after_step saves it, run.begin restores it
     def checkpoint() -> dict:
@@ -341,7 +373,6 @@ def train(args: Args) -> dict:
     # reset, or a resumed run's put back
     obs, global_step = run.begin(envs, eval_envs, checkpoint())
     obs = obs.reshape(B, *shape)
-    # after any load: the fast path is checked on these weights
     greedy = greedy_policy(acting_net, device)
     if run.envs_reset:  # a new run, or envs restarted on resume: choose their first actions
         epsilon = linear_epsilon(args.start_epsilon, args.end_epsilon, decay_steps, global_step)
@@ -378,21 +409,25 @@ def train(args: Args) -> dict:
                 rollout_truncated[t] = truncated
                 rollout_next_obs[t] = real_next_obs
                 rollout_next_actions[t] = bootstrap
-                obs, actions = next_obs, following
+                obs = next_obs
+                actions = following
                 run.episodes(global_step, rewards, pixels.game_over(terminated, truncated, infos))
 
             # learn: one gradient step on the whole rollout [T, B] (as_tensor: no copy on CPU)
-            arrays = [
-                rollout_obs,
-                rollout_actions,
-                rollout_rewards,
-                rollout_next_obs,
-                rollout_next_actions,
-            ]
-            arrays += [rollout_terminated, rollout_truncated, rollout_epsilon]  # sarsa_loss's order
-            rollout = [torch.as_tensor(x, device=device) for x in arrays]
             loss, q_mean = loss_fn(
-                q_net.online, q_net.target, args.gamma, args.expected, args.loss, *rollout
+                q_net.online,
+                q_net.target,
+                gamma=args.gamma,
+                expected=args.expected,
+                loss=args.loss,
+                obs=torch.as_tensor(rollout_obs, device=device),
+                actions=torch.as_tensor(rollout_actions, device=device),
+                rewards=torch.as_tensor(rollout_rewards, device=device),
+                next_obs=torch.as_tensor(rollout_next_obs, device=device),
+                next_actions=torch.as_tensor(rollout_next_actions, device=device),
+                terminated=torch.as_tensor(rollout_terminated, device=device),
+                truncated=torch.as_tensor(rollout_truncated, device=device),
+                epsilon=torch.as_tensor(rollout_epsilon, device=device),
             )
             loss, grad_norm = q_net.train_step(loss)
             if q_net.updates % 25 == 0:  # every 1,000 env steps at the defaults, as often as DQN
@@ -421,7 +456,9 @@ def train(args: Args) -> dict:
 
 # main(args), or main() for the command line's;
 # exit 0 done, 1 failed, 2 bad input, 75 stopped, 130 Ctrl-C
-main = functools.partial(run_main, ALGO, train, Args, __doc__)
+def main(args: Args | None = None) -> int:
+    """Train on the command line's arguments (or `args`); the exit status (harness.cli.main)."""
+    return run_main(ALGO, train, Args, __doc__, args)
 
 
 # Input checks and saved policies -----------------------------------------------------------------
@@ -433,17 +470,16 @@ def validate(args: Args) -> None:
     rmsprop_ok = args.optimizer == "rmsprop" or (
         args.rmsprop_alpha == 0.99 and not args.rmsprop_centered
     )
-    conditions = [  # and harness.run.SHARED_CHECKS
+    conditions = [  # and harness.cli.SHARED_CHECKS
         (
             0.0 <= args.rmsprop_alpha < 1.0,
             f"--rmsprop-alpha must be in [0, 1), got {args.rmsprop_alpha}",
         ),
         (rmsprop_ok, "--rmsprop-alpha and --rmsprop-centered need --optimizer rmsprop"),
     ]
-    positive = "n_steps target_every learning_rate optimizer_eps clip_grad_norm"
-    check(
-        args, positive=positive, fractions="start_epsilon end_epsilon gamma", conditions=conditions
-    )
+    positive = ("n_steps", "target_every", "learning_rate", "optimizer_eps", "clip_grad_norm")
+    fractions = ("start_epsilon", "end_epsilon", "gamma")
+    check(args, conditions, positive=positive, fractions=fractions)
 
 
 def load_policy(args: Args, model_path: str, device: str = "cpu") -> Policy:

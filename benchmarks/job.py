@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine  # noqa: E402
 from suite import ROOT, Cell, metrics_file, read_result  # noqa: E402
 
 CODE = (
@@ -33,11 +34,7 @@ CODE = (
 
 
 def machine_info() -> dict:
-    """The platform, the package versions, and what harness.run.machine() records of the CPU and its kernels."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from harness.run import machine
-
+    """The platform, the package versions, and what machine.machine() records of the CPU and its kernels."""
     versions = {"python": platform.python_version()}
     for pkg in ("torch", "gymnasium", "numpy", "mujoco", "Box2D"):
         versions[pkg] = None
@@ -103,6 +100,7 @@ def child(spec_path: str) -> int:
         sys.path[:0] = [str(ROOT), str(ROOT / "algos")]
         module = importlib.import_module(spec["algo"])  # algos/<algo>.py
         summary = result["summary"] = module.train(build_args(module, spec))
+        summary["machine"] = machine()  # where the run's floats were made (its torch threads set)
         if (
             summary.get("completed") and summary.get("eval_return_mean") is None
         ):  # the verdict rests on this number

@@ -213,7 +213,7 @@ def speed_section(speed_dir: Path) -> list[str]:
 
 
 def machine_kind(run: dict) -> str | None:
-    """The machine kind a run's floats depend on (harness.run.machine): from its summary, or from result.json's
+    """The machine kind a run's floats depend on (benchmarks/machine.py): from its summary, or from result.json's
     machine; None for runs made before it was recorded."""
     return ((run.get("summary") or {}).get("machine") or {}).get("kind") or (
         run.get("machine") or {}

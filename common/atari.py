@@ -14,17 +14,22 @@ script copied for other envs runs without this file.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, SupportsFloat, cast
+
 import gymnasium as gym
 import numpy as np
 import torch
 
 from common.replay import Batch
 
+if TYPE_CHECKING:
+    from ale_py.env import AtariEnv
+
 FRAME_STACK = 4
 
 
 def make_atari(
-    env_id: str, training: bool = True, max_frames: int | None = None, **kwargs
+    env_id: str, training: bool = True, max_frames: int | None = None, **kwargs: Any
 ) -> gym.Env:
     """One Atari env with the paper's preprocessing; `max_frames` truncates a game after that many
     emulator frames (ALE's `max_num_frames_per_episode`; None keeps ALE's 108,000)."""
@@ -50,24 +55,24 @@ class FireReset(gym.Wrapper, gym.utils.RecordConstructorArgs):
     (RecordConstructorArgs: gymnasium can re-make the env from its spec.)
     """
 
-    def __init__(self, env: gym.Env):
+    def __init__(self, env: gym.Env) -> None:
         gym.utils.RecordConstructorArgs.__init__(self)
         super().__init__(env)
 
-    def reset(self, **kwargs):
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         self.env.reset(**kwargs)
         obs, _, terminated, truncated, info = self.env.step(1)  # FIRE
         if terminated or truncated:
             obs, info = self.env.reset(**kwargs)
-        self.lives = self.env.unwrapped.ale.lives()
+        self.lives = cast("AtariEnv", self.env.unwrapped).ale.lives()
         return obs, info
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        lives = self.env.unwrapped.ale.lives()
+        lives = cast("AtariEnv", self.env.unwrapped).ale.lives()
         if lives < self.lives and not (terminated or truncated):
             obs, fire_reward, terminated, truncated, info = self.env.step(1)
-            reward += fire_reward
+            reward = cast(float, reward) + cast(float, fire_reward)
         self.lives = lives
         return obs, reward, terminated, truncated, info
 
@@ -81,30 +86,36 @@ class EpisodicLife(gym.Wrapper, gym.utils.RecordConstructorArgs):
     never bootstrapped, which is the point of the trick.
     """
 
-    def __init__(self, env: gym.Env):
+    def __init__(self, env: gym.Env) -> None:
         gym.utils.RecordConstructorArgs.__init__(self)
         super().__init__(env)
-        self.lives, self.game_over, self.last = 0, True, None
+        self.lives = 0
+        self.game_over = True
+        self.last: tuple[Any, dict[str, Any]] | None = None  # (obs, info) a reset goes on from
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        lives = self.env.unwrapped.ale.lives()
+        lives = cast("AtariEnv", self.env.unwrapped).ale.lives()
         self.game_over = terminated or truncated
         if lives < self.lives and not self.game_over:
             info = {**info, "life_lost": True}
             terminated = True
-        self.lives, self.last = lives, (obs, info)
+        self.lives = lives
+        self.last = (obs, info)
         return obs, reward, terminated, truncated, info
 
-    def reset(self, **kwargs):
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         if self.game_over or kwargs.get("seed") is not None:
             obs, info = self.env.reset(**kwargs)
         else:
             # the game goes on from its last frame:
             # where the life was lost (or the reset, without a step)
-            obs, info = self.last
+            obs, info = cast("tuple[Any, dict[str, Any]]", self.last)  # set: no game over yet
             info = {k: v for k, v in info.items() if k != "life_lost"}
-        self.lives, self.game_over, self.last = self.env.unwrapped.ale.lives(), False, (obs, info)
+        lives = cast("AtariEnv", self.env.unwrapped).ale.lives()
+        self.lives = lives
+        self.game_over = False
+        self.last = (obs, info)
         return obs, info
 
 
@@ -156,7 +167,9 @@ class FrameMemory:
                 "capacity, stack and num_envs must be positive, "
                 f"got {capacity}, {stack}, {num_envs}"
             )
-        self.capacity, self.stack, self.num_envs = capacity, stack, num_envs
+        self.capacity = capacity
+        self.stack = stack
+        self.num_envs = num_envs
         self.ring = max(-(-capacity // num_envs), stack + 1)  # entries per env
         self.device = torch.device(device)
         shape = (num_envs, self.ring)
@@ -180,25 +193,33 @@ class FrameMemory:
         if self.has_transition[i, slot]:
             self.size -= 1
         self.frames[i, slot] = frame
-        self.first[i, slot], self.has_transition[i, slot] = first, False
+        self.first[i, slot] = first
+        self.has_transition[i, slot] = False
         self.written[i] += 1
         return slot
 
-    def add(self, obs, actions, rewards, next_obs, terminated, done) -> None:
+    def add(
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+        done: np.ndarray,
+    ) -> None:
         """Store one transition per env: `obs` [B, k, H, W] the stacks the agent acted on,
         `next_obs` the true next stacks (final observations at episode ends), `done` [B]
         terminated or truncated (the next call's obs then starts a new episode)."""
-        obs, next_obs = np.asarray(obs), np.asarray(next_obs)
+        obs = np.asarray(obs)
+        next_obs = np.asarray(next_obs)
         for i in range(self.num_envs):
             if self.starts_episode[i]:
                 slot = self._write(i, obs[i, -1], first=True)
             else:  # the previous call wrote this obs's newest frame as its next frame
                 slot = (self.written[i] - 1) % self.ring
-            self.actions[i, slot], self.rewards[i, slot], self.terminated[i, slot] = (
-                actions[i],
-                rewards[i],
-                terminated[i],
-            )
+            self.actions[i, slot] = actions[i]
+            self.rewards[i, slot] = rewards[i]
+            self.terminated[i, slot] = terminated[i]
             self._write(i, next_obs[i, -1], first=False)
             self.has_transition[i, slot] = True
             self.size += 1
@@ -231,7 +252,8 @@ class FrameMemory:
 
     def sampleable(self) -> tuple[np.ndarray, np.ndarray]:
         """Every (env, absolute entry) that `sample` may draw, oldest first (for tests)."""
-        envs, entries = [], []
+        envs = []
+        entries = []
         for i in range(self.num_envs):
             lo, hi = self._range(i)
             e = np.arange(lo, hi + 1)

@@ -6,13 +6,15 @@ agent would never end an episode. common.pixels imports this file for MinAtar id
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 
 MINATAR_MAX_STEPS = 10_000  # our choice: MinAtar registers no time limit
 
 
-def make_minatar(env_id: str, **kwargs) -> gym.Env:
+def make_minatar(env_id: str, **kwargs: Any) -> gym.Env:
     """gym.make of a MinAtar id (its keyword arguments, e.g. render_mode),
     channels first, time-limited."""
     return ChannelsFirst(gym.make(env_id, max_episode_steps=MINATAR_MAX_STEPS, **kwargs))
@@ -26,5 +28,5 @@ class ChannelsFirst(gym.ObservationWrapper):
         h, w, c = env.observation_space.shape or ()
         self.observation_space = gym.spaces.Box(0, 1, (c, h, w), np.uint8)
 
-    def observation(self, obs):
+    def observation(self, obs: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(np.moveaxis(obs, -1, 0), dtype=np.uint8)

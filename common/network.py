@@ -19,7 +19,7 @@ before the norm. Without `workers` nothing extra happens.
 from __future__ import annotations
 
 import copy
-from typing import Callable, Union, cast
+from typing import Any, Callable, Generic, TypeVar, Union, cast
 
 import torch
 from torch import nn
@@ -75,7 +75,10 @@ def _tensors(module: nn.Module) -> list[torch.Tensor]:
     return list(module.parameters()) + list(module.buffers())
 
 
-class NetworkWrapper:
+Net = TypeVar("Net", bound=nn.Module)  # the network's own class: `wrapper.online.actor` is typed
+
+
+class NetworkWrapper(Generic[Net]):
     """Online network + optional target copy + optimizer + clipping.
 
     Args:
@@ -98,7 +101,7 @@ class NetworkWrapper:
 
     def __init__(
         self,
-        net: nn.Module,
+        net: Net,
         *,
         lr: float,
         optimizer: Union[str, Callable[[list[nn.Parameter]], torch.optim.Optimizer]] = "adam",
@@ -111,13 +114,13 @@ class NetworkWrapper:
         clip_grad_norm: float | None = None,
         target: bool = False,
         device: torch.device | str = "cpu",
-        workers=None,
+        workers: Any = None,
     ):
         if clip_grad_norm is not None and clip_grad_norm <= 0:
             raise ValueError(f"clip_grad_norm must be positive, got {clip_grad_norm}")
         self.device = torch.device(device)
-        self.online = net.to(self.device)
-        self.target: nn.Module | None = None
+        self.online: Net = net.to(self.device)
+        self.target: Net | None = None
         self.target_flat: torch.Tensor | None = None
         if target:
             self.target = copy.deepcopy(self.online)

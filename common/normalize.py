@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -33,9 +33,14 @@ class RewardScaler:
         clip: float = 10.0,
         eps: float = 1e-8,
     ):
-        self.gamma, self.gather, self.clip, self.eps = gamma, gather, clip, eps
+        self.gamma = gamma
+        self.gather = gather
+        self.clip = clip
+        self.eps = eps
         self.discounted = np.zeros(num_envs)  # [B] running discounted return of each env
-        self.mean, self.var, self.count = 0.0, 1.0, 1e-4
+        self.mean = 0.0
+        self.var = 1.0
+        self.count = 1e-4
 
     def __call__(self, rewards: np.ndarray, done: np.ndarray) -> np.ndarray:
         self.discounted = self.discounted * self.gamma + rewards
@@ -60,12 +65,13 @@ class RewardScaler:
         )
 
 
-def merge_moments(mean, var, count, batch):
+def merge_moments(mean: Any, var: Any, count: Any, batch: Any) -> tuple[Any, Any, Any]:
     """Running mean/var merged with a batch [N, ...] (Chan et al.'s parallel algorithm)."""
     n = batch.shape[0]
     batch_mean = batch.mean(0)
     batch_var = ((batch - batch_mean) ** 2).mean(0)  # population variance in numpy and torch alike
-    delta, total = batch_mean - mean, count + n
+    delta = batch_mean - mean
+    total = count + n
     m2 = var * count + batch_var * n + delta**2 * count * n / total
     return mean + delta * n / total, m2 / total, total
 
@@ -80,7 +86,8 @@ class ObsNormalizer(nn.Module):
 
     def __init__(self, obs_dim: int, clip: float = 10.0, eps: float = 1e-8):
         super().__init__()
-        self.clip, self.eps = clip, eps
+        self.clip = clip
+        self.eps = eps
         self.register_buffer("mean", torch.zeros(obs_dim, dtype=torch.float64))
         self.register_buffer("var", torch.ones(obs_dim, dtype=torch.float64))
         self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))

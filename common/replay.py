@@ -72,14 +72,23 @@ class ReplayMemory:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, obs, actions, rewards, next_obs, terminated, valid=None, done=None) -> None:
+    def add(
+        self,
+        obs: np.ndarray | torch.Tensor,
+        actions: np.ndarray | torch.Tensor,
+        rewards: np.ndarray | torch.Tensor,
+        next_obs: np.ndarray | torch.Tensor,
+        terminated: np.ndarray | torch.Tensor,
+        valid: np.ndarray | torch.Tensor | None = None,
+        done: np.ndarray | torch.Tensor | None = None,
+    ) -> None:
         """Store a batch of B transitions, one per env (numpy arrays or tensors, leading dim B).
 
         `valid` [B] bool (optional) drops rows, e.g. the step a NEXT_STEP vector env spends
         resetting, which is not a transition. `done` is accepted for the same call as
         `FrameMemory.add` and unused: whole observations need no episode boundaries.
         """
-        batch = (obs, actions, rewards, next_obs, terminated)
+        batch: tuple[np.ndarray | torch.Tensor, ...] = (obs, actions, rewards, next_obs, terminated)
         if valid is not None:
             valid = np.asarray(valid, dtype=bool)
             if not valid.all():
@@ -140,5 +149,6 @@ class ReplayMemory:
         n = state["size"]
         for store, name in zip(self._stores, Batch._fields):
             store[:n] = state[name].to(self.device)
-        self.pos, self.size = state["pos"], n
+        self.pos = state["pos"]
+        self.size = n
         self.rng.bit_generator.state = state["rng"]

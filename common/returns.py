@@ -76,7 +76,13 @@ def n_step_returns(
     return returns
 
 
-def _returns_to_rollout_end(rewards, next_values, term, trunc, gamma):
+def _returns_to_rollout_end(
+    rewards: torch.Tensor,
+    next_values: torch.Tensor,
+    term: torch.Tensor,
+    trunc: torch.Tensor,
+    gamma: float,
+) -> torch.Tensor:
     """n >= T: the backward recursion G_t = r_t + g (1 - term_t)
     [V_t if trunc_t or t = T-1 else G_{t+1}].
 

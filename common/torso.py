@@ -14,9 +14,13 @@ vectors only; the image torsos are the papers' own.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    import gymnasium as gym
 
 
 class ToFloat(nn.Module):
@@ -52,7 +56,8 @@ def torso(
     if len(obs_shape) == 3:
         expected = "[C, 10, 10]-like grids (MinAtar) or [4, 84, 84] stacks (Atari)"
         raise ValueError(f"no torso for images of shape {obs_shape}: expected {expected}")
-    layers, width = [], math.prod(obs_shape)
+    layers = []
+    width = math.prod(obs_shape)
     for h in hidden_sizes:
         layers += [nn.Linear(width, h), activation()]
         width = h
@@ -65,6 +70,7 @@ def is_image(obs_shape: tuple[int, ...]) -> bool:
     return len(obs_shape) == 3
 
 
-def obs_shape(space) -> tuple[int, ...]:
+def obs_shape(space: gym.Space) -> tuple[int, ...]:
     """The shape a network sees: images [C, H, W] as they are, anything else flattened to [D]."""
-    return tuple(space.shape) if is_image(space.shape) else (math.prod(space.shape),)
+    shape = cast("tuple[int, ...]", space.shape)  # a Box's, never None
+    return tuple(shape) if is_image(shape) else (math.prod(shape),)

@@ -3,21 +3,25 @@
 each sub-env's state with its wrappers (the time limit's count, the generator; MuJoCo's through
 `mj_getState`: stepping on is bitwise identical). Anything else (a Box2D world) cannot be captured:
 `env_state` says why, and the script restarts the episodes on resume. The script's dict is what a
-checkpoint holds; harness/resume.py reads one back.
+checkpoint holds; harness/resume.py reads one back. Functions over values: `content` builds the
+dict a checkpoint holds, `save` writes it; harness.run.Run decides when.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from harness.run import CHECKPOINT_FORMAT
+if TYPE_CHECKING:
+    from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
+
+FORMAT = 1  # a checkpoint's "format": harness/resume.py refuses any other
 
 
 def save(path: str | Path, state: dict) -> None:
@@ -85,7 +89,7 @@ _SKIP = {
 _MUJOCO_ENV = "gymnasium.envs.mujoco.mujoco_env.MujocoEnv"
 
 
-def _encode(value, where: str):
+def _encode(value: Any, where: str) -> Any:
     """A plain attribute as something `weights_only` loads back,
     tagged so it decodes to its type."""
     if isinstance(value, np.generic):  # before the plain types: np.float64 is a float
@@ -112,7 +116,7 @@ def layers(env: gym.Env) -> list:  # the wrappers and the env itself, outermost 
     return found
 
 
-def _capture(layer) -> dict:  # one of layers()
+def _capture(layer: gym.Env) -> dict:  # one of layers()
     # a gymnasium MujocoEnv, found without importing mujoco (an extra that may not be installed)
     mujoco_layer = any(f"{c.__module__}.{c.__name__}" == _MUJOCO_ENV for c in type(layer).__mro__)
     skip = _SKIP | ({"model", "data", "mujoco_renderer"} if mujoco_layer else set())
@@ -124,8 +128,11 @@ def _capture(layer) -> dict:  # one of layers()
     if mujoco_layer:
         import mujoco
 
-        sim = np.empty(mujoco.mj_stateSize(layer.model, mujoco.mjtState.mjSTATE_INTEGRATION))
-        mujoco.mj_getState(layer.model, layer.data, sim, mujoco.mjtState.mjSTATE_INTEGRATION)
+        mujoco_env = cast("MujocoEnv", layer)  # found above by its class name
+        sim = np.empty(mujoco.mj_stateSize(mujoco_env.model, mujoco.mjtState.mjSTATE_INTEGRATION))
+        mujoco.mj_getState(
+            mujoco_env.model, mujoco_env.data, sim, mujoco.mjtState.mjSTATE_INTEGRATION
+        )
         attrs["__mujoco__"] = torch.from_numpy(sim)
     return {"type": type(layer).__name__, "attrs": attrs}
 
@@ -145,7 +152,7 @@ def env_state(envs: gym.vector.VectorEnv) -> tuple[dict | None, str]:
     return {"envs": sub, "spaces": spaces}, ""
 
 
-def state_of(obj):
+def state_of(obj: Any) -> Any:
     """What a checkpoint keeps of one of the objects a script's checkpoint() names: its
     state_dict(), a numpy generator's state, an array, a tensor or a plain value as it is
     (harness.resume.load_into puts it back)."""
@@ -156,7 +163,7 @@ def state_of(obj):
     return obj
 
 
-def pack(obj):
+def pack(obj: Any) -> Any:
     """A script's checkpoint dict with its numpy arrays and scalars as tagged tensors; dicts, lists
     and tuples are walked, tensors and plain values kept. `harness.resume.unpack` is its inverse."""
     if isinstance(obj, dict):
@@ -166,46 +173,29 @@ def pack(obj):
     return _encode(obj, "") if isinstance(obj, (np.ndarray, np.generic)) else obj
 
 
-def content(run, global_step: int, obs: np.ndarray, objects: dict) -> dict:
-    """A run's checkpoint: the state of `objects` (`state_of`) with the step, the envs and `obs`,
-    the running episodes and every generator (`write` adds metrics.csv's length and the clock)."""
+def content(
+    algo: str,
+    global_step: int,
+    resumes: list[int],
+    envs: gym.vector.VectorEnv,
+    obs: np.ndarray,
+    episodes: dict,
+    objects: dict,
+) -> dict:
+    """A run's checkpoint: the state of `objects` (`state_of`) with the step, the steps it was
+    resumed at, the envs and `obs`, the running `episodes` (return, length, recent) and every
+    generator (Run adds metrics.csv's length and the clock when it writes one)."""
     state = {name: state_of(obj) for name, obj in objects.items()}
-    env, note = env_state(run.envs)
+    env, note = env_state(envs)
     return {
-        "format": CHECKPOINT_FORMAT,
-        "algo": run.algo,
+        "format": FORMAT,
+        "algo": algo,
         "global_step": global_step,
-        "resumes": run.resumes,
+        "resumes": resumes,
         "rng": rng_state(),
         "envs": env,
         "envs_note": note,
         "obs": pack(obs),
-        "episodes": pack(
-            {"return": run.ep_return, "length": run.ep_length, "recent": run.recent_returns}
-        ),
+        "episodes": pack(episodes),
         "state": pack(state),
     }
-
-
-def keep(run, global_step: int, obs: np.ndarray, objects: dict) -> None:
-    """Run.save_checkpoint: the checkpoint written now, or at the end of a run no signal
-    stopped, held for Run.final_evaluation to write after the evaluation (which a run
-    extended from it keeps)."""
-    checkpoint = content(run, global_step, obs, objects)
-    if run.stop_reason is None and global_step >= run.args.total_timesteps:
-        run._final_checkpoint = checkpoint  # nothing it holds changes during the evaluation
-    else:
-        run._write_checkpoint(checkpoint)
-
-
-def write(run, checkpoint: dict) -> None:
-    """Run._write_checkpoint: `checkpoint` saved in the run folder, after metrics.csv (and
-    TensorBoard's events) up to it are flushed and synced, so they survive a kill; its time and
-    size go to the summary."""
-    t0 = time.perf_counter()
-    run._flush()
-    os.fsync(run.file.fileno())
-    checkpoint = {**checkpoint, "metrics_bytes": run.file.tell(), "wall_seconds": run.elapsed()}
-    save(run.path / "checkpoint.pt", checkpoint)
-    run.checkpoint_seconds = round(time.perf_counter() - t0, 3)
-    run.checkpoint_bytes = (run.path / "checkpoint.pt").stat().st_size

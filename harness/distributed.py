@@ -30,6 +30,7 @@ import json
 import os
 import sys
 from datetime import timedelta
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -224,7 +225,7 @@ def gather(tensor: torch.Tensor) -> torch.Tensor:
     return out.to(tensor.device)
 
 
-def _collective(what: str, fn, *args) -> None:
+def _collective(what: str, fn: Callable[..., Any], *args: Any) -> None:
     global _broken
     try:
         fn(*args)

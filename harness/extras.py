@@ -11,8 +11,9 @@ login check (`--track`). A copied script runs without this file until one of tho
 - `open_tensorboard(folder, resumed_step)`: the run's SummaryWriter.
 - `Sinks`: the run's TensorBoard writer and wandb run, fed what metrics.csv gets (harness.run.Run).
 - `check_packages(args)`: each flag's package is there, or one line naming its requirements file.
-- `compile_checks(args, device)`, `compiled(run, fn, cuda)`: what `--compile` and `--cudagraphs`
-  need (checked with the run flags), and `fn` under torch.compile, its first call timed.
+- `compile_checks(args, device)`, `compiled(fn, cuda, cudagraphs, count_compile_time)`: what
+  `--compile` and `--cudagraphs` need (checked with the run flags), and `fn` under torch.compile,
+  its first call timed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ import torch
 from torch import nn
 
 from harness.errors import InputError
+
+if typing.TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 if sys.platform.startswith("linux") and not (
     os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
@@ -72,7 +76,7 @@ class _FirstEpisodeVideo(gym.wrappers.RecordVideo):
     """RecordVideo writing its one recording as <name_prefix>.mp4
     (its own names add "-episode-<k>")."""
 
-    def start_recording(self, video_name: str):
+    def start_recording(self, video_name: str) -> None:
         super().start_recording(self.name_prefix)
 
 
@@ -90,11 +94,15 @@ def record_first_episode(env: gym.Env, video_dir: str, index: int) -> gym.Env:
         )
 
 
-def _recorded_env(make, video_dir: str, index: int) -> gym.Env:
+def _recorded_env(
+    make: typing.Callable[[str | None], gym.Env], video_dir: str, index: int
+) -> gym.Env:
     return record_first_episode(make("rgb_array"), video_dir, index)
 
 
-def recorded_envs(make, video_dir: str, num_envs: int) -> list:
+def recorded_envs(
+    make: typing.Callable[[str | None], gym.Env], video_dir: str, num_envs: int
+) -> list:
     """vector_env's makers with a `video_dir`:
     env i, `make("rgb_array")`, records its first episode."""
     return [functools.partial(_recorded_env, make, video_dir, i) for i in range(num_envs)]
@@ -126,7 +134,7 @@ def tensorboard_writer(folder: Path | None = None, purge_step: int | None = None
     )
 
 
-def write_tensorboard(folder: Path, writer) -> int:
+def write_tensorboard(folder: Path, writer: SummaryWriter) -> int:
     """Every metric of <folder>/metrics.csv as a scalar at its global_step; returns the
     number of scalars. Wall times are the run's start (from the folder name, else 0) plus
     the row's wall_seconds."""
@@ -136,7 +144,8 @@ def write_tensorboard(folder: Path, writer) -> int:
     count = 0
     with open(folder / "metrics.csv", newline="") as f:
         for row in csv.DictReader(f):
-            step, wall = int(row.pop("global_step")), start + float(row.pop("wall_seconds"))
+            step = int(row.pop("global_step"))
+            wall = start + float(row.pop("wall_seconds"))
             for name, value in row.items():
                 if value != "":
                     writer.add_scalar(
@@ -165,7 +174,7 @@ def wandb_mode() -> typing.Literal["offline"] | None:
     return "offline"
 
 
-def open_wandb(args, config: dict, folder: Path):
+def open_wandb(args: typing.Any, config: dict, folder: Path) -> typing.Any:
     """The wandb run of a run folder:
     its name and id from the folder, resumable, offline without a login."""
     import wandb
@@ -183,7 +192,7 @@ def open_wandb(args, config: dict, folder: Path):
     )
 
 
-def open_tensorboard(folder: Path, resumed_step: int | None):
+def open_tensorboard(folder: Path, resumed_step: int | None) -> SummaryWriter:
     """The run's SummaryWriter. On resume events cannot be cut back like metrics.csv:
     purge_step makes TensorBoard drop the events of steps after the checkpoint's (the rows cut
     from metrics.csv); a run that wrote no events before gets the kept rows of metrics.csv
@@ -201,7 +210,9 @@ class Sinks:
     """The run's TensorBoard writer (`--tensorboard`) and wandb run (`--track`),
     fed what metrics.csv gets."""
 
-    def __init__(self, algo: str, args, config: dict, folder: Path, resumed_step: int | None):
+    def __init__(
+        self, algo: str, args: typing.Any, config: dict, folder: Path, resumed_step: int | None
+    ) -> None:
         self.algo = algo
         self.tensorboard = open_tensorboard(folder, resumed_step) if args.tensorboard else None
         self.wandb = open_wandb(args, config, folder) if args.track else None
@@ -228,7 +239,7 @@ class Sinks:
             self.wandb.finish(exit_code=0 if summary["completed"] and not summary["error"] else 1)
 
 
-def check_packages(args) -> None:
+def check_packages(args: typing.Any) -> None:
     """InputError (one line, exit 2) where a flag's package is missing,
     before the run writes anything."""
     import importlib.util
@@ -241,8 +252,8 @@ def check_packages(args) -> None:
         )
 
 
-def compile_checks(args, device: torch.device) -> list[tuple[bool, str]]:
-    """harness.run.check's (ok, message) pairs for --compile and --cudagraphs on `device`."""
+def compile_checks(args: typing.Any, device: torch.device) -> list[tuple[bool, str]]:
+    """harness.cli.check's (ok, message) pairs for --compile and --cudagraphs on `device`."""
     compiler = any(
         shutil.which(cc) for cc in (os.environ.get("CXX", "g++"), "g++", "c++", "clang++")
     )
@@ -259,26 +270,33 @@ def compile_checks(args, device: torch.device) -> list[tuple[bool, str]]:
     ]
 
 
-def compiled(run, fn, cuda: bool):
+def compiled(
+    fn: typing.Callable[..., typing.Any],
+    cuda: bool,
+    cudagraphs: bool,
+    count_compile_time: typing.Callable[[float], None],
+) -> typing.Any:
     """`fn` under torch.compile. A function (the update's loss) is compiled everywhere; a network
-    (acting) on CUDA only, since on a CPU acting runs through a numpy fast path. --cudagraphs:
+    (acting) on CUDA only, since on a CPU acting runs through a numpy fast path. `cudagraphs`:
     mode="reduce-overhead", torch's own CUDA graphs of what it compiled. A first call compiles: its
-    time goes to `run.compile_seconds` (summary.json, progress), not to the training time."""
+    seconds go to `count_compile_time` (summary.json, progress), not to the training time."""
     module = isinstance(fn, nn.Module)
     if module and not cuda:
         return fn
     compiled_fn: typing.Any = torch.compile(
-        fn, mode="reduce-overhead" if run.args.cudagraphs else None, dynamic=False
+        fn, mode="reduce-overhead" if cudagraphs else None, dynamic=False
     )
-    call_compiled, first = compiled_fn.forward if module else compiled_fn, True
+    call_compiled = compiled_fn.forward if module else compiled_fn
+    first = True
 
-    def call(*args, **kwargs):
+    def call(*args: typing.Any, **kwargs: typing.Any) -> typing.Any:
         nonlocal first
         if not first:
             return call_compiled(*args, **kwargs)
         start = time.perf_counter()
-        out, first = call_compiled(*args, **kwargs), False
-        run.compile_seconds += time.perf_counter() - start
+        out = call_compiled(*args, **kwargs)
+        first = False
+        count_compile_time(time.perf_counter() - start)
         return out
 
     if module:

@@ -1,7 +1,8 @@
 """Resuming a run, imported with `--resume RUN` only: the stored arguments and the run folder
 checked, metrics.csv cut back to the checkpoint, and the generators, envs and running episodes put
 back as they were. `load`, `set_rng_state`, `set_env_state`, `unpack` and `load_into` are the
-inverses of harness.checkpoint's `save`, `rng_state`, `env_state`, `pack` and `state_of`.
+inverses of harness.checkpoint's `save`, `rng_state`, `env_state`, `pack` and `state_of`. Functions
+over values: `checked_checkpoint` gives the checkpoint, `restore` what harness.run.Run puts back.
 """
 
 from __future__ import annotations
@@ -10,16 +11,15 @@ import dataclasses
 import json
 import os
 import random
-import time
 from pathlib import Path
+from typing import Any, TextIO
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from harness.checkpoint import layers
+from harness.checkpoint import FORMAT, layers
 from harness.errors import InputError
-from harness.run import CHECKPOINT_FORMAT, RunArgs
 
 # flags that may change when a run is resumed: its length, evaluation, logging and output
 RESUMABLE_CHANGES = {
@@ -41,7 +41,7 @@ RESUMABLE_CHANGES = {
 }
 
 
-def stored_arguments(args_class, folder: Path) -> dict:
+def stored_arguments(args_class: type, folder: Path) -> dict:
     """The fields of `args_class` stored in the run folder's config.json (lists as tuples);
     checked before train() builds envs and memory, to fail at once."""
     stored = stored_config(folder)
@@ -69,82 +69,98 @@ def stored_config(folder: Path) -> dict:
     return stored
 
 
-def check_folder(run, config: dict) -> None:
-    """The run folder's config, checkpoint and metrics.csv checked against this run's (InputError,
-    before anything is written); `run` takes the folder, the checkpoint (`saved`, read by `restore`)
-    and the steps it resumed at."""
-    run.path = Path(run.args.resume)
-    stored = stored_config(run.path)
-    if stored.get("algo") != run.algo:
-        raise InputError(f"--resume {run.path}: that run is {stored.get('algo')!r}, not {run.algo}")
-    defaults = {
-        f.name: f.default for f in dataclasses.fields(RunArgs)
-    }  # for folders written before a flag existed
+def checked_checkpoint(
+    folder: Path, algo: str, config: dict, columns: list[str], defaults: dict
+) -> dict:
+    """The checkpoint of the run folder `folder`, once its config, checkpoint and metrics.csv's
+    `columns` are checked against this run's `config` (InputError, before anything is written);
+    `defaults`: the run flags' defaults, for folders written before a flag existed."""
+    stored = stored_config(folder)
+    if stored.get("algo") != algo:
+        raise InputError(f"--resume {folder}: that run is {stored.get('algo')!r}, not {algo}")
     for key in sorted(set(stored) | set(config)):
         if key not in RESUMABLE_CHANGES and stored.get(key, defaults.get(key)) != config.get(key):
             raise InputError(
-                f"--resume {run.path}: --{key.replace('_', '-')} was {stored.get(key)!r} "
+                f"--resume {folder}: --{key.replace('_', '-')} was {stored.get(key)!r} "
                 f"in that run, {config.get(key)!r} now; "
                 "only the run length, evaluation and logging flags may change"
             )
     try:
-        saved = load(run.path / "checkpoint.pt")
+        saved = load(folder / "checkpoint.pt")
     except ValueError as e:  # missing, truncated or not ours
-        raise InputError(f"--resume {run.path}: {e}") from None
-    if saved.get("format") != CHECKPOINT_FORMAT or saved.get("algo") != run.algo:
+        raise InputError(f"--resume {folder}: {e}") from None
+    if saved.get("format") != FORMAT or saved.get("algo") != algo:
         raise InputError(
-            f"{run.path / 'checkpoint.pt'} is a {saved.get('algo')!r} checkpoint "
-            f"(format {saved.get('format')}), not {run.algo}'s"
+            f"{folder / 'checkpoint.pt'} is a {saved.get('algo')!r} checkpoint "
+            f"(format {saved.get('format')}), not {algo}'s"
         )
-    run.saved = saved
-    run.resumes = [*saved["resumes"], saved["global_step"]]
-    metrics = run.path / "metrics.csv"
+    metrics = folder / "metrics.csv"
     with open(metrics, newline="") as f:
         header = f.readline().strip().split(",")
-    if header != run.fields:
-        raise InputError(f"{metrics} has columns {header}, expected {run.fields}")
+    if header != columns:
+        raise InputError(f"{metrics} has columns {header}, expected {columns}")
+    return saved
 
 
-def reopen(run):
-    """metrics.csv, open to append, cut back to the checkpoint (check_folder's); the run's clock set
-    on; config.json rewritten with this run's (the new length or logging flags)."""
-    metrics, saved = run.path / "metrics.csv", run.saved
-    run.start = time.perf_counter() - saved["wall_seconds"]
+def reopen_metrics(folder: Path, saved: dict, config: dict) -> TextIO:
+    """metrics.csv, open to append, cut back to the checkpoint `saved`; config.json rewritten with
+    this run's `config` (the new length or logging flags)."""
+    metrics = folder / "metrics.csv"
     # rows after the checkpoint are not part of this history
     os.truncate(metrics, saved["metrics_bytes"])
     file = open(metrics, "a", newline="")
-    (run.path / "config.json").write_text(json.dumps(run.config, indent=2))
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
     return file
 
 
-def restore(run, envs: gym.vector.VectorEnv, checkpoint: dict) -> tuple[np.ndarray, int]:
-    """Run.begin for a resumed run: the checkpoint's observation and step, with the
-    `checkpoint` objects (`load_into`), generators, envs and running episodes put back (or the
-    envs reset: `run.envs_reset`)."""
-    saved, run.saved = run.saved, None
+@dataclasses.dataclass
+class Restored:
+    """What a resumed run continues from: the observation and step, the running episodes (return
+    and length [B], None where the envs were reset), the last returns, a note on the envs."""
+
+    obs: np.ndarray
+    global_step: int
+    ep_return: np.ndarray | None
+    ep_length: np.ndarray | None
+    recent_returns: list[float]
+    env_note: str
+
+    @property
+    def envs_reset(self) -> bool:
+        return self.ep_return is None
+
+
+def restore(saved: dict, envs: gym.vector.VectorEnv, objects: dict, seed: int) -> Restored:
+    """The checkpoint `saved` put back: the generators, the `objects` (`load_into`) and the envs'
+    state (or the envs reset with `seed` plus the step, where it was not captured)."""
     set_rng_state(saved["rng"])
-    state, obs = unpack(saved["state"]), unpack(saved["obs"])
-    for name, target in checkpoint.items():
+    state = unpack(saved["state"])
+    obs = unpack(saved["obs"])
+    for name, target in objects.items():
         load_into(target, state[name], name)
-    run.envs_reset = saved["envs"] is None
+    episodes = unpack(saved["episodes"])
     if saved["envs"] is not None:
         set_env_state(envs, saved["envs"])  # type: ignore[arg-type]  # captured: a SyncVectorEnv
-        episodes = unpack(saved["episodes"])
-        run.ep_return, run.ep_length = episodes["return"], episodes["length"]
-        run.recent_returns = episodes["recent"]
-        run.env_note = "restored"
-    else:
-        obs = envs.reset(seed=run.args.seed + saved["global_step"])[0].reshape(obs.shape)
-        run.recent_returns = unpack(saved["episodes"])["recent"]  # finished episodes still count
-        run.env_note = f"episodes restarted on resume: {saved['envs_note']}"
-    print(
-        f"{run.algo}: resumed {run.path} at step {saved['global_step']:,} (envs: {run.env_note})",
-        flush=True,
+        return Restored(
+            obs,
+            saved["global_step"],
+            episodes["return"],
+            episodes["length"],
+            episodes["recent"],
+            "restored",
+        )
+    obs = envs.reset(seed=seed + saved["global_step"])[0].reshape(obs.shape)
+    return Restored(
+        obs,
+        saved["global_step"],
+        None,
+        None,
+        episodes["recent"],  # finished episodes still count
+        f"episodes restarted on resume: {saved['envs_note']}",
     )
-    return obs, saved["global_step"]
 
 
-def load_into(target, value, name: str) -> None:
+def load_into(target: Any, value: Any, name: str) -> None:
     """Put a checkpoint's `value` back into the object it was taken from
     (harness.checkpoint.state_of): load_state_dict, a numpy generator's state, an array's or a
     tensor's values in place. Nothing where either is None (a memory left out of the checkpoint, or
@@ -198,7 +214,7 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _decode(value, current=None):
+def _decode(value: Any, current: Any = None) -> Any:
     if not isinstance(value, dict):
         return value
     if "__generator__" in value:
@@ -244,7 +260,7 @@ def set_env_state(envs: gym.vector.SyncVectorEnv, state: dict) -> None:
         space.np_random.bit_generator.state = saved
 
 
-def unpack(obj):
+def unpack(obj: Any) -> Any:
     if (
         isinstance(obj, dict)
         and len(obj) == 1

@@ -1,238 +1,88 @@
-"""Run plumbing shared by every script, knowing no algorithm: run flags (`RunArgs`, `check`,
-`parse_args`), envs (`vector_env`), the run folder, seeds, workers, progress line, signals,
-checkpoints (`Run`), `evaluate`, `main`. Exit status: 0 done; 1 a NaN loss, a lost worker, a failed
-final evaluation (summary and model kept) or a bug (its traceback; metrics.csv and summary.json keep
-the error); 2 bad input (`InputError`), one line; 75 stopped by SIGTERM or SIGUSR1 (SLURM's before a
-time limit) at the next step boundary, after a checkpoint; 130 Ctrl-C (with `--checkpoint-every`: at
-the step boundary, after a checkpoint)."""
+"""The run of a script, knowing no algorithm: `Run`, made first in train(), owns threads, seeds,
+the device, torchrun's workers, the run folder, metrics.csv, evaluation (`evaluate`), the progress
+line, stop signals, checkpoints (harness/checkpoint.py, harness/resume.py) and summary.json;
+`vector_env` builds the training and evaluation envs. The command line (flags, checks, exit
+status) is harness/cli.py."""
 
 from __future__ import annotations
 
-import ast
 import collections
 import contextlib
 import csv
 import dataclasses
 import functools
-import inspect
-import io
 import json
 import math
-import operator
 import os
 import platform
 import random
-import re
 import signal
 import sys
-import textwrap
 import threading
 import time
 import types
 from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Optional
+from typing import AbstractSet, Any, Callable, Iterator
 
 import gymnasium as gym
 import numpy as np
 import torch
-import tyro
 from torch import nn
 
+from harness.cli import RunArgs, device, launched
 from harness.errors import InputError, WorkerError
+
+Policy = Callable[[np.ndarray], np.ndarray]  # observations [B, ...] -> actions [B] or [B, A]
+# eval_envs(n, video_dir): n evaluation envs, recording into video_dir if given
+EvalEnvs = Callable[[int, str | None], gym.vector.VectorEnv]
 
 # MuJoCo's videos without a screen (read when mujoco is imported)
 if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
     os.environ.setdefault("MUJOCO_GL", "egl")
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PREEMPTED, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
-CHECKPOINT_FORMAT = 1
-# the environment variables that choose MKL's, ATen's and OpenBLAS's CPU kernels (`machine`)
-KERNEL_VARIABLES = (
-    "MKL_CBWR",
-    "MKL_ENABLE_INSTRUCTIONS",
-    "ATEN_CPU_CAPABILITY",
-    "OPENBLAS_CORETYPE",
-)
-MUJOCO_WARNINGS: dict[str, bool] = {}  # MuJoCo's warnings (it prints its own): message -> shown yet
-# the files a copied script imports only for some flags or envs (README, "Copying a script")
-OPTIONAL = {
-    "harness.checkpoint": "--checkpoint-every and --resume",
-    "harness.resume": "--resume",
-    "harness.distributed": "torchrun",
-    "common.atari": "Atari ids",
-    "harness.extras": "--tensorboard, --track, --capture-video, --compile and --cudagraphs",
-    "common.minatar": "MinAtar ids",
-    "common.normalize": "--normalize-obs and --normalize-reward",
-}
-# the conditions on fields several scripts share, checked where a script's Args has the fields
-SHARED_CHECKS: list[tuple[tuple[str, ...], Callable[..., bool], str]] = [
-    (("batch_size", "buffer_size"), operator.le, "--batch-size {} is larger than --buffer-size {}"),
-    (
-        ("exploration_fraction",),
-        lambda x: 0.0 < x <= 1.0,
-        "--exploration-fraction must be in (0, 1], got {}",
-    ),
-    (("ou_theta",), lambda x: 0.0 < x <= 1.0, "--ou-theta must be in (0, 1], got {}"),
-    (("target_rate",), lambda x: 0.0 < x <= 1.0, "--target-rate must be in (0, 1], got {}"),
-    (
-        ("learning_starts", "total_timesteps"),
-        operator.lt,
-        "--learning-starts {} leaves no step to learn in --total-timesteps {}",
-    ),
-    (
-        ("hidden_sizes",),
-        lambda sizes: all(h > 0 for h in sizes),
-        "--hidden-sizes must be positive, got {}",
-    ),
-]
-# harness.distributed's calls for one process (rank 0 of 1):
-# torch.distributed is imported only under torchrun
-_ONE_PROCESS = types.SimpleNamespace(
-    WorkerError=WorkerError,
-    init=lambda device=None, timeout=None: 1,
-    rank=lambda: 0,
-    is_main=lambda: True,
-    world_size=lambda: 1,
-    check_same=lambda config, what="arguments": None,
-    gather=lambda tensor: tensor,
-    shutdown=lambda wait=None: None,
-)
 
+class OneProcess:
+    """harness.distributed's calls for a plain run, one process (rank 0 of 1): torch.distributed
+    is imported only under torchrun."""
 
-def optional(name: str) -> types.ModuleType:
-    """harness.<name> (extras, resume or checkpoint), imported only where a flag asks for it: a
-    copy may lack the file. Static imports, so that benchmarks/provenance.py counts the file among
-    those that decide a run."""
-    if name == "extras":
-        import harness.extras  # noqa: F401
-    elif name == "resume":
-        import harness.resume  # noqa: F401
-    else:
-        import harness.checkpoint  # noqa: F401
-    return sys.modules[f"harness.{name}"]
+    def init(self, device: torch.device | str = "cpu", timeout: float | None = None) -> int:
+        return 1  # the number of workers
 
+    def rank(self) -> int:
+        return 0
 
-@dataclasses.dataclass
-class RunArgs:
-    """The run flags every script's `Args` extends
-    (giving a field another default where it needs one)."""
+    def is_main(self) -> bool:
+        return True
 
-    env_id: Annotated[str, tyro.conf.arg(aliases=("--env",))] = "CartPole-v1"
-    """gymnasium environment id"""
-    seed: int = 1
-    """seed of python, numpy, torch, the envs and the script's generators"""
-    total_timesteps: int = 500_000
-    """env steps to train for, summed over all envs (and all workers under torchrun)"""
-    num_envs: int = 1
-    """parallel envs stepped together (per worker under
-    torchrun, for the scripts that take torchrun)"""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    """where the networks live (auto: cuda for Atari ids
-    when CUDA is available, the one setting where a GPU was measured faster than a CPU core; else
-    cpu)"""
-    compile: bool = False
-    """torch.compile the update (loss, its backward) and,
-    on a GPU, acting; compile time is reported apart"""
-    cudagraphs: bool = False
-    """--compile with the compiled graphs replayed as CUDA
-    graphs (torch's mode="reduce-overhead"; needs a CUDA device)"""
-    torch_threads: int = 1
-    """CPU threads for torch (small networks are fastest
-    on 1; a seed's result depends on the thread count)"""
-    track: bool = False
-    """log to Weights & Biases (works offline with WANDB_MODE=offline)"""
-    tensorboard: bool = False
-    """also write TensorBoard scalars into <run folder>/tensorboard (needs the tensorboard extra)"""
-    wandb_project: str = "rl-reference"
-    """wandb project name"""
-    wandb_entity: Optional[str] = None
-    """wandb team or user"""
-    capture_video: bool = False
-    """record videos of evaluation episodes into <run folder>/videos"""
-    save_model: bool = False
-    """save the trained networks' state dicts to <run folder>/model.pt"""
-    eval_every: int = 0
-    """env steps between greedy evaluations (0: only at the end)"""
-    eval_episodes: int = 10
-    """episodes per evaluation"""
-    run_dir: str = "runs"
-    """parent folder of the run folder"""
-    progress: bool = True
-    """print a progress line while training"""
-    checkpoint_every: int = 0
-    """env steps between checkpoints in the run folder
-    (0: none; SIGTERM/SIGUSR1 write one anyway)"""
-    resume: Optional[str] = None
-    """run folder to continue from its last checkpoint,
-    with its stored arguments (only the run length, evaluation and logging flags may change)"""
+    def world_size(self) -> int:
+        return 1
 
+    def check_same(self, config: dict, what: str = "arguments") -> None:
+        pass  # one process agrees with itself
 
-def check(
-    args, conditions=(), positive="", fractions="", nonnegative="", single_process=None
-) -> None:
-    """InputError naming the first bad value: run flags, the fields named in `positive` (> 0, or
-    None where allowed), `fractions` (in [0, 1]), `nonnegative` (>= 0), SHARED_CHECKS,
-    `conditions` ((ok, message) pairs); `single_process`: the script's name if it trains in one
-    process only (torchrun refused)."""
-    compiling = args.compile or args.cudagraphs  # harness/extras.py: imported with these flags only
-    compile_checks = optional("extras").compile_checks(args, _device(args)) if compiling else []
-    value = lambda name: getattr(args, name)  # noqa: E731
-    must = lambda name, what: f"--{name.replace('_', '-')} must be {what}, got {value(name)}"  # noqa: E731
-    device_ok = args.device != "cuda" or torch.cuda.is_available()
-    shared = [rule for rule in SHARED_CHECKS if all(hasattr(args, name) for name in rule[0])]
-    alone = (
-        f"{single_process} runs in one process; "
-        f"torchrun started {os.environ.get('WORLD_SIZE')} workers"
-    )
-    alone += " that would train independent copies (several workers: a2c, n_step_q, sarsa). Run "
-    alone += f"`python algos/{single_process}.py` instead"
-    checks = [
-        (
-            args.total_timesteps > 0,
-            f"--total-timesteps must be positive, got {args.total_timesteps}",
-        ),
-        (args.num_envs > 0, f"--num-envs must be positive, got {args.num_envs}"),
-        (args.eval_every >= 0, f"--eval-every must be >= 0, got {args.eval_every}"),
-        (args.eval_episodes > 0, f"--eval-episodes must be positive, got {args.eval_episodes}"),
-        (
-            args.checkpoint_every >= 0,
-            f"--checkpoint-every must be >= 0, got {args.checkpoint_every}",
-        ),
-        (args.torch_threads > 0, f"--torch-threads must be positive, got {args.torch_threads}"),
-        (device_ok, "--device cuda was asked for but CUDA is not available"),
-        *compile_checks,
-        *((value(n) is None or value(n) > 0, must(n, "positive")) for n in positive.split()),
-        *((0.0 <= value(n) <= 1.0, must(n, "in [0, 1]")) for n in fractions.split()),
-        *((value(n) >= 0, must(n, ">= 0")) for n in nonnegative.split()),
-        *(
-            (ok(*map(value, names)), message.format(*map(value, names)))
-            for names, ok, message in shared
-        ),
-        *conditions,
-        (single_process is None or not launched(), alone),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise InputError(message)
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor  # every worker's rows: this one's
+
+    def shutdown(self, wait: bool | None = None) -> None:
+        pass
 
 
 def check_spaces(
     envs: gym.vector.VectorEnv,
     algo: str,
     env_id: str,
-    discrete=True,
-    continuous=False,
-    bounded=False,
+    discrete: bool = True,
+    continuous: bool = False,
+    bounded: bool = False,
 ) -> None:
     """InputError (envs closed) unless `envs` fit `algo`: the action kinds asked
     (finite bounds if `bounded`), Box observations, images with Discrete actions only."""
-    space, obs = envs.single_action_space, envs.single_observation_space
-    box, names = (
-        isinstance(space, gym.spaces.Box),
-        ["Discrete"] * discrete + ["1-D Box"] * continuous,
-    )
+    space = envs.single_action_space
+    obs = envs.single_observation_space
+    box = isinstance(space, gym.spaces.Box)
+    names = ["Discrete"] * discrete + ["1-D Box"] * continuous
     kinds = "continuous (Box)" if names == ["1-D Box"] else " or a ".join(names)
     one_dim = box and len(space.shape or ()) == 1
     fits = (discrete and isinstance(space, gym.spaces.Discrete)) or (continuous and one_dim)
@@ -253,14 +103,14 @@ def check_spaces(
 
 
 def vector_env(
-    make: Callable,
-    num_envs,
-    algo,
-    env_id,
-    video_dir=None,
-    discrete=True,
-    continuous=False,
-    bounded=False,
+    make: Callable[[str | None], gym.Env],
+    num_envs: int,
+    algo: str,
+    env_id: str,
+    video_dir: str | None = None,
+    discrete: bool = True,
+    continuous: bool = False,
+    bounded: bool = False,
 ) -> gym.vector.VectorEnv:
     """`num_envs` envs `make(render_mode)` stepped together, SAME_STEP autoreset (the true final
     observation in infos["final_obs"]), first episodes recorded in `video_dir` if given
@@ -268,48 +118,13 @@ def vector_env(
     (`check_spaces`): InputError."""
     makers = [functools.partial(make, None)] * num_envs
     if video_dir is not None:
-        makers = optional("extras").recorded_envs(make, video_dir, num_envs)
+        import harness.extras as extras  # a copy without it: imported with --capture-video only
+
+        makers = extras.recorded_envs(make, video_dir, num_envs)
     with bad_input(env_id):
         envs = gym.vector.SyncVectorEnv(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     check_spaces(envs, algo, env_id, discrete, continuous, bounded)
     return envs
-
-
-def _device(args: RunArgs) -> torch.device:
-    """--device; auto is cuda only where a GPU was measured faster than a CPU core
-    (Atari: docs/speed.md)."""
-    atari = args.env_id.startswith("ALE/") or "NoFrameskip" in args.env_id
-    gpu = args.device == "cuda" or (args.device == "auto" and atari and torch.cuda.is_available())
-    return torch.device("cuda" if gpu else "cpu")
-
-
-def machine() -> dict:
-    """What a run's floats depend on:
-    MKL, oneDNN, ATen pick kernels by CPU and KERNEL_VARIABLES (`kind`)."""
-    cpu: dict[str, str] = {}
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            cpu.setdefault(key.strip(), value.strip())
-    blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
-    info: dict[str, Any] = {
-        "cpu": cpu.get("model name") or platform.processor() or platform.machine()
-    }
-    info["vendor"] = cpu.get("vendor_id") or platform.machine()
-    info |= {
-        "capability": torch.backends.cpu.get_cpu_capability(),
-        "blas": blas.group(1) if blas else None,
-    }
-    info |= {"torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count()}
-    info["kernel_variables"] = {k: os.environ[k] for k in KERNEL_VARIABLES if k in os.environ}
-    variables = " ".join(f"{k}={v}" for k, v in info["kernel_variables"].items())
-    parts = (info["vendor"], info["cpu"], info["capability"], info["blas"], variables)
-    info["kind"] = " ".join(filter(None, parts))
-    return info
-
-
-def launched() -> bool:  # one of several torchrun workers
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 class Stopped(Exception):
@@ -329,84 +144,10 @@ def _first_line(e: BaseException) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else ""
 
 
-def _cli(args_class, description: str, default=None):
-    """tyro.cli; its boxed errors (an unparsable value, an unknown flag)
-    become one `error:` line, exit 2."""
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(captured):
-            return tyro.cli(args_class, description=description, default=default)
-    except BrokenPipeError:
-        # `--help | head` closed the pipe: stop quietly, as other command-line tools do;
-        # stdout to devnull, as the flush at exit would fail again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(EXIT_OK)
-    except SystemExit as e:
-        if e.code in (0, None):
-            raise
-        # the box's first section is the message (wrapped to the terminal),
-        # a later one the flag's usage
-        box = [
-            re.sub(r"^[\s│╭╰]+|[\s│╮╯]+$", "", line)
-            for line in captured.getvalue().splitlines()[1:-1]
-        ]
-        sections = " ".join(line if line.strip("─") else "\n" for line in box).split("\n")
-        message = " ".join(sections[0].split()).removeprefix("Error parsing ") or "bad command line"
-        hint = next((line for line in box if line.startswith("--")), None)
-        short = re.match(r"Unrecognized options: --([a-z]{2,4})\b(?!-)", message)
-        if short:  # --lr: the flags it abbreviates (--learning-rate) before tyro's closest spelling
-            names = [f.name for f in dataclasses.fields(args_class)]
-            initials = {
-                "--" + n.replace("_", "-"): "".join(w[0] for w in n.split("_")) for n in names
-            }
-            hint = ", ".join(f for f, i in initials.items() if i.endswith(short.group(1))) or hint
-        if hint:
-            message += (
-                f" (did you mean {hint}?)" if "Unrecognized" in message else f" (expected: {hint})"
-            )
-        print(f"{Path(sys.argv[0]).stem}: error: {message}", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
-
-
-def missing_file(e: Exception) -> Exception:
-    """`e`, or InputError naming the OPTIONAL file a copy lacks (another missing module: raised)."""
-    if not isinstance(e, ModuleNotFoundError):
-        return e
-    if e.name not in OPTIONAL:
-        raise e
-    return InputError(
-        f"this copy lacks {e.name.replace('.', '/')}.py, which {OPTIONAL[e.name]} need; copy it "
-        "beside the script's other files (README, 'Copying a script')"
-    )
-
-
-def parse_args(args_class, doc: str):
-    """tyro's parser with the script's one-line description;
-    `--resume RUN`: RUN's arguments as defaults."""
-    description = doc.strip().splitlines()[0]
-    args = _cli(args_class, description)
-    if not getattr(args, "resume", None):
-        return args
-    try:
-        defaults = optional("resume").stored_arguments(args_class, Path(args.resume))
-    except (ModuleNotFoundError, InputError) as e:
-        print(f"{Path(sys.argv[0]).stem}: error: {missing_file(e)}", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
-    return _cli(args_class, description, default=args_class(**{**defaults, "resume": args.resume}))
-
-
 @contextlib.contextmanager
-def bad_input(env_id: str = ""):
+def bad_input(env_id: str = "") -> Iterator[None]:
     """A ValueError or gymnasium error inside becomes InputError: around what fails only on bad
-    input. Before a MuJoCo env is made, its warnings are caught, for the Run to show each once
-    after its run-folder line."""
-    with contextlib.suppress(gym.error.Error, ValueError):
-        if (
-            str(gym.spec(env_id).entry_point).startswith("gymnasium.envs.mujoco")
-            and not MUJOCO_WARNINGS
-        ):
-            catch = lambda message: MUJOCO_WARNINGS.setdefault(message.strip(), False)  # noqa: E731
-            import_module("mujoco").set_mju_user_warning(catch)
+    input."""
     try:
         yield
     except InputError:
@@ -424,13 +165,14 @@ def bad_input(env_id: str = ""):
 
 
 def evaluate(
-    act: Callable, make_envs: Callable, episodes: int, seed: int, video_dir=None
+    act: Policy, make_envs: EvalEnvs, episodes: int, seed: int, video_dir: str | None = None
 ) -> np.ndarray:
     """[episodes] returns of the policy `act`:
     the first episode of each env of `make_envs(n, video_dir)`."""
     with contextlib.closing(make_envs(episodes, video_dir)) as envs:
         obs, _ = envs.reset(seed=seed)
-        returns, finished = np.zeros(episodes), np.zeros(episodes, dtype=bool)
+        returns = np.zeros(episodes)
+        finished = np.zeros(episodes, dtype=bool)
         while not finished.all():
             obs, rewards, terminated, truncated, _ = envs.step(act(obs))
             returns += np.where(finished, 0.0, rewards)  # envs past their first episode are ignored
@@ -445,17 +187,26 @@ class Run:
     many; rank 0 alone writes, as with `write=False`). It writes from begin() on: a failure before
     leaves nothing behind."""
 
-    def __init__(self, algo: str, args, fields: str, workers: bool = False, write: bool = True):
+    def __init__(
+        self,
+        algo: str,
+        args: RunArgs,
+        fields: tuple[str, ...],
+        workers: bool = False,
+        write: bool = True,
+    ) -> None:
         absent = ", ".join(f.name for f in dataclasses.fields(RunArgs) if not hasattr(args, f.name))
         if absent:
             reads = f"Run reads {absent} from the script's Args"
-            raise TypeError(f"{reads}, which lacks them (harness.run.RunArgs)")
+            raise TypeError(f"{reads}, which lacks them (harness.cli.RunArgs)")
+        if isinstance(fields, str):
+            raise TypeError(f"Run's fields are a tuple of metric names, not the string {fields!r}")
         torch.set_num_threads(args.torch_threads)
-        self.device = _device(args)
+        self.device = device(args)
         # harness.distributed under torchrun (imported only there),
         # else a stand-in with the same calls
         self.workers = (
-            import_module("harness.distributed") if workers and launched() else _ONE_PROCESS
+            import_module("harness.distributed") if workers and launched() else OneProcess()
         )
         self.world: int = self.workers.init(self.device)  # 1 in a plain process
         self.workers.check_same(dataclasses.asdict(args))  # mismatched command lines fail here
@@ -465,45 +216,38 @@ class Run:
         random.seed(self.seed)  # a worker's network is overwritten by rank 0's
         np.random.seed(self.seed)
         torch.manual_seed(self.seed)
-        self.algo, self.args, self.write = algo, args, write and self.workers.is_main()
-        self.fields, self.columns = (
-            ["global_step", "wall_seconds", *fields.split()],
-            set(fields.split()),
-        )
-        # the caller's run.log metrics are columns
-        with contextlib.suppress(OSError, TypeError, SyntaxError):
-            tree = ast.parse(textwrap.dedent(inspect.getsource(sys._getframe(1).f_code)))
-            logs = [
-                n
-                for n in ast.walk(tree)
-                if isinstance(n, ast.Call) and ast.unparse(n.func) == "run.log"
-            ]
-            self._check_metrics({k.arg for call in logs for k in call.keywords if k.arg})
+        self.algo = algo
+        self.args = args
+        self.write = write and self.workers.is_main()
+        # metrics.csv's columns; a row naming another metric is refused (_check_metrics)
+        self.fields = ["global_step", "wall_seconds", *fields]
+        self.columns = set(fields)
         self.path: Path = None  # type: ignore[assignment]  # set by begin() where the run writes files
         # the training envs' running episodes: return and length so far [B]; the last 10 returns
-        self.ep_return, self.ep_length = (
-            np.zeros(args.num_envs),
-            np.zeros(args.num_envs, dtype=np.int64),
-        )
+        self.ep_return = np.zeros(args.num_envs)
+        self.ep_length = np.zeros(args.num_envs, dtype=np.int64)
         self.recent_returns: list[float] = []
         self.start = time.perf_counter()
-        self.next_check, self.stop_reason, self.checkpoint_every = 0, None, args.checkpoint_every
-        self.resumes: list[int] = []  # the steps it was resumed at (harness.resume)
-        # harness.resume's note on the envs;
-        # the last checkpoint's time and size (harness.checkpoint.write)
-        self.env_note = self.checkpoint_seconds = self.checkpoint_bytes = None
+        self.next_check = 0
+        self.checkpoint_every = args.checkpoint_every
+        self.stop_reason: str | None = None  # set by a stop signal's handler
+        self.resumes: list[int] = []  # the steps it was resumed at
+        # the note on the envs of a resumed run; the last checkpoint's time and size
+        self.env_note: str | None = None
+        self.checkpoint_seconds: float | None = None
+        self.checkpoint_bytes: int | None = None
         self._final_checkpoint: dict | None = None
         self.extras: Any = None  # harness.extras.Sinks with --tensorboard or --track
-        # the checkpoint a resumed run continues from (harness.resume.check_folder)
-        self.saved: Any = None
+        # the checkpoint a resumed run continues from (read here, put back by begin())
+        self.saved: dict | None = None
+        # whether begin() reset the envs (a new run, or envs not captured by the checkpoint)
+        self.envs_reset = True
         self._handlers: dict = {}
         # the outcome, set by stoppable() and final_evaluation(), read by finish()
-        self.step, self.completed, self.eval_returns, self.train_seconds = (
-            0,
-            False,
-            np.array([]),
-            0.0,
-        )
+        self.step = 0
+        self.completed = False
+        self.eval_returns = np.array([])
+        self.train_seconds = 0.0
         self.error: str | None = None
         # first calls of what compile() compiled, kept out of train_seconds
         self.compile_seconds = 0.0
@@ -517,31 +261,47 @@ class Run:
                     "under torchrun leave them out"
                 )
                 raise InputError(why)
-            optional("checkpoint")  # a copy without it stops here, before writing anything
+            import harness.checkpoint as checkpoint  # noqa: F401  # a copy without it stops here
         # a missing package: bad input, found now
         if args.tensorboard or args.track or args.capture_video:
-            optional("extras").check_packages(args)
+            import harness.extras as extras
+
+            extras.check_packages(args)
         self.config = {"algo": algo, **json.loads(json.dumps(dataclasses.asdict(args)))}
         # the folder and checkpoint checked now, before anything is written
         if args.resume and self.write:
-            optional("resume").check_folder(self, self.config)
+            import harness.resume as resume
+
+            self.path = Path(args.resume)
+            defaults = {f.name: f.default for f in dataclasses.fields(RunArgs)}
+            self.saved = resume.checked_checkpoint(
+                self.path, algo, self.config, self.fields, defaults
+            )
+            self.resumes = [*self.saved["resumes"], self.saved["global_step"]]
 
     def _open(self) -> None:
         """The run folder (or the one --resume reopens), its files and first line, for begin()."""
-        args, algo, config = self.args, self.algo, self.config
+        args = self.args
+        algo = self.algo
+        config = self.config
         self.start = time.perf_counter()
         # metrics.csv cut back; config.json rewritten, with the new length or logging flags
-        if args.resume:
-            self.file = optional("resume").reopen(self)
+        if self.saved is not None:
+            import harness.resume as resume
+
+            self.start = time.perf_counter() - self.saved["wall_seconds"]
+            self.file = resume.reopen_metrics(self.path, self.saved, config)
         else:
             # <run_dir>/<env>__<algo>__<seed>__<time>;
             # ALE/Breakout-v5 as ALE-Breakout-v5 (one folder)
-            stamp, env = time.strftime("%Y%m%d-%H%M%S"), args.env_id.replace("/", "-")
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            env = args.env_id.replace("/", "-")
             base = path = Path(args.run_dir) / f"{env}__{algo}__{args.seed}__{stamp}"
             k = 1
             try:
                 while path.exists():  # two runs started in the same second
-                    path, k = Path(f"{base}-{k}"), k + 1
+                    path = Path(f"{base}-{k}")
+                    k = k + 1
                 path.mkdir(parents=True)
                 (path / "config.json").write_text(json.dumps(config, indent=2))
             except OSError as e:
@@ -549,15 +309,21 @@ class Run:
                     f"cannot write the run folder {path} ({e.strerror or e}); "
                     "choose another --run-dir"
                 ) from None
-            self.path, self.file = path, open(path / "metrics.csv", "w", newline="")
+            self.path = path
+            self.file = open(path / "metrics.csv", "w", newline="")
             csv.DictWriter(self.file, self.fields).writeheader()
         self.csv = csv.DictWriter(self.file, self.fields)
         if args.tensorboard or args.track:
-            resumed_step = self.saved["global_step"] if args.resume else None
-            self.extras = optional("extras").Sinks(algo, args, config, self.path, resumed_step)
-        self.total, self.show, self.tty = args.total_timesteps, args.progress, sys.stdout.isatty()
+            import harness.extras as extras
+
+            resumed_step = self.saved["global_step"] if self.saved is not None else None
+            self.extras = extras.Sinks(algo, args, config, self.path, resumed_step)
+        self.total = args.total_timesteps
+        self.show = args.progress
+        self.tty = sys.stdout.isatty()
         self.last_print = self.last_flush = time.perf_counter()
-        self.next_mark, self.printed_step = 0.1, -1
+        self.next_mark = 0.1
+        self.printed_step = -1
         # from here on Ctrl-C and stop signals end the loop at a step boundary
         self._catch_signals()
         workers = f" x {self.world} workers" if self.world > 1 else ""
@@ -565,25 +331,29 @@ class Run:
         print(
             f"{algo}: {args.env_id}, seed {args.seed}, {steps}; run folder {self.path}", flush=True
         )
-        self.show_warnings()
-
-    def show_warnings(self) -> None:
-        """MuJoCo's warnings caught by bad_input() and not shown yet, each in one line."""
-        for message in [m for m, shown in MUJOCO_WARNINGS.items() if not shown]:
-            MUJOCO_WARNINGS[message] = True
-            print(f"{self.algo}: MuJoCo warning: {message}", file=sys.stderr)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
-    def compile(self, fn):
+    def compile(self, fn: Callable[..., Any]) -> Any:
         """`fn` under torch.compile with --compile or --cudagraphs
         (harness.extras.compiled), else `fn`."""
         if not (self.args.compile or self.args.cudagraphs):
             return fn
-        return optional("extras").compiled(self, fn, cuda=_device(self.args).type == "cuda")
+        import harness.extras as extras
 
-    def _check_metrics(self, names) -> None:
+        return extras.compiled(
+            fn,
+            cuda=self.device.type == "cuda",
+            cudagraphs=self.args.cudagraphs,
+            count_compile_time=self._count_compile_time,
+        )
+
+    def _count_compile_time(self, seconds: float) -> None:
+        """A compiled function's first call (compile()), kept out of the training time."""
+        self.compile_seconds += seconds
+
+    def _check_metrics(self, names: AbstractSet[str]) -> None:
         unknown = names - self.columns
         if unknown:  # a metric added to the script without its column
             raise ValueError(
@@ -611,16 +381,18 @@ class Run:
             self.extras.log(metrics, global_step)
 
     def episodes(self, global_step: int, rewards: np.ndarray, done: np.ndarray) -> None:
-        """Add one vector step's rewards [B] to the running episodes;
-        log and restart those that ended [B]."""
+        """Add one vector step's rewards [B] to the running episodes; log and restart those that
+        ended [B]. The run's step (where a stop or a bug ends it) is `global_step` from here on."""
         self.step = global_step
         self.ep_return += rewards
         self.ep_length += 1
         for i in np.flatnonzero(done):
-            episodic_return, episodic_length = float(self.ep_return[i]), int(self.ep_length[i])
+            episodic_return = float(self.ep_return[i])
+            episodic_length = int(self.ep_length[i])
             self.recent_returns = (self.recent_returns + [episodic_return])[-10:]
             self._row(global_step, episodic_return=episodic_return, episodic_length=episodic_length)
-            self.ep_return[i], self.ep_length[i] = 0.0, 0
+            self.ep_return[i] = 0.0
+            self.ep_length[i] = 0
 
     def _eta(self, global_step: int, now: float) -> float:
         """Seconds left at the last minute's rate in this phase
@@ -630,7 +402,8 @@ class Run:
         self.marks.append((now, global_step))
         while len(self.marks) > 2 and now - self.marks[1][0] > 60.0:
             self.marks.popleft()
-        (t0, s0), elapsed = self.marks[0], now - self.start
+        (t0, s0) = self.marks[0]
+        elapsed = now - self.start
         recent = now - t0 > 1e-3 and global_step > s0
         rate = (global_step - s0) / (now - t0) if recent else global_step / max(elapsed, 1e-9)
         return (self.total - global_step) / max(rate, 1e-9)
@@ -649,7 +422,8 @@ class Run:
         early = now - self.last_print < 0.5 if self.tty else frac < self.next_mark
         if not self.show or (force and self.printed_step == global_step) or (not force and early):
             return
-        self.printed_step, self.last_print = global_step, now
+        self.printed_step = global_step
+        self.last_print = now
         recent_return = float(np.mean(self.recent_returns)) if self.recent_returns else float("nan")
         elapsed = now - self.start
         # random actions: no rate yet
@@ -671,7 +445,7 @@ class Run:
         if self.extras is not None:
             self.extras.flush()
 
-    def evaluate(self, act, global_step: int) -> np.ndarray:
+    def evaluate(self, act: Policy, global_step: int) -> np.ndarray:
         """An evaluation of `act` on begin()'s eval envs (rank 0), logged as eval_return;
         videos by step."""
         if not self.write:
@@ -694,10 +468,10 @@ class Run:
             return  # torchrun workers keep the default: all must stop at the same update
         boundary = "writing a checkpoint at the next step boundary (Ctrl-C again to stop now)"
 
-        def preempt(signum, frame):
+        def preempt(signum: int, frame: types.FrameType | None) -> None:
             self.stop_reason = "preempted"
 
-        def interrupt(signum, frame):
+        def interrupt(signum: int, frame: types.FrameType | None) -> None:
             if self.stop_reason is not None or not self.checkpoint_every:
                 raise KeyboardInterrupt(f"signal {signum}")
             self.stop_reason = "interrupted"
@@ -709,7 +483,8 @@ class Run:
     def evaluation_due(self, prev_step: int, global_step: int) -> bool:
         """Every `--eval-every` env steps crossed, except at the end
         (the final evaluation comes then)."""
-        every, total = self.args.eval_every, self.args.total_timesteps
+        every = self.args.eval_every
+        total = self.args.total_timesteps
         return bool(every) and global_step // every > prev_step // every and global_step < total
 
     def stop_if_nan(self, global_step: int, loss: torch.Tensor, **others: torch.Tensor) -> None:
@@ -728,48 +503,91 @@ class Run:
     def checkpoint_due(self, prev_step: int, global_step: int) -> bool:
         """Every `--checkpoint-every` steps, at the end
         (so the run can be extended), on a stop signal."""
-        self.step, every, end = (
-            global_step,
-            self.checkpoint_every,
-            global_step >= self.args.total_timesteps,
-        )
+        every = self.checkpoint_every
+        end = global_step >= self.args.total_timesteps
         due = bool(every) and (end or global_step // every > prev_step // every)
         return self.stop_reason is not None or due
 
     def save_checkpoint(self, global_step: int, obs: np.ndarray, objects: dict) -> None:
-        """Checkpoint `objects` with the step, envs, `obs`, episodes, generators;
-        then Stopped on a signal."""
+        """Checkpoint `objects` with the step, envs, `obs`, episodes, generators (written now, or,
+        at the end of a run no signal stopped, after the final evaluation, so that a run extended
+        from it keeps that); then Stopped on a signal."""
         # a copy without it writes none, even on a signal
         if self.write and find_spec("harness.checkpoint"):
-            optional("checkpoint").keep(self, global_step, obs, objects)
+            import harness.checkpoint as checkpoint
+
+            episodes = {
+                "return": self.ep_return,
+                "length": self.ep_length,
+                "recent": self.recent_returns,
+            }
+            content = checkpoint.content(
+                self.algo, global_step, self.resumes, self.envs, obs, episodes, objects
+            )
+            if self.stop_reason is None and global_step >= self.args.total_timesteps:
+                self._final_checkpoint = content  # nothing it holds changes during the evaluation
+            else:
+                self._write_checkpoint(content)
         if self.stop_reason is not None:
             raise Stopped(self.stop_reason)
 
     def _write_checkpoint(self, content: dict) -> None:
-        optional("checkpoint").write(self, content)
+        """`content` saved in the run folder, after metrics.csv (and TensorBoard's events) up to it
+        are flushed and synced, so they survive a kill; its time and size go to the summary."""
+        import harness.checkpoint as checkpoint
+
+        t0 = time.perf_counter()
+        self._flush()
+        os.fsync(self.file.fileno())
+        content = {**content, "metrics_bytes": self.file.tell(), "wall_seconds": self.elapsed()}
+        checkpoint.save(self.path / "checkpoint.pt", content)
+        self.checkpoint_seconds = round(time.perf_counter() - t0, 3)
+        self.checkpoint_bytes = (self.path / "checkpoint.pt").stat().st_size
 
     def begin(
-        self, envs: gym.vector.VectorEnv, eval_envs, checkpoint: dict
+        self, envs: gym.vector.VectorEnv, eval_envs: EvalEnvs, checkpoint: dict
     ) -> tuple[np.ndarray, int]:
         """(obs, global_step) of the training `envs` (action spaces seeded): a new run's reset with
         `seed` at 0, or a resumed run's, the `checkpoint` objects, generators, envs, episodes put
         back (`envs_reset`: envs reset, in a new run or where their state was not captured).
         `eval_envs(n, video_dir)` makes evaluation envs. The run folder is written from here on
         (first line printed, signals caught)."""
-        self.envs, self.eval_envs, self.envs_reset = envs, eval_envs, True
+        self.envs = envs
+        self.eval_envs = eval_envs
         if self.write:
             self._open()
         envs.action_space.seed(self.seed)
         envs.single_action_space.seed(self.seed)
         if self.saved is None:
             return envs.reset(seed=self.seed)[0], 0
-        return optional("resume").restore(self, envs, checkpoint)
+        import harness.resume as resume
+
+        restored = resume.restore(self.saved, envs, checkpoint, self.args.seed)
+        self.saved = None
+        self.envs_reset = restored.envs_reset
+        if restored.ep_return is not None and restored.ep_length is not None:
+            self.ep_return = restored.ep_return
+            self.ep_length = restored.ep_length
+        self.recent_returns = restored.recent_returns
+        self.env_note = restored.env_note
+        print(
+            f"{self.algo}: resumed {self.path} at step {restored.global_step:,} "
+            f"(envs: {self.env_note})",
+            flush=True,
+        )
+        return restored.obs, restored.global_step
 
     def after_step(
-        self, prev_step: int, global_step: int, obs: np.ndarray, act, checkpoint
+        self,
+        prev_step: int,
+        global_step: int,
+        obs: np.ndarray,
+        act: Policy,
+        checkpoint: Callable[[], dict],
     ) -> None:
-        """A step's tail: evaluate `act`;
+        """A step's tail, the run's step now `global_step`: evaluate `act`;
         save checkpoint() with `obs` (Stopped on a signal); progress."""
+        self.step = global_step
         if self.evaluation_due(prev_step, global_step):
             self.evaluate(act, global_step)
         if self.checkpoint_due(prev_step, global_step):
@@ -781,7 +599,8 @@ class Run:
         how = "resuming it needs harness/resume.py beside the script"  # a copy may lack the files
         if find_spec("harness.resume"):
             how = f"resume with --resume {self.path}"
-        line, error = f"stopped: {e}", str(e)
+        line = f"stopped: {e}"
+        error = str(e)
         if isinstance(e, Stopped):
             where = ": no checkpoint written: that needs harness/checkpoint.py beside the script"
             if find_spec("harness.checkpoint"):
@@ -795,12 +614,13 @@ class Run:
                     "it cannot be resumed: no checkpoint was written "
                     "(--checkpoint-every N writes one every N steps)"
                 )
-            line, error = f"interrupted at step {self.step:,}; writing logs; {how}", "interrupted"
+            line = f"interrupted at step {self.step:,}; writing logs; {how}"
+            error = "interrupted"
         print(f"\n{self.algo}: {line}", file=sys.stderr)
         return error
 
     @contextlib.contextmanager
-    def stoppable(self):
+    def stoppable(self) -> Iterator[None]:
         """The loop's frame (subnormals flushed, envs closed after): Ctrl-C, a stop signal, a NaN
         loss, a lost worker end it in a line (finish() writes the summary); other exceptions are
         bugs, recorded, raised."""
@@ -813,34 +633,42 @@ class Run:
             # recorded as far as it goes: the original error matters more than a second one
             with contextlib.suppress(Exception):
                 self.error = f"{type(e).__name__}: {_first_line(e)}"
-                self.completed, self.eval_returns, self.train_seconds = False, np.array([]), 0.0
+                self.completed = False
+                self.eval_returns = np.array([])
+                self.train_seconds = 0.0
                 self.finish(self.step)
             raise
         finally:
             self.envs.close()
             torch.set_flush_denormal(flush_before)
 
-    def final_evaluation(self, act, global_step: int) -> None:
+    def final_evaluation(self, act: Policy, global_step: int) -> None:
         """The last evaluation, after the training time is taken;
         its failure costs it, not the run."""
-        self.train_seconds, message = self.elapsed() - self.compile_seconds, None
+        self.train_seconds = self.elapsed() - self.compile_seconds
+        message = None
         try:
             returns = self.evaluate(act, global_step)
         except KeyboardInterrupt:
-            return setattr(self, "error", self._stopped(KeyboardInterrupt()))
+            self.error = self._stopped(KeyboardInterrupt())
+            return
         except Exception as e:  # the run's model and summary are written whatever happens here
-            returns, message = (
-                np.array([]),
-                f"final evaluation failed: {type(e).__name__}: {_first_line(e)}",
-            )
+            returns = np.array([])
+            message = f"final evaluation failed: {type(e).__name__}: {_first_line(e)}"
             print(f"{self.algo}: {message}", file=sys.stderr)
         if self._final_checkpoint is not None:
             self._write_checkpoint(self._final_checkpoint)
             self._final_checkpoint = None
-        self.eval_returns, self.error, self.completed = returns, message, True
+        self.eval_returns = returns
+        self.error = message
+        self.completed = True
 
     def finish(
-        self, global_step: int, act=None, model: nn.Module | dict | None = None, **fields
+        self,
+        global_step: int,
+        act: Policy | None = None,
+        model: nn.Module | dict | None = None,
+        **fields: Any,
     ) -> dict:
         """The final evaluation of `act` unless stopped; model.pt (`model`: a module or state
         dicts) with --save-model unless NaN or a bug stopped it; summary.json
@@ -853,11 +681,9 @@ class Run:
                 model.state_dict() if isinstance(model, nn.Module) else model,
                 self.path / "model.pt",
             )
-        args, returns, train_seconds = (
-            self.args,
-            self.eval_returns,
-            self.train_seconds or self.elapsed(),
-        )
+        args = self.args
+        returns = self.eval_returns
+        train_seconds = self.train_seconds or self.elapsed()
         mean, std = (float(returns.mean()), float(returns.std())) if len(returns) else (None, None)
         recent = float(np.mean(self.recent_returns)) if self.recent_returns else None
         summary = {
@@ -894,7 +720,16 @@ class Run:
             "gymnasium": gym.__version__,
             "numpy": np.__version__,
         }
-        summary |= {"versions": versions, "machine": machine()}
+        summary["versions"] = versions
+        # where the floats were made: other CPUs and thread counts give other floats
+        cpuinfo = Path("/proc/cpuinfo")
+        lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+        models = [line.partition(":")[2].strip() for line in lines if line.startswith("model name")]
+        summary["machine"] = {
+            "cpu": models[0] if models else platform.machine(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch_threads": torch.get_num_threads(),
+        }
         while self._handlers:  # the handlers from before begin() put back
             signal.signal(*self._handlers.popitem())
         # a Run whose begin() never came writes nothing
@@ -903,7 +738,6 @@ class Run:
         self.progress(global_step, force=True)
         if self.show and self.tty:
             print()
-        self.show_warnings()
         self.file.close()
         (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
         if self.extras is not None:
@@ -918,19 +752,3 @@ class Run:
                 flush=True,
             )
         return summary
-
-
-def main(algo: str, train: Callable, args_class: type, doc: str, args=None) -> int:
-    """Run `train(args)` (`args` given, or the command line's); the exit status from its summary."""
-    args = parse_args(args_class, doc) if args is None else args
-    try:
-        summary = train(args)
-    except (InputError, WorkerError, ModuleNotFoundError) as e:
-        print(f"{algo}: error: {missing_file(e)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    finally:
-        sys.modules.get("harness.distributed", _ONE_PROCESS).shutdown()
-    done = EXIT_OK if summary["completed"] and summary["error"] is None else EXIT_FAILED
-    return {"interrupted": EXIT_INTERRUPTED, "preempted": EXIT_PREEMPTED}.get(
-        summary["error"], done
-    )

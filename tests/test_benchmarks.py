@@ -26,9 +26,8 @@ import report  # noqa: E402
 import run  # noqa: E402
 import selection  # noqa: E402
 import speed  # noqa: E402
+from machine import machine as this_machine  # noqa: E402
 from suite import Cell, load_references, load_suite, load_suites, script_path  # noqa: E402
-
-from benchmarks.machine import machine  # noqa: E402
 
 TINY = """
 [suites.tiny]
@@ -178,7 +177,7 @@ def test_report_has_table_verdicts_and_plot(tiny, current):
     )
     assert "Not listed: 1 cell without runs (no_such_algo CartPole-v1)" in text
     assert "## Failures" in text and "## Machine and versions" in text and "torch 2" in text
-    kind = machine()["kind"]
+    kind = this_machine()["kind"]
     assert "- Runs from 1 machine kind (" in text and f"  - M1: {kind} (" in text, (
         "the report names its machine kinds"
     )

@@ -329,7 +329,7 @@ def test_sigkill_while_writing_a_checkpoint_resumes_from_the_previous_one(tmp_pa
 import os, signal, sys
 sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / "algos")!r}]
 import torch, harness.checkpoint as ck, dqn
-from harness.run import parse_args
+from harness.cli import parse_args
 calls = {{"n": 0}}
 real_save = torch.save
 def dying_save(obj, f, *a, **k):
@@ -479,7 +479,7 @@ def test_env_state_round_trip_is_exact_for_classic_and_mujoco_envs():
 def test_resume_arguments_come_from_the_run_folder(monkeypatch, dqn_run):
     """`--resume RUN` alone takes every stored argument (here the non-default batch and memory sizes)."""
     monkeypatch.setattr(sys, "argv", ["dqn.py", "--resume", str(dqn_run)])
-    from harness.run import parse_args
+    from harness.cli import parse_args
 
     args = parse_args(dqn.Args, dqn.__doc__)
     stored = json.loads((dqn_run / "config.json").read_text())

@@ -19,9 +19,12 @@ import torch
 from test_checkpoint import CASES, MODULES, assert_same_run, make_args, metrics, stop_at_env_step
 from torch import nn
 
+import harness.cli
 import harness.extras
 import harness.run
-from harness.run import InputError, Run, RunArgs
+from harness.cli import RunArgs
+from harness.errors import InputError
+from harness.run import Run
 
 SCRIPT_CASES = [
     "dqn-CartPole",
@@ -94,7 +97,7 @@ def test_resume_keeps_the_compile_mode_and_reads_folders_written_before_it(tmp_p
     first = MODULES[algo].train(make_args(algo, tmp_path, checkpoint_every=200, **kw))
     run_dir = Path(first["run_dir"])
     with pytest.raises(InputError, match="--compile was False in that run, True now"):
-        Run(algo, make_args(algo, tmp_path, resume=str(run_dir), compile=True, **kw), "loss")
+        Run(algo, make_args(algo, tmp_path, resume=str(run_dir), compile=True, **kw), ("loss",))
     config = json.loads((run_dir / "config.json").read_text())
     for key in ("compile", "cudagraphs"):  # a folder from before the flags existed: their defaults
         del config[key]
@@ -107,18 +110,18 @@ def test_resume_keeps_the_compile_mode_and_reads_folders_written_before_it(tmp_p
 
 def test_impossible_combinations_are_refused_in_one_line(monkeypatch):
     with pytest.raises(InputError, match="--cudagraphs needs a CUDA device"):
-        harness.run.check(RunArgs(cudagraphs=True, device="cpu"))
+        harness.cli.check(RunArgs(cudagraphs=True, device="cpu"))
     monkeypatch.setattr(
         harness.extras.shutil, "which", lambda command: None
     )  # no C++ compiler on the PATH
     with pytest.raises(InputError, match="--compile on a CPU needs a C\\+\\+ compiler"):
-        harness.run.check(RunArgs(compile=True, device="cpu"))
-    harness.run.check(RunArgs(device="cpu"))  # eager needs no compiler
+        harness.cli.check(RunArgs(compile=True, device="cpu"))
+    harness.cli.check(RunArgs(device="cpu"))  # eager needs no compiler
 
 
 def test_device_auto_takes_the_gpu_only_for_atari(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    device = lambda **kw: harness.run._device(RunArgs(**kw)).type  # noqa: E731
+    device = lambda **kw: harness.cli.device(RunArgs(**kw)).type  # noqa: E731
     assert (
         device(env_id="ALE/Breakout-v5") == "cuda"
         and device(env_id="BreakoutNoFrameskip-v4") == "cuda"
@@ -146,12 +149,12 @@ def test_compiled_network_runs_the_edited_forward_and_its_compile_time_is_counte
 ):
     torch.compiler.reset()
     args = dataclasses.replace(RunArgs(), compile=True, run_dir=str(tmp_path), progress=False)
-    run = Run("dqn", args, "loss")
+    run = Run("dqn", args, ("loss",))
     net = Edited()
     assert (
         run.compile(net) is net
     )  # on a CPU acting is not compiled (the numpy fast path serves it)
-    monkeypatch.setattr(harness.run, "_device", lambda a: torch.device("cuda"))  # as if on a GPU
+    monkeypatch.setattr(run, "device", torch.device("cuda"))  # as if on a GPU
     compiled = run.compile(net)
     assert compiled is not net and compiled.net is net.net  # the layers stay reachable
     x = torch.randn(5, 3)

@@ -209,10 +209,9 @@ def test_stopped_and_resumed_under_cudagraphs_equals_the_uninterrupted_run(
 
 
 def test_cudagraphs_is_taken_on_the_gpu_and_auto_picks_it_for_atari():
-    from harness.run import RunArgs, _device, check
+    from harness.cli import RunArgs, check, device
 
     check(RunArgs(cudagraphs=True, device="cuda"))
     assert (
-        _device(RunArgs(env_id="ALE/Breakout-v5")).type == "cuda"
-        and _device(RunArgs()).type == "cpu"
+        device(RunArgs(env_id="ALE/Breakout-v5")).type == "cuda" and device(RunArgs()).type == "cpu"
     )

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import re
@@ -25,10 +26,12 @@ import dqn
 import n_step_q
 import naf
 import numpy as np
+import probes
 import pytest
 import sarsa
 import torch
 
+import harness.errors
 import harness.run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,7 +118,14 @@ def test_value_scripts_act_and_evaluate_through_a_changed_forward(module, monkey
         kwargs.update(
             paper_epsilons=False
         )  # one end epsilon, 0 here, for every env: no exploration
-    with pytest.warns(UserWarning, match="disagrees with forward"):
+    # dqn's numpy fast path notices the change and steps aside; n_step_q and sarsa act through
+    # forward() alone
+    warned = (
+        pytest.warns(UserWarning, match="disagrees with forward")
+        if module is dqn
+        else contextlib.nullcontext()
+    )
+    with warned:
         summary = module.train(module.Args(**kwargs))
     assert summary["completed"] and summary["updates"] > 0
     heatup = kwargs.get(
@@ -351,10 +361,11 @@ def test_a_metric_without_its_column_fails_at_once_naming_the_fix(monkeypatch, t
 
 
 @pytest.mark.parametrize("algo", ["dqn", "n_step_q", "sarsa", "a2c", "ddpg", "naf"])
-def test_a_metric_added_to_a_log_call_without_its_column_fails_before_the_run_starts(
+def test_a_metric_added_to_a_log_call_without_its_column_fails_at_that_call(
     algo, tmp_path, monkeypatch
 ):
-    """The edit in the script's own text: Run reads the metrics train()'s run.log calls name when it is made."""
+    """The edit in the script's own text: run.log checks the metrics it is given against the fields
+    passed to Run(...), the first time the edited call runs."""
     source, calls = re.subn(
         r"run\.log\(\s*global_step,",
         "run.log(global_step, td_max=1.0,",
@@ -364,13 +375,13 @@ def test_a_metric_added_to_a_log_call_without_its_column_fails_before_the_run_st
     (tmp_path / f"{algo}_edited.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     edited = importlib.import_module(f"{algo}_edited")
-    args = edited.Args(total_timesteps=50_000, run_dir=str(tmp_path / "runs"), progress=False)
+    fast = {"train_every": 1} if "train_every" in edited.Args.__dataclass_fields__ else {}
+    args = probes.tiny_args(edited, algo, tmp_path / "runs", total_timesteps=20_000, **fast)
     with pytest.raises(
         ValueError,
         match=r"td_max not among the metrics.csv columns .* add it to the list of fields",
     ):
         edited.train(args)
-    assert not (tmp_path / "runs").exists()  # found before the run folder is made
 
 
 def test_bad_input_is_still_one_line_and_exit_2(tmp_path, capsys):
@@ -378,4 +389,4 @@ def test_bad_input_is_still_one_line_and_exit_2(tmp_path, capsys):
     assert dqn.main(dqn.Args(batch_size=0, run_dir=str(tmp_path))) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("dqn: error: ") for line in err)
-    assert issubclass(harness.run.InputError, ValueError)
+    assert issubclass(harness.errors.InputError, ValueError)

@@ -38,7 +38,7 @@ def under_second_kernels(code: str) -> subprocess.CompletedProcess:
 
 def test_the_second_kernel_set_is_recorded_and_changes_torchs_kernels():
     r = under_second_kernels(
-        "from harness.run import machine; import json; print(json.dumps(machine()))"
+        "from benchmarks.machine import machine; import json; print(json.dumps(machine()))"
     )
     assert r.returncode == 0, r.stderr
     machine = json.loads(r.stdout)

@@ -140,7 +140,7 @@ def test_paper_epsilons():
     assert np.allclose(n_step_q.linear_epsilon(1.0, np.array([0.1, 0.5]), 100, 50), [0.55, 0.75])
 
 
-def test_numpy_policy_matches_torch():
+def test_greedy_policy_is_the_argmax_of_forward():
     q = n_step_q.QNetwork((4,), 3, (16, 8))
     obs = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
     with torch.no_grad():
@@ -149,8 +149,8 @@ def test_numpy_policy_matches_torch():
 
 
 def test_conv_network_acts_in_torch_and_targets_take_a_rollout_of_images():
-    # MinAtar's torso on [4, 10, 10] uint8 grids: greedy actions come from the torch forward (the
-    # numpy path is for MLPs), and the targets of a [T, B] rollout equal those of each row alone
+    # MinAtar's torso on [4, 10, 10] uint8 grids: greedy actions are forward()'s argmax, and the
+    # targets of a [T, B] rollout equal those of each row alone
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     q = n_step_q.QNetwork((4, 10, 10), 3, (16, 8))
