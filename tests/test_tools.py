@@ -1,5 +1,5 @@
 """The checks of a maintained Python project, with their settings in pyproject.toml: ruff's lint and format
-over the whole tree, and mypy over common/ and harness/, run by the README's test command (so CI runs them)."""
+over the whole tree, and mypy over algos/, common/ and harness/, run by the README's test command (so CI runs them)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,6 @@ def test_ruff_format_leaves_the_whole_tree_as_it_is():
 
 
 @pytest.mark.slow
-def test_mypy_finds_no_type_error_in_common_and_harness():
+def test_mypy_finds_no_type_error_in_algos_common_and_harness():
     r = tool("mypy", "--cache-dir", "/dev/null")
     assert r.returncode == 0 and "Success" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
