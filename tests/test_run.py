@@ -416,34 +416,6 @@ def test_evaluate_closes_its_envs_when_the_policy_fails():
 
 
 @pytest.mark.slow
-def test_a_mujoco_warning_repeated_at_every_model_load_is_shown_once(tmp_path):
-    # gymnasium's HalfCheetah-v5 model has a deprecated compiler attribute, and MuJoCo warns of it
-    # at every load: before, once per evaluation episode (~200 lines in a 1M-step run's log)
-    out = cli(
-        "ddpg",
-        "--env",
-        "HalfCheetah-v5",
-        "--total-timesteps",
-        "300",
-        "--learning-starts",
-        "100",
-        "--batch-size",
-        "32",
-        "--eval-every",
-        "100",
-        "--eval-episodes",
-        "3",
-        "--no-progress",
-        "--run-dir",
-        str(tmp_path),
-    )
-    assert out.returncode == 0, out.stderr
-    said = (out.stdout + out.stderr).count("'settotalmass' is deprecated")
-    # the envs made before the run starts warn natively (one line here); the 9 evaluation envs
-    # after it (3 evaluations of 3 episodes) warn through Python's warnings, which show it once
-    assert 1 <= said <= 3, out.stdout + out.stderr
-
-
 def test_a_missing_extra_is_one_line_naming_its_requirements_file(tmp_path, capsys, monkeypatch):
     import importlib.util
 
